@@ -1,0 +1,19 @@
+//! # cheq
+//!
+//! A Rust implementation of CHEQ, the protocol by which a human confirms, outside
+//! the AI agent, an action the agent wants to take. The wire contract is
+//! `PROTOCOL.md` (version 1).
+//!
+//! Layout by role:
+//! - [`cheq`]: the CHEQ object and URI pack, and their validation (§1, §4). No I/O.
+//! - [`sign`]: keys, trust, JWS General JSON Serialization, signing,
+//!   countersigning and verification (§5, §9). No I/O.
+//! - [`store`]: the durable replay store (§6).
+//! - [`cli`]: the `cheq` command line.
+#![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod cheq;
+pub mod cli;
+pub mod sign;
+pub mod store;
