@@ -1,2 +1,4 @@
 //! placeholder
-pub fn main() -> i32 { 0 }
+pub fn main() -> i32 {
+    0
+}
