@@ -1,0 +1,445 @@
+//! Tests of the sled replay store (`PROTOCOL.md` §6) on real files in temporary
+//! directories. No mocks.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use cheq::store::{
+    NonceEntry, NonceStore, RecordOutcome, SledNonceStore, StoreError, MAX_DATA_LEN,
+};
+
+/// Upper bound of every wait in these tests.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn entry(digest: u8, expires_at: i64, data: &[u8]) -> NonceEntry {
+    NonceEntry {
+        digest: [digest; 32],
+        expires_at,
+        data: data.to_vec(),
+    }
+}
+
+fn open(dir: &tempfile::TempDir) -> SledNonceStore {
+    SledNonceStore::open(dir.path()).expect("open store")
+}
+
+/// The key of the expiry index as documented in `src/store/sled_store.rs`.
+fn index_key(expires_at: i64, nonce: &str) -> Vec<u8> {
+    let mut key = (expires_at ^ i64::MIN).to_be_bytes().to_vec();
+    key.extend_from_slice(nonce.as_bytes());
+    key
+}
+
+#[test]
+fn fresh_then_same_as_before_then_conflict() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let accept = entry(1, 1_900_000_000, b"accept");
+
+    assert_eq!(store.get("n1").unwrap(), None);
+    assert_eq!(store.record("n1", &accept).unwrap(), RecordOutcome::Fresh);
+    assert_eq!(store.get("n1").unwrap(), Some(accept.clone()));
+
+    // Byte-identical re-delivery: the earlier entry (with its data) comes back,
+    // even when the caller's data or expiry differ this time.
+    assert_eq!(
+        store.record("n1", &accept).unwrap(),
+        RecordOutcome::SameAsBefore(accept.clone())
+    );
+    assert_eq!(
+        store.record("n1", &entry(1, 5, b"reject")).unwrap(),
+        RecordOutcome::SameAsBefore(accept.clone())
+    );
+
+    // Any other document with the same nonce is a conflict; nothing is overwritten.
+    assert_eq!(
+        store
+            .record("n1", &entry(2, 1_900_000_000, b"reject"))
+            .unwrap(),
+        RecordOutcome::Conflict(accept.clone())
+    );
+    assert_eq!(store.get("n1").unwrap(), Some(accept));
+
+    // Other nonces are independent.
+    assert_eq!(
+        store.record("n2", &entry(2, 1, b"")).unwrap(),
+        RecordOutcome::Fresh
+    );
+    assert_eq!(store.get("n2").unwrap(), Some(entry(2, 1, b"")));
+}
+
+#[test]
+fn input_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+
+    let max = entry(1, 10, &vec![0xAA; MAX_DATA_LEN]);
+    assert_eq!(store.record("max", &max).unwrap(), RecordOutcome::Fresh);
+    assert_eq!(store.get("max").unwrap(), Some(max));
+
+    let too_big = entry(1, 10, &vec![0xAA; MAX_DATA_LEN + 1]);
+    assert!(matches!(
+        store.record("big", &too_big),
+        Err(StoreError::DataTooLarge { len, max }) if len == MAX_DATA_LEN + 1 && max == MAX_DATA_LEN
+    ));
+    assert_eq!(store.get("big").unwrap(), None);
+
+    assert!(matches!(
+        store.record("", &entry(1, 10, b"")),
+        Err(StoreError::InvalidNonce { .. })
+    ));
+    assert!(matches!(
+        store.get(&"x".repeat(4097)),
+        Err(StoreError::InvalidNonce { .. })
+    ));
+}
+
+/// Runs `THREADS` concurrent `record`s of the nonce `raced-<round>` and returns
+/// the outcomes. `digest_of(i)` is thread `i`'s digest; with `vary_expiry` each
+/// thread also has its own `expires_at`.
+fn race(
+    store: &SledNonceStore,
+    round: usize,
+    digest_of: fn(usize) -> u8,
+    vary_expiry: bool,
+) -> Vec<RecordOutcome> {
+    const THREADS: usize = 16;
+    let nonce = format!("raced-{round}");
+    let barrier = Arc::new(Barrier::new(THREADS));
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|i| {
+                let (barrier, nonce) = (Arc::clone(&barrier), nonce.clone());
+                scope.spawn(move || {
+                    let expires_at = 1_900_000_000
+                        + if vary_expiry {
+                            i64::try_from(i).unwrap()
+                        } else {
+                            0
+                        };
+                    let e = entry(digest_of(i), expires_at, format!("t{i}").as_bytes());
+                    barrier.wait();
+                    store.record(&nonce, &e).unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn racing_writers_with_different_digests_get_one_fresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let store = SledNonceStore::with_db(db.clone(), "replay").unwrap();
+    for round in 0..20 {
+        let outcomes = race(&store, round, |i| u8::try_from(i).unwrap(), true);
+        let stored = store.get(&format!("raced-{round}")).unwrap().unwrap();
+        assert_eq!(
+            outcomes
+                .iter()
+                .filter(|o| **o == RecordOutcome::Fresh)
+                .count(),
+            1,
+            "round {round}: {outcomes:?}"
+        );
+        for (i, outcome) in outcomes.iter().enumerate() {
+            match outcome {
+                RecordOutcome::Fresh => assert_eq!(stored.digest, [u8::try_from(i).unwrap(); 32]),
+                RecordOutcome::Conflict(e) => assert_eq!(*e, stored),
+                other => panic!("round {round}, thread {i}: {other:?}"),
+            }
+        }
+    }
+    assert_index_holds_exactly_the_winners(&db, &store);
+}
+
+/// After the 20 rounds of [`race`]: losers left no index entries behind, and the
+/// winners' entries are indexed (collection removes all 20).
+fn assert_index_holds_exactly_the_winners(db: &sled::Db, store: &SledNonceStore) {
+    let index = db.open_tree("replay.expiry").unwrap();
+    assert_eq!(index.len(), 20);
+    assert_eq!(store.collect_expired(2_000_000_000).unwrap(), 20);
+    assert!(index.is_empty());
+}
+
+#[test]
+fn racing_writers_with_the_same_digest_get_one_fresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let store = SledNonceStore::with_db(db.clone(), "replay").unwrap();
+    for round in 0..20 {
+        let outcomes = race(&store, round, |_| 9, false);
+        let stored = store.get(&format!("raced-{round}")).unwrap().unwrap();
+        assert_eq!(
+            outcomes
+                .iter()
+                .filter(|o| **o == RecordOutcome::Fresh)
+                .count(),
+            1,
+            "round {round}: {outcomes:?}"
+        );
+        for outcome in &outcomes {
+            match outcome {
+                RecordOutcome::Fresh => {}
+                RecordOutcome::SameAsBefore(e) => assert_eq!(*e, stored),
+                other => panic!("round {round}: {other:?}"),
+            }
+        }
+    }
+    assert_index_holds_exactly_the_winners(&db, &store);
+}
+
+/// `collect_expired(now)` removes exactly the entries with `expires_at < now`.
+///
+/// Once collected, a nonce can be recorded `Fresh` again. That is acceptable: its
+/// CHEQ has expired, and the verifier refuses expired CHEQs (`410`, §6) before it
+/// consults the store.
+#[test]
+fn collect_expired_removes_only_expired_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    for (nonce, expires_at) in [("neg", -50), ("a", 100), ("b", 200), ("c", 300), ("z", 100)] {
+        assert_eq!(
+            store
+                .record(nonce, &entry(1, expires_at, b"accept"))
+                .unwrap(),
+            RecordOutcome::Fresh
+        );
+    }
+    let present = |store: &SledNonceStore| -> Vec<&str> {
+        ["neg", "a", "b", "c", "z"]
+            .into_iter()
+            .filter(|n| store.get(n).unwrap().is_some())
+            .collect()
+    };
+
+    assert_eq!(store.collect_expired(-50).unwrap(), 0);
+    assert_eq!(store.collect_expired(0).unwrap(), 1);
+    assert_eq!(present(&store), ["a", "b", "c", "z"]);
+    assert_eq!(store.collect_expired(100).unwrap(), 0, "100 is not < 100");
+    assert_eq!(store.collect_expired(200).unwrap(), 2);
+    assert_eq!(present(&store), ["b", "c"]);
+    assert_eq!(store.collect_expired(200).unwrap(), 0);
+    assert_eq!(store.collect_expired(301).unwrap(), 2);
+    assert!(present(&store).is_empty());
+
+    // A collected nonce is forgotten: it records Fresh again (see above).
+    assert_eq!(
+        store.record("a", &entry(2, 100, b"reject")).unwrap(),
+        RecordOutcome::Fresh
+    );
+    assert_eq!(store.get("a").unwrap(), Some(entry(2, 100, b"reject")));
+    assert_eq!(store.collect_expired(101).unwrap(), 1);
+    assert_eq!(store.get("a").unwrap(), None);
+}
+
+/// Index entries left by a crash or a lost race (documented in the module) are
+/// dropped by collection without touching live entries.
+#[test]
+fn collect_expired_tolerates_stale_index_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let store = SledNonceStore::with_db(db.clone(), "replay").unwrap();
+    store.record("live", &entry(1, 500, b"accept")).unwrap();
+    let index = db.open_tree("replay.expiry").unwrap();
+    assert!(index.contains_key(index_key(500, "live")).unwrap());
+    // A crash between index insert and swap; a racer that lost with another expiry.
+    index.insert(index_key(10, "never-recorded"), &[]).unwrap();
+    index.insert(index_key(20, "live"), &[]).unwrap();
+
+    assert_eq!(store.collect_expired(100).unwrap(), 0);
+    assert_eq!(store.get("live").unwrap(), Some(entry(1, 500, b"accept")));
+    let keys: Vec<_> = index.iter().keys().map(|k| k.unwrap().to_vec()).collect();
+    assert_eq!(keys, [index_key(500, "live")]);
+    assert_eq!(store.collect_expired(501).unwrap(), 1);
+    assert!(index.is_empty());
+}
+
+#[test]
+fn entries_persist_across_a_clean_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = open(&dir);
+        assert_eq!(
+            store
+                .record("kept", &entry(3, 1_900_000_000, b"reject"))
+                .unwrap(),
+            RecordOutcome::Fresh
+        );
+        store.record("gone", &entry(3, 5, b"")).unwrap();
+        assert_eq!(store.collect_expired(6).unwrap(), 1);
+    }
+    let store = open(&dir);
+    assert_eq!(
+        store.get("kept").unwrap(),
+        Some(entry(3, 1_900_000_000, b"reject"))
+    );
+    assert_eq!(store.get("gone").unwrap(), None);
+    assert_eq!(
+        store
+            .record("kept", &entry(4, 1_900_000_000, b"accept"))
+            .unwrap(),
+        RecordOutcome::Conflict(entry(3, 1_900_000_000, b"reject"))
+    );
+    // The expiry index survived too.
+    assert_eq!(store.collect_expired(1_900_000_001).unwrap(), 1);
+}
+
+#[test]
+fn stores_sharing_a_db_are_independent() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let rs = SledNonceStore::with_db(db.clone(), "rs.nonces").unwrap();
+    let cs = SledNonceStore::with_db(db.clone(), "cs.nonces").unwrap();
+    let other = db.open_tree("something-else").unwrap();
+    other.insert("n", "unrelated").unwrap();
+
+    assert_eq!(
+        rs.record("n", &entry(1, 10, b"")).unwrap(),
+        RecordOutcome::Fresh
+    );
+    assert_eq!(
+        cs.record("n", &entry(2, 10, b"")).unwrap(),
+        RecordOutcome::Fresh
+    );
+    assert_eq!(rs.collect_expired(11).unwrap(), 1);
+    assert_eq!(rs.get("n").unwrap(), None);
+    assert_eq!(cs.get("n").unwrap(), Some(entry(2, 10, b"")));
+    assert_eq!(other.get("n").unwrap().unwrap(), "unrelated");
+}
+
+#[test]
+fn a_corrupt_record_is_reported_not_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let tree = db.open_tree("replay").unwrap();
+    tree.insert("garbage", &b"\x01not a record"[..]).unwrap();
+    tree.insert("future-version", &[2u8; 45][..]).unwrap();
+    tree.insert("empty", &b""[..]).unwrap();
+    let store = SledNonceStore::with_db(db.clone(), "replay").unwrap();
+
+    for nonce in ["garbage", "future-version", "empty"] {
+        assert!(
+            matches!(store.get(nonce), Err(StoreError::Corrupt { ref key, .. }) if key == nonce),
+            "{nonce}"
+        );
+        assert!(matches!(
+            store.record(nonce, &entry(1, 10, b"")),
+            Err(StoreError::Corrupt { .. })
+        ));
+    }
+    // The corrupt value was not overwritten.
+    assert_eq!(
+        tree.get("garbage").unwrap().unwrap(),
+        &b"\x01not a record"[..]
+    );
+
+    // Collection reports the corrupt record, keeps it, and still collects the rest.
+    let index = db.open_tree("replay.expiry").unwrap();
+    index.insert(index_key(5, "garbage"), &[]).unwrap();
+    store.record("expired", &entry(1, 7, b"")).unwrap();
+    assert!(matches!(
+        store.collect_expired(100),
+        Err(StoreError::Corrupt { .. })
+    ));
+    assert_eq!(store.get("expired").unwrap(), None);
+    assert!(tree.contains_key("garbage").unwrap());
+}
+
+/// Set in the child process of [`durability_survives_sigkill`] to the store's directory.
+const CHILD_DIR_VAR: &str = "CHEQ_STORE_CHILD_DIR";
+const KILLED_NONCE: &str = "recorded-then-killed";
+
+/// Kills the child if the parent's test fails before it does.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A nonce for which `record` returned `Fresh` is there after the process is
+/// killed with SIGKILL (no destructor, no clean shutdown).
+#[test]
+fn durability_survives_sigkill() {
+    if let Some(dir) = std::env::var_os(CHILD_DIR_VAR) {
+        // Child: record, report, and wait to be killed.
+        let store = SledNonceStore::open(std::path::Path::new(&dir)).unwrap();
+        let outcome = store
+            .record(KILLED_NONCE, &entry(0xAB, 1_900_000_000, b"accept"))
+            .unwrap();
+        assert_eq!(outcome, RecordOutcome::Fresh);
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "RECORDED").unwrap();
+        stdout.flush().unwrap();
+        drop(stdout);
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "durability_survives_sigkill",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DIR_VAR, dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+
+    // Read the child's stdout on a thread so the wait for "RECORDED" is bounded.
+    let stdout = child.0.stdout.take().unwrap();
+    let (lines_tx, lines_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines_rx.recv_timeout(left) {
+            // libtest may print "test … ... " on the same line first.
+            Ok(Ok(line)) if line.contains("RECORDED") => break,
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => panic!("reading the child's stdout: {e}"),
+            Err(e) => panic!("the child never printed RECORDED: {e}"),
+        }
+    }
+
+    child.0.kill().unwrap(); // SIGKILL on Unix
+    let deadline = Instant::now() + TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the killed child did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(9), "{status:?}");
+    }
+
+    let store = open(&dir);
+    let recorded = entry(0xAB, 1_900_000_000, b"accept");
+    assert_eq!(store.get(KILLED_NONCE).unwrap(), Some(recorded.clone()));
+    assert_eq!(
+        store.record(KILLED_NONCE, &recorded).unwrap(),
+        RecordOutcome::SameAsBefore(recorded)
+    );
+}
