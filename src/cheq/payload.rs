@@ -150,7 +150,9 @@ impl Cheq {
     /// Parses and validates a payload for display (§4).
     pub fn parse(bytes: &[u8]) -> Result<Self, CheqError> {
         let members = json::parse_object(bytes, MAX_PAYLOAD_BYTES)?;
-        check_string_lengths("payload", &Value::Object(members.clone()))?;
+        members
+            .iter()
+            .try_for_each(|(k, v)| check_member_lengths(k, v))?;
 
         let version = match members.get("version") {
             None => return Err(CheqError::Missing("version".into())),
@@ -290,18 +292,20 @@ fn optional_str(m: &Map<String, Value>, name: &str) -> Result<Option<String>, Ch
     }
 }
 
+fn check_member_lengths(name: &str, v: &Value) -> Result<(), CheqError> {
+    if name.len() > MAX_STRING_BYTES {
+        return Err(CheqError::StringTooLong("payload".to_owned()));
+    }
+    check_string_lengths(name, v)
+}
+
 fn check_string_lengths(path: &str, v: &Value) -> Result<(), CheqError> {
     match v {
         Value::String(s) if s.len() > MAX_STRING_BYTES => {
             Err(CheqError::StringTooLong(path.to_owned()))
         }
         Value::Array(items) => items.iter().try_for_each(|i| check_string_lengths(path, i)),
-        Value::Object(map) => map.iter().try_for_each(|(k, v)| {
-            if k.len() > MAX_STRING_BYTES {
-                return Err(CheqError::StringTooLong(path.to_owned()));
-            }
-            check_string_lengths(k, v)
-        }),
+        Value::Object(map) => map.iter().try_for_each(|(k, v)| check_member_lengths(k, v)),
         _ => Ok(()),
     }
 }

@@ -1,1 +1,25 @@
-//! placeholder
+//! Keys, trust, JWS General JSON Serialization, signing, countersigning and
+//! verification (PROTOCOL.md §5, §9).
+//!
+//! This module does no I/O and knows nothing of HTTP. The Ed25519 primitive is
+//! `ed25519-dalek` (`sign`, `verify_strict`); `josekit` verifies ES256. The JWS
+//! layer is written here rather than taken from a JOSE library because CHEQ
+//! needs every signature of a General JSON document verified, `crit` honoured
+//! in that form, and duplicate members refused, which generic libraries do not
+//! do.
+
+pub mod b64;
+pub mod header;
+pub mod jws;
+pub mod keys;
+pub mod signer;
+pub mod trust;
+pub mod verify;
+
+pub use header::{Channel, ConfirmationClaims, Decision, Role};
+pub use keys::{Algorithm, Jwks, KeyError, PublicKey, SigningKey};
+pub use signer::{countersign, sign_resource, CountersignError, DecisionInput, SignError};
+pub use trust::{TrustError, TrustStore};
+pub use verify::{
+    verify_decision, verify_resource, Context, VerifiedCheq, VerifiedDecision, VerifyError,
+};

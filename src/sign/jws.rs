@@ -1,0 +1,148 @@
+//! JWS General JSON Serialization (RFC 7515 §7.2.1) as CHEQ uses it
+//! (PROTOCOL.md §5): `{"payload":…,"signatures":[{"protected":…,"signature":…},…]}`,
+//! with no unprotected header, canonical unpadded base64url, and no other members.
+
+use super::b64;
+use super::verify::VerifyError;
+use crate::cheq::json;
+use crate::cheq::payload::MAX_PAYLOAD_BYTES;
+use serde_json::{Map, Value};
+
+/// The largest signed document read: a full payload in base64url plus headers.
+pub const MAX_DOCUMENT_BYTES: usize = MAX_PAYLOAD_BYTES * 4 / 3 + 96 * 1024;
+/// The largest protected header (decoded).
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// One entry of `signatures`, decoded but not yet checked.
+#[derive(Debug, Clone)]
+pub struct RawSignature {
+    pub protected_b64: String,
+    pub header: Map<String, Value>,
+    pub signature_b64: String,
+    pub signature: Vec<u8>,
+}
+
+/// A signed CHEQ as read from the wire, before any signature is checked.
+#[derive(Debug, Clone)]
+pub struct RawDocument {
+    pub payload_b64: String,
+    pub payload: Vec<u8>,
+    pub signatures: Vec<RawSignature>,
+}
+
+impl RawDocument {
+    /// Reads the envelope: strict JSON, exactly `payload` and `signatures`,
+    /// each signature exactly `protected` and `signature`.
+    pub fn parse(bytes: &[u8]) -> Result<Self, VerifyError> {
+        let mut map =
+            json::parse_object(bytes, MAX_DOCUMENT_BYTES).map_err(VerifyError::Envelope)?;
+        for key in map.keys() {
+            match key.as_str() {
+                "payload" | "signatures" => {}
+                "header" => return Err(VerifyError::UnprotectedHeader { index: None }),
+                other => return Err(VerifyError::EnvelopeMember(other.to_owned())),
+            }
+        }
+        let payload_b64 = match map.remove("payload") {
+            Some(Value::String(s)) => s,
+            _ => return Err(VerifyError::EnvelopeMember("payload".to_owned())),
+        };
+        let list = match map.remove("signatures") {
+            Some(Value::Array(list)) if !list.is_empty() => list,
+            _ => return Err(VerifyError::EnvelopeMember("signatures".to_owned())),
+        };
+        let payload = b64::decode(&payload_b64).ok_or(VerifyError::NonCanonicalBase64 {
+            part: "payload",
+            index: None,
+        })?;
+        if payload.len() > MAX_PAYLOAD_BYTES {
+            return Err(VerifyError::PayloadTooLarge(payload.len()));
+        }
+        let mut signatures = Vec::with_capacity(list.len());
+        for (index, entry) in list.into_iter().enumerate() {
+            signatures.push(parse_signature(index, entry)?);
+        }
+        Ok(RawDocument {
+            payload_b64,
+            payload,
+            signatures,
+        })
+    }
+}
+
+fn parse_signature(index: usize, entry: Value) -> Result<RawSignature, VerifyError> {
+    let Value::Object(mut map) = entry else {
+        return Err(VerifyError::EnvelopeMember(format!("signatures[{index}]")));
+    };
+    for key in map.keys() {
+        match key.as_str() {
+            "protected" | "signature" => {}
+            "header" => return Err(VerifyError::UnprotectedHeader { index: Some(index) }),
+            other => {
+                return Err(VerifyError::EnvelopeMember(format!(
+                    "signatures[{index}].{other}"
+                )))
+            }
+        }
+    }
+    let (Some(Value::String(protected_b64)), Some(Value::String(signature_b64))) =
+        (map.remove("protected"), map.remove("signature"))
+    else {
+        return Err(VerifyError::EnvelopeMember(format!(
+            "signatures[{index}] needs \"protected\" and \"signature\" strings"
+        )));
+    };
+    let header_bytes = b64::decode(&protected_b64).ok_or(VerifyError::NonCanonicalBase64 {
+        part: "protected",
+        index: Some(index),
+    })?;
+    let header = json::parse_object(&header_bytes, MAX_HEADER_BYTES)
+        .map_err(|error| VerifyError::HeaderJson { index, error })?;
+    let signature = b64::decode(&signature_b64).ok_or(VerifyError::NonCanonicalBase64 {
+        part: "signature",
+        index: Some(index),
+    })?;
+    Ok(RawSignature {
+        protected_b64,
+        header,
+        signature_b64,
+        signature,
+    })
+}
+
+/// The JWS signing input: `protected "." payload`.
+pub(crate) fn signing_input(protected_b64: &str, payload_b64: &str) -> Vec<u8> {
+    let mut m = Vec::with_capacity(protected_b64.len() + 1 + payload_b64.len());
+    m.extend_from_slice(protected_b64.as_bytes());
+    m.push(b'.');
+    m.extend_from_slice(payload_b64.as_bytes());
+    m
+}
+
+/// Writes a General JSON Serialization document. Every string is base64url,
+/// so no escaping is needed and the output is byte-stable.
+pub(crate) fn write_document(payload_b64: &str, sigs: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(
+        payload_b64.len()
+            + sigs
+                .iter()
+                .map(|(p, s)| p.len() + s.len() + 32)
+                .sum::<usize>()
+            + 32,
+    );
+    out.push_str("{\"payload\":\"");
+    out.push_str(payload_b64);
+    out.push_str("\",\"signatures\":[");
+    for (i, (protected, signature)) in sigs.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"protected\":\"");
+        out.push_str(protected);
+        out.push_str("\",\"signature\":\"");
+        out.push_str(signature);
+        out.push_str("\"}");
+    }
+    out.push_str("]}");
+    out
+}

@@ -1,0 +1,118 @@
+//! Signing (PROTOCOL.md §5): the resource signature over exact payload bytes,
+//! and the confirmation countersignature, which only a [`VerifiedCheq`] can get.
+
+use super::b64;
+use super::header::{
+    confirmation_header_json, resource_header_json, Channel, ConfirmationClaims, Decision,
+};
+use super::jws::{signing_input, write_document};
+use super::keys::{Algorithm, SigningKey};
+use super::verify::{VerifiedCheq, CLOCK_SKEW_SECS};
+use crate::cheq::{Cheq, CheqError, CountersignableError};
+use chrono::{DateTime, Utc};
+use indexmap::IndexMap;
+
+/// Why a payload could not be resource-signed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignError {
+    #[error("{0}")]
+    Payload(#[from] CheqError),
+    #[error("{0}")]
+    NotCountersignable(#[from] CountersignableError),
+}
+
+/// Why a verified CHEQ could not be countersigned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CountersignError {
+    #[error("the CHEQ is for \"{subject}\", not \"{user}\"")]
+    SubjectMismatch { subject: String, user: String },
+    #[error("the CHEQ expired at {0}")]
+    Expired(String),
+    #[error("\"amr\" must name at least one authentication method")]
+    NoAuthMethod,
+    #[error("\"{0}\" is not a parameter that asks for input")]
+    CollectedNotAnInput(String),
+}
+
+/// Signs `payload` (its exact bytes, never re-serialised) as the resource server.
+/// The payload must satisfy §4, including the members needed to countersign.
+pub fn sign_resource(payload: &[u8], key: &SigningKey) -> Result<String, SignError> {
+    let cheq = Cheq::parse(payload)?;
+    cheq.countersign_fields()?;
+    let payload_b64 = b64::encode(payload);
+    let protected = b64::encode(resource_header_json(Algorithm::EdDsa, key.kid()));
+    let signature = b64::encode(key.sign(&signing_input(&protected, &payload_b64)));
+    Ok(write_document(&payload_b64, &[(&protected, &signature)]))
+}
+
+/// The user's decision and how it was made: everything the confirmation
+/// header carries besides what comes from the verified CHEQ.
+#[derive(Debug, Clone)]
+pub struct DecisionInput<'a> {
+    pub decision: Decision,
+    /// The user's id at the CS (`sub`).
+    pub sub: &'a str,
+    /// Other names the CHEQ's `subject` may use for this user (a verified e-mail).
+    pub also_known_as: &'a [String],
+    pub auth_time: i64,
+    pub amr: &'a [String],
+    pub channel: Channel,
+    /// The exact text the user was shown or read; `cheq_view` is its SHA-256.
+    pub view_text: &'a str,
+    pub collected: Option<IndexMap<String, String>>,
+}
+
+/// Countersigns a verified CHEQ with the user's decision, at `now`.
+/// Returns the two-signature document.
+pub fn countersign(
+    verified: &VerifiedCheq,
+    key: &SigningKey,
+    input: DecisionInput<'_>,
+    now: DateTime<Utc>,
+) -> Result<String, CountersignError> {
+    let fields = verified.fields();
+    if fields.subject != input.sub && !input.also_known_as.contains(&fields.subject) {
+        return Err(CountersignError::SubjectMismatch {
+            subject: fields.subject.clone(),
+            user: input.sub.to_owned(),
+        });
+    }
+    if now > fields.expires + chrono::Duration::seconds(CLOCK_SKEW_SECS) {
+        return Err(CountersignError::Expired(fields.expires.to_rfc3339()));
+    }
+    if input.amr.is_empty() || input.amr.iter().any(String::is_empty) {
+        return Err(CountersignError::NoAuthMethod);
+    }
+    for name in input.collected.iter().flat_map(|c| c.keys()) {
+        let asks = verified
+            .cheq()
+            .parameters
+            .iter()
+            .any(|p| &p.name == name && p.input.is_some());
+        if !asks {
+            return Err(CountersignError::CollectedNotAnInput(name.clone()));
+        }
+    }
+    let claims = ConfirmationClaims {
+        decision: input.decision,
+        sub: input.sub.to_owned(),
+        iat: now.timestamp(),
+        auth_time: input.auth_time.min(now.timestamp()),
+        amr: input.amr.to_vec(),
+        channel: input.channel,
+        view: b64::sha256(input.view_text.as_bytes()),
+        rs_sig: verified.rs_sig_digest().to_owned(),
+        collected: input.collected,
+    };
+    let (payload_b64, rs_protected, rs_signature) = verified.parts();
+    let protected = b64::encode(confirmation_header_json(
+        Algorithm::EdDsa,
+        key.kid(),
+        &claims,
+    ));
+    let signature = b64::encode(key.sign(&signing_input(&protected, payload_b64)));
+    Ok(write_document(
+        payload_b64,
+        &[(rs_protected, rs_signature), (&protected, &signature)],
+    ))
+}

@@ -1,0 +1,590 @@
+//! Verification (PROTOCOL.md §5, rules 1–4) as a chain of small named checks.
+//!
+//! Each check has its own error variant, so a rejection says exactly which rule
+//! failed ([`VerifyError::rule`]). Every signature is verified: one bad signature
+//! fails the whole document, whatever the others say. Rule 5 (the nonce has not
+//! been decided before) needs the replay store and is applied by the servers.
+//!
+//! A [`VerifiedCheq`] or [`VerifiedDecision`] can only be made here.
+
+use super::b64;
+use super::header::{
+    string_member, ConfirmationClaims, Decision, Header, Role, TYP, UNDERSTOOD_CRIT,
+};
+use super::jws::{signing_input, RawDocument, RawSignature};
+use super::keys::{Algorithm, PublicKey};
+use super::trust::TrustStore;
+use crate::cheq::json::JsonError;
+use crate::cheq::{Cheq, CheqError, CountersignFields, CountersignableError};
+use chrono::{DateTime, Utc};
+use indexmap::IndexMap;
+use serde_json::Value;
+
+/// Clock skew allowed on expiry (§5 rule 4).
+pub const CLOCK_SKEW_SECS: i64 = 60;
+
+/// Why a signed CHEQ was refused. [`VerifyError::rule`] names the rule of §5.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    // Rule 1: well-formed, every signature verifies.
+    #[error("JWS object: {0}")]
+    Envelope(JsonError),
+    #[error("JWS object: unexpected or malformed member \"{0}\"")]
+    EnvelopeMember(String),
+    #[error("JWS object: unprotected \"header\" is not allowed")]
+    UnprotectedHeader { index: Option<usize> },
+    #[error("JWS object: {part} is not canonical unpadded base64url")]
+    NonCanonicalBase64 {
+        part: &'static str,
+        index: Option<usize>,
+    },
+    #[error("payload is {0} bytes, more than 64 KiB")]
+    PayloadTooLarge(usize),
+    #[error("payload: {0}")]
+    Payload(CheqError),
+    #[error("signature {index}: protected header: {error}")]
+    HeaderJson { index: usize, error: JsonError },
+    #[error("signature {index}: algorithm {alg:?} is not allowed (only EdDSA and ES256)")]
+    AlgorithmNotAllowed { index: usize, alg: String },
+    #[error("signature {index}: no \"kid\" in the protected header")]
+    MissingKid { index: usize },
+    #[error(
+        "signature {index}: header carries its own key (\"{member}\"); keys come only from trust"
+    )]
+    EmbeddedKey { index: usize, member: &'static str },
+    #[error("signature {index}: \"b64\": false is not allowed")]
+    B64False { index: usize },
+    #[error("signature {index}: \"crit\" names \"{name}\", which is not understood")]
+    UnknownCrit { index: usize, name: String },
+    #[error("signature {index}: \"crit\" is malformed: {reason}")]
+    BadCrit { index: usize, reason: String },
+    #[error("signature {index}: a confirmation header must mark \"cheq_decision\" critical")]
+    MissingCrit { index: usize },
+    #[error("signature {index}: \"typ\" must be \"cheq+jws\"")]
+    BadTyp { index: usize },
+    #[error("signature {index}: \"cheq_role\" is missing or unknown")]
+    BadRole { index: usize },
+    #[error("signature {index}: header member \"{member}\" is missing or malformed")]
+    BadClaim { index: usize, member: &'static str },
+    #[error("signature {index}: the key's algorithm is not the header's \"alg\"")]
+    AlgorithmKeyMismatch { index: usize },
+    #[error("signature {index} (kid \"{kid}\") does not verify")]
+    BadSignature { index: usize, kid: String },
+    // Rule 2: roles, order and trust.
+    #[error("expected {expected} signature(s), found {found}")]
+    SignatureCount { expected: usize, found: usize },
+    #[error("signature {index} should have role \"{expected}\"")]
+    RoleOrder {
+        index: usize,
+        expected: &'static str,
+    },
+    #[error("resource key \"{kid}\" is not trusted for the origin of {resource_uri}")]
+    UntrustedResourceKey { kid: String, resource_uri: String },
+    #[error("confirmation key \"{kid}\" is not trusted for the origin of {confirmation_uri}")]
+    UntrustedConfirmationKey {
+        kid: String,
+        confirmation_uri: String,
+    },
+    // Rule 3: the countersignature is bound to this resource signature and decision.
+    #[error("\"cheq_rs_sig\" does not match the resource signature")]
+    RsSigMismatch,
+    #[error("the decision is \"{found}\", not \"{expected}\"")]
+    DecisionMismatch { expected: Decision, found: Decision },
+    #[error("\"cheq_collected\" names \"{0}\", which is not a parameter asking for input")]
+    CollectedNotAnInput(String),
+    // Rule 4: members present and as required; not expired.
+    #[error("{0}")]
+    NotCountersignable(CountersignableError),
+    #[error("\"resource uri\" is {found}, but the CHEQ was read from {expected}")]
+    ResourceUriMismatch { expected: String, found: String },
+    #[error("\"confirmation uri\" is {found}, not this confirmation server ({expected})")]
+    ConfirmationUriMismatch { expected: String, found: String },
+    #[error("the CHEQ expired at {expires}")]
+    Expired { expires: String },
+    #[error("the decision was signed after the CHEQ expired")]
+    DecidedAfterExpiry,
+}
+
+impl VerifyError {
+    /// The rule of PROTOCOL.md §5 that failed (1–4).
+    pub fn rule(&self) -> u8 {
+        use VerifyError::*;
+        match self {
+            SignatureCount { .. }
+            | RoleOrder { .. }
+            | UntrustedResourceKey { .. }
+            | UntrustedConfirmationKey { .. } => 2,
+            RsSigMismatch | DecisionMismatch { .. } | CollectedNotAnInput(_) => 3,
+            NotCountersignable(_)
+            | ResourceUriMismatch { .. }
+            | ConfirmationUriMismatch { .. }
+            | Expired { .. }
+            | DecidedAfterExpiry => 4,
+            _ => 1,
+        }
+    }
+}
+
+/// What the verifier knows besides the document.
+#[derive(Debug, Clone)]
+pub struct Context<'a> {
+    pub now: DateTime<Utc>,
+    /// The URI the CHEQ was fetched from or posted to, if known (§4).
+    pub resource_uri: Option<&'a str>,
+    /// The verifying CS's own confirmation URI, if it is a CS (§4).
+    pub confirmation_uri: Option<&'a str>,
+}
+
+impl<'a> Context<'a> {
+    pub fn at(now: DateTime<Utc>) -> Self {
+        Context {
+            now,
+            resource_uri: None,
+            confirmation_uri: None,
+        }
+    }
+}
+
+/// A resource-signed CHEQ whose every rule of §5 (1–4) held. The only way to
+/// get one is [`verify_resource`]; only this can be countersigned.
+#[derive(Debug, Clone)]
+pub struct VerifiedCheq {
+    cheq: Cheq,
+    fields: CountersignFields,
+    payload_b64: String,
+    resource_protected_b64: String,
+    resource_signature_b64: String,
+    resource_kid: String,
+    rs_sig_digest: String,
+}
+
+impl VerifiedCheq {
+    pub fn cheq(&self) -> &Cheq {
+        &self.cheq
+    }
+    pub fn fields(&self) -> &CountersignFields {
+        &self.fields
+    }
+    pub fn resource_kid(&self) -> &str {
+        &self.resource_kid
+    }
+    /// base64url SHA-256 of the decoded resource signature (`cheq_rs_sig`).
+    pub fn rs_sig_digest(&self) -> &str {
+        &self.rs_sig_digest
+    }
+    /// The resource-signed document, as serialised by this implementation.
+    pub fn to_document(&self) -> String {
+        super::jws::write_document(
+            &self.payload_b64,
+            &[(&self.resource_protected_b64, &self.resource_signature_b64)],
+        )
+    }
+    pub(crate) fn parts(&self) -> (&str, &str, &str) {
+        (
+            &self.payload_b64,
+            &self.resource_protected_b64,
+            &self.resource_signature_b64,
+        )
+    }
+}
+
+/// A decided CHEQ (both signatures) whose every rule of §5 (1–4) held.
+#[derive(Debug, Clone)]
+pub struct VerifiedDecision {
+    cheq: Cheq,
+    fields: CountersignFields,
+    claims: ConfirmationClaims,
+    resource_kid: String,
+    confirmation_kid: String,
+}
+
+impl VerifiedDecision {
+    pub fn cheq(&self) -> &Cheq {
+        &self.cheq
+    }
+    pub fn fields(&self) -> &CountersignFields {
+        &self.fields
+    }
+    pub fn decision(&self) -> Decision {
+        self.claims.decision
+    }
+    pub fn claims(&self) -> &ConfirmationClaims {
+        &self.claims
+    }
+    pub fn resource_kid(&self) -> &str {
+        &self.resource_kid
+    }
+    pub fn confirmation_kid(&self) -> &str {
+        &self.confirmation_kid
+    }
+}
+
+/// Verifies a resource-signed CHEQ (one signature).
+pub fn verify_resource(
+    doc: &[u8],
+    trust: &TrustStore,
+    ctx: &Context<'_>,
+) -> Result<VerifiedCheq, VerifyError> {
+    let raw = RawDocument::parse(doc)?;
+    let (cheq, fields) = read_payload(&raw, ctx)?;
+    check_count(&raw, 1)?;
+    let resource = &raw.signatures[0];
+    let header = check_header(0, resource)?;
+    check_role(0, &header, Role::Resource)?;
+    let key = trust
+        .resource_key(&fields.resource_uri, &header.kid)
+        .ok_or_else(|| VerifyError::UntrustedResourceKey {
+            kid: header.kid.clone(),
+            resource_uri: fields.resource_uri.clone(),
+        })?;
+    check_signature(0, &header, key, resource, &raw.payload_b64)?;
+    check_not_expired(&fields, ctx)?;
+    Ok(VerifiedCheq {
+        rs_sig_digest: b64::sha256(&resource.signature),
+        resource_kid: header.kid,
+        resource_protected_b64: resource.protected_b64.clone(),
+        resource_signature_b64: resource.signature_b64.clone(),
+        payload_b64: raw.payload_b64,
+        cheq,
+        fields,
+    })
+}
+
+/// Verifies a decided CHEQ (resource signature then confirmation signature).
+/// With `expected`, the decision must be that one (rule 3: `?accept`/`?reject`).
+pub fn verify_decision(
+    doc: &[u8],
+    trust: &TrustStore,
+    expected: Option<Decision>,
+    ctx: &Context<'_>,
+) -> Result<VerifiedDecision, VerifyError> {
+    let raw = RawDocument::parse(doc)?;
+    let (cheq, fields) = read_payload(&raw, ctx)?;
+    check_count(&raw, 2)?;
+    let (rs, cs) = (&raw.signatures[0], &raw.signatures[1]);
+    let rs_header = check_header(0, rs)?;
+    let cs_header = check_header(1, cs)?;
+    check_role(0, &rs_header, Role::Resource)?;
+    check_role(1, &cs_header, Role::Confirmation)?;
+    let claims = read_claims(1, &cs_header)?;
+    let rs_key = trust
+        .resource_key(&fields.resource_uri, &rs_header.kid)
+        .ok_or_else(|| VerifyError::UntrustedResourceKey {
+            kid: rs_header.kid.clone(),
+            resource_uri: fields.resource_uri.clone(),
+        })?;
+    let cs_key = trust
+        .confirmation_key(&fields.confirmation_uri, &cs_header.kid)
+        .ok_or_else(|| VerifyError::UntrustedConfirmationKey {
+            kid: cs_header.kid.clone(),
+            confirmation_uri: fields.confirmation_uri.clone(),
+        })?;
+    check_signature(0, &rs_header, rs_key, rs, &raw.payload_b64)?;
+    check_signature(1, &cs_header, cs_key, cs, &raw.payload_b64)?;
+    check_rs_sig(&claims, rs)?;
+    check_decision(&claims, expected)?;
+    check_collected(&claims, &cheq)?;
+    check_not_expired(&fields, ctx)?;
+    check_decided_in_time(&claims, &fields)?;
+    Ok(VerifiedDecision {
+        resource_kid: rs_header.kid,
+        confirmation_kid: cs_header.kid,
+        cheq,
+        fields,
+        claims,
+    })
+}
+
+// ---- rule 1 ---------------------------------------------------------------
+
+fn read_payload(
+    raw: &RawDocument,
+    ctx: &Context<'_>,
+) -> Result<(Cheq, CountersignFields), VerifyError> {
+    let cheq = Cheq::parse(&raw.payload).map_err(VerifyError::Payload)?;
+    let fields = cheq
+        .countersign_fields()
+        .map_err(VerifyError::NotCountersignable)?;
+    if let Some(expected) = ctx.resource_uri {
+        if fields.resource_uri != expected {
+            return Err(VerifyError::ResourceUriMismatch {
+                expected: expected.to_owned(),
+                found: fields.resource_uri.clone(),
+            });
+        }
+    }
+    if let Some(expected) = ctx.confirmation_uri {
+        if !crate::cheq::uri::same_uri(&fields.confirmation_uri, expected) {
+            return Err(VerifyError::ConfirmationUriMismatch {
+                expected: expected.to_owned(),
+                found: fields.confirmation_uri.clone(),
+            });
+        }
+    }
+    Ok((cheq, fields))
+}
+
+/// The generic header checks of §5: alg, kid, no embedded keys, no `b64:false`,
+/// `crit` understood, `typ`, `cheq_role`.
+fn check_header(index: usize, sig: &RawSignature) -> Result<Header, VerifyError> {
+    let m = &sig.header;
+    let alg = match string_member(m, "alg") {
+        Some("EdDSA") => Algorithm::EdDsa,
+        Some("ES256") => Algorithm::Es256,
+        other => {
+            return Err(VerifyError::AlgorithmNotAllowed {
+                index,
+                alg: other.map_or_else(|| "(missing)".to_owned(), str::to_owned),
+            })
+        }
+    };
+    let kid = match string_member(m, "kid") {
+        Some(kid) if !kid.is_empty() => kid.to_owned(),
+        _ => return Err(VerifyError::MissingKid { index }),
+    };
+    for member in ["jwk", "jku", "x5u", "x5c"] {
+        if m.contains_key(member) {
+            return Err(VerifyError::EmbeddedKey { index, member });
+        }
+    }
+    match m.get("b64") {
+        None | Some(Value::Bool(true)) => {}
+        Some(_) => return Err(VerifyError::B64False { index }),
+    }
+    check_crit(index, m)?;
+    match string_member(m, "typ") {
+        Some(t) if t.eq_ignore_ascii_case(TYP) => {}
+        _ => return Err(VerifyError::BadTyp { index }),
+    }
+    let role = match string_member(m, "cheq_role") {
+        Some("resource") => Role::Resource,
+        Some("confirmation") => Role::Confirmation,
+        _ => return Err(VerifyError::BadRole { index }),
+    };
+    Ok(Header {
+        alg,
+        kid,
+        role,
+        members: m.clone(),
+    })
+}
+
+fn check_crit(index: usize, m: &serde_json::Map<String, Value>) -> Result<(), VerifyError> {
+    let Some(crit) = m.get("crit") else {
+        return Ok(());
+    };
+    let bad = |reason: &str| VerifyError::BadCrit {
+        index,
+        reason: reason.to_owned(),
+    };
+    let Value::Array(names) = crit else {
+        return Err(bad("must be an array"));
+    };
+    if names.is_empty() {
+        return Err(bad("must not be empty"));
+    }
+    let mut seen = Vec::with_capacity(names.len());
+    for name in names {
+        let Value::String(name) = name else {
+            return Err(bad("must list strings"));
+        };
+        if !UNDERSTOOD_CRIT.contains(&name.as_str()) {
+            return Err(VerifyError::UnknownCrit {
+                index,
+                name: name.clone(),
+            });
+        }
+        if seen.contains(&name) {
+            return Err(bad("lists a name twice"));
+        }
+        if !m.contains_key(name.as_str()) {
+            return Err(bad(&format!(
+                "names \"{name}\", which is not in the header"
+            )));
+        }
+        seen.push(name);
+    }
+    Ok(())
+}
+
+fn check_signature(
+    index: usize,
+    header: &Header,
+    key: &PublicKey,
+    sig: &RawSignature,
+    payload_b64: &str,
+) -> Result<(), VerifyError> {
+    if key.algorithm() != header.alg {
+        return Err(VerifyError::AlgorithmKeyMismatch { index });
+    }
+    if key.verify(
+        &signing_input(&sig.protected_b64, payload_b64),
+        &sig.signature,
+    ) {
+        Ok(())
+    } else {
+        Err(VerifyError::BadSignature {
+            index,
+            kid: header.kid.clone(),
+        })
+    }
+}
+
+// ---- rule 2 ---------------------------------------------------------------
+
+fn check_count(raw: &RawDocument, expected: usize) -> Result<(), VerifyError> {
+    if raw.signatures.len() == expected {
+        Ok(())
+    } else {
+        Err(VerifyError::SignatureCount {
+            expected,
+            found: raw.signatures.len(),
+        })
+    }
+}
+
+fn check_role(index: usize, header: &Header, expected: Role) -> Result<(), VerifyError> {
+    if header.role != expected {
+        return Err(VerifyError::RoleOrder {
+            index,
+            expected: expected.as_str(),
+        });
+    }
+    let has_decision = header.members.contains_key("cheq_decision");
+    match expected {
+        Role::Resource if has_decision || header.members.contains_key("crit") => {
+            Err(VerifyError::BadClaim {
+                index,
+                member: "cheq_decision",
+            })
+        }
+        Role::Confirmation => {
+            let marks_decision = header
+                .members
+                .get("crit")
+                .and_then(Value::as_array)
+                .is_some_and(|c| c.iter().any(|n| n.as_str() == Some("cheq_decision")));
+            if marks_decision {
+                Ok(())
+            } else {
+                Err(VerifyError::MissingCrit { index })
+            }
+        }
+        Role::Resource => Ok(()),
+    }
+}
+
+/// Reads every claim §5 requires in a confirmation header.
+fn read_claims(index: usize, header: &Header) -> Result<ConfirmationClaims, VerifyError> {
+    let m = &header.members;
+    let bad = |member: &'static str| VerifyError::BadClaim { index, member };
+    let text = |member: &'static str| match string_member(m, member) {
+        Some(s) if !s.is_empty() => Ok(s.to_owned()),
+        _ => Err(bad(member)),
+    };
+    let int = |member: &'static str| m.get(member).and_then(Value::as_i64).ok_or(bad(member));
+    let digest = |member: &'static str| {
+        let s = text(member)?;
+        match b64::decode(&s) {
+            Some(bytes) if bytes.len() == 32 => Ok(s),
+            _ => Err(bad(member)),
+        }
+    };
+    let decision = string_member(m, "cheq_decision")
+        .and_then(Decision::parse)
+        .ok_or(bad("cheq_decision"))?;
+    let amr = match m.get("amr") {
+        Some(Value::Array(items)) if !items.is_empty() => items
+            .iter()
+            .map(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .ok_or(bad("amr"))?,
+        _ => return Err(bad("amr")),
+    };
+    let channel = string_member(m, "cheq_channel")
+        .and_then(super::header::Channel::parse)
+        .ok_or(bad("cheq_channel"))?;
+    let collected = match m.get("cheq_collected") {
+        None => None,
+        Some(Value::Object(o)) => Some(
+            o.iter()
+                .map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect::<Option<IndexMap<_, _>>>()
+                .ok_or(bad("cheq_collected"))?,
+        ),
+        Some(_) => return Err(bad("cheq_collected")),
+    };
+    let iat = int("iat")?;
+    let auth_time = int("auth_time")?;
+    if auth_time > iat + CLOCK_SKEW_SECS {
+        return Err(bad("auth_time"));
+    }
+    Ok(ConfirmationClaims {
+        decision,
+        sub: text("sub")?,
+        iat,
+        auth_time,
+        amr,
+        channel,
+        view: digest("cheq_view")?,
+        rs_sig: digest("cheq_rs_sig")?,
+        collected,
+    })
+}
+
+// ---- rule 3 ---------------------------------------------------------------
+
+fn check_rs_sig(claims: &ConfirmationClaims, rs: &RawSignature) -> Result<(), VerifyError> {
+    if b64::sha256(&rs.signature) == claims.rs_sig {
+        Ok(())
+    } else {
+        Err(VerifyError::RsSigMismatch)
+    }
+}
+
+fn check_decision(
+    claims: &ConfirmationClaims,
+    expected: Option<Decision>,
+) -> Result<(), VerifyError> {
+    match expected {
+        Some(expected) if expected != claims.decision => Err(VerifyError::DecisionMismatch {
+            expected,
+            found: claims.decision,
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn check_collected(claims: &ConfirmationClaims, cheq: &Cheq) -> Result<(), VerifyError> {
+    for name in claims.collected.iter().flat_map(|c| c.keys()) {
+        let asks = cheq
+            .parameters
+            .iter()
+            .any(|p| &p.name == name && p.input.is_some());
+        if !asks {
+            return Err(VerifyError::CollectedNotAnInput(name.clone()));
+        }
+    }
+    Ok(())
+}
+
+// ---- rule 4 ---------------------------------------------------------------
+
+fn check_not_expired(fields: &CountersignFields, ctx: &Context<'_>) -> Result<(), VerifyError> {
+    if ctx.now > fields.expires + chrono::Duration::seconds(CLOCK_SKEW_SECS) {
+        return Err(VerifyError::Expired {
+            expires: fields.expires.to_rfc3339(),
+        });
+    }
+    Ok(())
+}
+
+fn check_decided_in_time(
+    claims: &ConfirmationClaims,
+    fields: &CountersignFields,
+) -> Result<(), VerifyError> {
+    if claims.iat > fields.expires.timestamp() + CLOCK_SKEW_SECS {
+        return Err(VerifyError::DecidedAfterExpiry);
+    }
+    Ok(())
+}
