@@ -18,7 +18,9 @@ pub mod verify;
 
 pub use header::{Channel, ConfirmationClaims, Decision, Role};
 pub use keys::{Algorithm, Jwks, KeyError, PublicKey, SigningKey};
-pub use signer::{countersign, sign_resource, CountersignError, DecisionInput, SignError};
+pub use signer::{
+    assemble, countersign, sign_entry, sign_resource, CountersignError, DecisionInput, SignError,
+};
 pub use trust::{TrustError, TrustStore};
 pub use verify::{
     verify_decision, verify_resource, Context, VerifiedCheq, VerifiedDecision, VerifyError,

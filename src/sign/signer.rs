@@ -116,3 +116,18 @@ pub fn countersign(
         &[(rs_protected, rs_signature), (&protected, &signature)],
     ))
 }
+
+/// Low-level: signs `protected_json` (a header's exact JSON text) over an
+/// already-encoded payload and returns `(protected_b64, signature_b64)`.
+/// No CHEQ rule is checked; this is for tooling and for tests that must
+/// produce well-signed but otherwise wrong documents.
+pub fn sign_entry(key: &SigningKey, protected_json: &str, payload_b64: &str) -> (String, String) {
+    let protected = b64::encode(protected_json);
+    let signature = b64::encode(key.sign(&signing_input(&protected, payload_b64)));
+    (protected, signature)
+}
+
+/// Low-level: writes a General JSON Serialization document from encoded parts.
+pub fn assemble(payload_b64: &str, signatures: &[(&str, &str)]) -> String {
+    write_document(payload_b64, signatures)
+}
