@@ -160,10 +160,9 @@ fn our_documents_verify_with_joserfc() {
         .as_str()
         .unwrap()
         .to_owned();
-    let flipped = if sig.starts_with('A') {
-        format!("B{}", &sig[1..])
-    } else {
-        format!("A{}", &sig[1..])
+    let flipped = match sig.strip_prefix('A') {
+        Some(rest) => format!("B{rest}"),
+        None => format!("A{}", &sig[1..]),
     };
     tampered["signatures"][1]["signature"] = flipped.into();
     let out = python_verify(&tampered.to_string());
