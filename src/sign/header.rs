@@ -160,11 +160,11 @@ pub fn confirmation_header_json(alg: Algorithm, kid: &str, c: &ConfirmationClaim
 
 /// A protected header after the generic checks of §5.
 #[derive(Debug, Clone)]
-pub struct Header {
+pub struct Header<'a> {
     pub alg: Algorithm,
     pub kid: String,
     pub role: Role,
-    pub members: Map<String, Value>,
+    pub members: &'a Map<String, Value>,
 }
 
 pub(crate) fn string_member<'a>(m: &'a Map<String, Value>, name: &str) -> Option<&'a str> {

@@ -5,7 +5,14 @@
 //! fails the whole document, whatever the others say. Rule 5 (the nonce has not
 //! been decided before) needs the replay store and is applied by the servers.
 //!
-//! A [`VerifiedCheq`] or [`VerifiedDecision`] can only be made here.
+//! A [`VerifiedCheq`] or [`VerifiedDecision`] can only be made here: their
+//! fields are private and they have no public constructor, so code elsewhere
+//! cannot forge one.
+//!
+//! ```compile_fail
+//! // Only verification makes a VerifiedCheq; building one by hand does not compile.
+//! let forged = cheq::sign::VerifiedCheq { cheq: todo!(), fields: todo!() };
+//! ```
 
 use super::b64;
 use super::header::{
@@ -326,7 +333,7 @@ fn read_payload(
 
 /// The generic header checks of §5: alg, kid, no embedded keys, no `b64:false`,
 /// `crit` understood, `typ`, `cheq_role`.
-fn check_header(index: usize, sig: &RawSignature) -> Result<Header, VerifyError> {
+fn check_header(index: usize, sig: &RawSignature) -> Result<Header<'_>, VerifyError> {
     let m = &sig.header;
     let alg = match string_member(m, "alg") {
         Some("EdDSA") => Algorithm::EdDsa,
@@ -365,7 +372,7 @@ fn check_header(index: usize, sig: &RawSignature) -> Result<Header, VerifyError>
         alg,
         kid,
         role,
-        members: m.clone(),
+        members: m,
     })
 }
 
@@ -409,7 +416,7 @@ fn check_crit(index: usize, m: &serde_json::Map<String, Value>) -> Result<(), Ve
 
 fn check_signature(
     index: usize,
-    header: &Header,
+    header: &Header<'_>,
     key: &PublicKey,
     sig: &RawSignature,
     payload_b64: &str,
@@ -443,7 +450,7 @@ fn check_count(raw: &RawDocument, expected: usize) -> Result<(), VerifyError> {
     }
 }
 
-fn check_role(index: usize, header: &Header, expected: Role) -> Result<(), VerifyError> {
+fn check_role(index: usize, header: &Header<'_>, expected: Role) -> Result<(), VerifyError> {
     if header.role != expected {
         return Err(VerifyError::RoleOrder {
             index,
@@ -475,7 +482,7 @@ fn check_role(index: usize, header: &Header, expected: Role) -> Result<(), Verif
 }
 
 /// Reads every claim §5 requires in a confirmation header.
-fn read_claims(index: usize, header: &Header) -> Result<ConfirmationClaims, VerifyError> {
+fn read_claims(index: usize, header: &Header<'_>) -> Result<ConfirmationClaims, VerifyError> {
     let m = &header.members;
     let bad = |member: &'static str| VerifyError::BadClaim { index, member };
     let text = |member: &'static str| match string_member(m, member) {
