@@ -1,0 +1,128 @@
+// End to end in a real browser: the demo (CS + RS) runs as real processes, the
+// agent invokes a tool, headless Chromium logs in as alice, reads the
+// confirmation page, clicks Accept, and the test checks the RS outcome through
+// the agent's result URI. A screenshot of the confirmation page is saved under
+// target/browser/.
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFileSync } from 'node:child_process';
+import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import net from 'node:net';
+import { chromium } from 'playwright-core';
+
+const root = resolve(import.meta.dirname, '..', '..');
+const cheq = process.env.CHEQ_BIN || join(root, 'target', 'debug', 'cheq');
+const password = 'correct horse battery staple';
+const shots = join(root, 'target', 'browser');
+mkdirSync(shots, { recursive: true });
+
+function freePort() {
+  return new Promise((ok, fail) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => ok(port)); });
+    s.on('error', fail);
+  });
+}
+
+async function waitFor(url, ms = 60000) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    try { if ((await fetch(url)).ok) return; } catch { /* not up yet */ }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`${url} did not come up within ${ms} ms`);
+}
+
+const dataDir = mkdtempSync(join(tmpdir(), 'cheq-browser-'));
+const [csPort, rsPort] = [await freePort(), await freePort()];
+const demo = spawn(cheq, ['demo', '--data-dir', dataDir, '--cs-port', String(csPort), '--rs-port', String(rsPort)], {
+  env: { ...process.env, CHEQ_DEMO_PASSWORD: password },
+  stdio: ['ignore', 'pipe', 'pipe'],
+});
+let demoLog = '';
+demo.stdout.on('data', (d) => { demoLog += d; });
+demo.stderr.on('data', (d) => { demoLog += d; });
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+
+after(async () => {
+  await browser.close();
+  demo.kill('SIGTERM');
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+const cs = `http://127.0.0.1:${csPort}`;
+const rs = `http://127.0.0.1:${rsPort}`;
+
+function agent(...params) {
+  const out = execFileSync(cheq, ['agent', '--rs', rs, '--tool', 'book_flight', ...params.flatMap((p) => ['--param', p]), '--no-wait'], { encoding: 'utf8' });
+  return JSON.parse(out.split('\n')[0]);
+}
+
+async function pollResult(uri, ms = 30000) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    const r = await fetch(uri);
+    const body = await r.json();
+    if (r.status === 200) return body;
+    await new Promise((ok) => setTimeout(ok, 250));
+  }
+  throw new Error('no result in time');
+}
+
+/** What a user app does with a URI pack: POST the resource URI to the CS. */
+async function openPack(page, pack) {
+  await page.setContent(`<form method="post" action="${pack['confirmation uri']}">
+    <input name="resource_uri" value="${pack['resource uri']}"><button id="go">Confirm</button></form>`);
+  await Promise.all([page.waitForNavigation(), page.click('#go')]);
+}
+
+test('alice accepts a booking in Chromium and the RS runs it', async () => {
+  await waitFor(`${cs}/healthz`).catch((e) => { throw new Error(`${e.message}\n${demoLog}`); });
+  await waitFor(`${rs}/healthz`);
+  const pack = agent('flight_number=UA23', 'flight_date=2026-12-08', 'cabin_class=BUSINESS', 'price_usd=1200');
+  assert.match(pack['result uri'], /^http:\/\/127\.0\.0\.1/);
+
+  const page = await browser.newPage();
+  await openPack(page, pack);
+  // Not logged in: the CS sends us through its login form, then back.
+  await page.fill('input[name=username]', 'alice');
+  await page.fill('input[name=password]', password);
+  await Promise.all([page.waitForNavigation(), page.click('button[type=submit], input[type=submit]')]);
+
+  const text = await page.textContent('body');
+  for (const fact of ['UA23', '2026-12-08', 'BUSINESS', '1200', rs]) {
+    assert.ok(text.includes(fact), `the page shows ${fact}`);
+  }
+  assert.equal(await page.getAttribute('html', 'lang'), 'en');
+  await page.screenshot({ path: join(shots, 'confirmation.png'), fullPage: true });
+
+  await Promise.all([page.waitForNavigation(), page.click('button[name=decision][value=accept]')]);
+  await page.screenshot({ path: join(shots, 'outcome.png'), fullPage: true });
+  const outcome = await page.textContent('body');
+  assert.match(outcome, /accept/i);
+
+  const result = await pollResult(pack['result uri']);
+  assert.equal(result.status, 'accepted');
+  await page.close();
+});
+
+test('alice rejects in Chromium and the RS reports rejected', async () => {
+  const pack = agent('flight_number=UA99', 'flight_date=2026-12-09', 'cabin_class=ECONOMY', 'price_usd=450');
+  const page = await browser.newPage();
+  await openPack(page, pack);
+  if (await page.$('input[name=password]')) {
+    await page.fill('input[name=username]', 'alice');
+    await page.fill('input[name=password]', password);
+    await Promise.all([page.waitForNavigation(), page.click('button[type=submit], input[type=submit]')]);
+  }
+  await Promise.all([page.waitForNavigation(), page.click('button[name=decision][value=reject]')]);
+  const result = await pollResult(pack['result uri']);
+  assert.equal(result.status, 'rejected');
+  await page.close();
+});
