@@ -122,6 +122,17 @@ fn report(e: &CliError) -> i32 {
 
 /// Clap's multi-line error, folded into one line (without the usage block).
 fn clap_message(e: &clap::Error) -> String {
+    use clap::CommandFactory;
+    if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        let names: Vec<String> = Cli::command()
+            .get_subcommands()
+            .map(|c| c.get_name().to_owned())
+            .collect();
+        return format!(
+            "usage: a subcommand is needed: {} (see 'cheq --help')",
+            names.join(", ")
+        );
+    }
     let text = e.render().to_string();
     let mut parts = Vec::new();
     for line in text.lines() {
