@@ -195,8 +195,14 @@ fn assert_fails(out: &Output, code: i32) -> String {
     let err = stderr(out);
     assert_eq!(out.status.code(), Some(code), "stderr: {err}");
     assert!(err.starts_with("cheq: "), "stderr: {err}");
-    assert!(err.ends_with('\n') && err.lines().count() == 1, "stderr: {err:?}");
-    assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
+    assert!(
+        err.ends_with('\n') && err.lines().count() == 1,
+        "stderr: {err:?}"
+    );
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
     err
 }
 
@@ -361,14 +367,14 @@ fn sign_refuses_bad_inputs_with_one_line() {
         .unwrap(),
     );
     // A public key cannot sign.
-    let err = assert_fails(
-        &cheq(&["sign", "--key", s(&public), s(&payload)], None),
-        1,
-    );
+    let err = assert_fails(&cheq(&["sign", "--key", s(&public), s(&payload)], None), 1);
     assert!(err.contains("private part"), "{err}");
     // Missing files.
     assert_fails(
-        &cheq(&["sign", "--key", s(&f.path("nope.jwk")), s(&payload)], None),
+        &cheq(
+            &["sign", "--key", s(&f.path("nope.jwk")), s(&payload)],
+            None,
+        ),
         1,
     );
     assert_fails(
@@ -379,7 +385,10 @@ fn sign_refuses_bad_inputs_with_one_line() {
         1,
     );
     // Duplicate member names.
-    let dup = f.write("dup.json", PAYLOAD.replacen("\"subject\"", "\"version\": \"1.0\", \"subject\"", 1));
+    let dup = f.write(
+        "dup.json",
+        PAYLOAD.replacen("\"subject\"", "\"version\": \"1.0\", \"subject\"", 1),
+    );
     let err = assert_fails(&cheq(&["sign", "--key", s(&f.rs_key), s(&dup)], None), 1);
     assert!(err.contains("duplicate"), "{err}");
 }
@@ -565,7 +574,10 @@ fn verify_prints_a_json_summary() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["stage"], "decided");
     assert_eq!(v["decision"], "reject");
-    assert_eq!(v["kids"], json!({"resource": "rs-1", "confirmation": "cs-1"}));
+    assert_eq!(
+        v["kids"],
+        json!({"resource": "rs-1", "confirmation": "cs-1"})
+    );
     assert_eq!(v["confirmation"]["sub"], "alice");
 }
 
@@ -575,7 +587,14 @@ fn verify_reads_standard_input() {
     let decided = std::fs::read(f.decided("accept")).unwrap();
     let out = cheq(
         &[
-            "verify", "--trust", s(&f.trust), "--now", NOW, "--expect", "accept", "-",
+            "verify",
+            "--trust",
+            s(&f.trust),
+            "--now",
+            NOW,
+            "--expect",
+            "accept",
+            "-",
         ],
         Some(&decided),
     );
@@ -594,7 +613,10 @@ fn verify_refuses_a_tampered_payload() {
     let path = f.write("tampered.json", serde_json::to_vec(&doc).unwrap());
     let out = f.verify(&path, None);
     let err = assert_fails(&out, 1);
-    assert!(err.contains("rule 1") && err.contains("does not verify"), "{err}");
+    assert!(
+        err.contains("rule 1") && err.contains("does not verify"),
+        "{err}"
+    );
     assert!(out.stdout.is_empty());
 
     // Tampering with the decided document too.
@@ -648,10 +670,7 @@ fn verify_usage_errors_exit_2_and_missing_files_exit_1() {
     assert_fails(&cheq(&["verify", "--trust", s(&missing), file], None), 1);
     // A trust file that is not one.
     let bad_trust = f.write("bad-trust.json", "{\"resource_servers\": 3}");
-    assert_fails(
-        &cheq(&["verify", "--trust", s(&bad_trust), file], None),
-        1,
-    );
+    assert_fails(&cheq(&["verify", "--trust", s(&bad_trust), file], None), 1);
 }
 
 #[test]
@@ -675,8 +694,14 @@ fn inspect_shows_payload_and_headers_unverified() {
     assert_success(&out);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("NOT VERIFIED"), "{text}");
-    assert!(text.contains("\"operation name\": \"Book flight\""), "{text}");
-    assert!(text.contains("\"parameter value\": \"$1200 USD\""), "{text}");
+    assert!(
+        text.contains("\"operation name\": \"Book flight\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"parameter value\": \"$1200 USD\""),
+        "{text}"
+    );
     assert!(
         text.contains("signature 0 (resource, kid \"rs-1\""),
         "{text}"

@@ -46,18 +46,18 @@ pub fn render(document: &[u8]) -> Result<String, CliError> {
         s,
         "NOT VERIFIED: signatures, trust and expiry were not checked (use `cheq verify`)."
     );
-    let _ = writeln!(
-        s,
-        "{count} signature{}",
-        if count == 1 { "" } else { "s" }
-    );
+    let _ = writeln!(s, "{count} signature{}", if count == 1 { "" } else { "s" });
     let _ = writeln!(s);
     let _ = writeln!(s, "payload ({} bytes):", raw.payload.len());
     s.push_str(&payload);
     s.push('\n');
     for (index, sig) in raw.signatures.iter().enumerate() {
         let _ = writeln!(s);
-        let _ = writeln!(s, "{} protected header:", signature_label(index, &sig.header));
+        let _ = writeln!(
+            s,
+            "{} protected header:",
+            signature_label(index, &sig.header)
+        );
         s.push_str(&pretty(&Value::Object(sig.header.clone()))?);
         s.push('\n');
     }
@@ -74,7 +74,8 @@ pub fn payload_text(payload: &[u8]) -> Result<String, CliError> {
 }
 
 fn pretty(value: &Value) -> Result<String, CliError> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| CliError::Internal(e.to_string()))?;
+    let text =
+        serde_json::to_string_pretty(value).map_err(|e| CliError::Internal(e.to_string()))?;
     Ok(escape_unsafe(&text))
 }
 
@@ -119,7 +120,7 @@ fn signature_label(index: usize, header: &serde_json::Map<String, Value>) -> Str
 mod tests {
     #[test]
     fn escapes_terminal_controls_but_keeps_json_valid() {
-        let text = super::payload_text("{\"a\":\"x\u{1b}[2J\u{202e}\u{85}y\"}".as_bytes()).unwrap();
+        let text = super::payload_text(br#"{"a":"x\u001b[2J\u202e\u0085y"}"#).unwrap();
         assert!(!text.contains('\u{1b}') && !text.contains('\u{202e}') && !text.contains('\u{85}'));
         let back: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(back["a"], "x\u{1b}[2J\u{202e}\u{85}y");

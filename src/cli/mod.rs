@@ -308,6 +308,9 @@ mod tests {
 
     #[test]
     fn one_line_escapes() {
-        assert_eq!(one_line("a\nb\u{1b}[2J\u{202e}"), "a b\\u{001b}[2J\\u{202e}");
+        assert_eq!(
+            one_line("a\nb\u{1b}[2J\u{202e}"),
+            "a b\\u{001b}[2J\\u{202e}"
+        );
     }
 }

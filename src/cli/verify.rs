@@ -89,7 +89,12 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
                 "kids".into(),
                 json!({ "resource": v.resource_kid(), "confirmation": v.confirmation_kid() }),
             );
-            common(&mut summary, &cheq.operation, &cheq.operation_name, v.fields());
+            common(
+                &mut summary,
+                &cheq.operation,
+                &cheq.operation_name,
+                v.fields(),
+            );
             summary.insert(
                 "confirmation".into(),
                 json!({
