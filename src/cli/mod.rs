@@ -79,7 +79,11 @@ pub fn main() -> i32 {
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
             .unwrap_or_default();
-        eprintln!("cheq: internal error{place}: {}", one_line(&message));
+        let _ = writeln!(
+            io::stderr(),
+            "cheq: internal error{place}: {}",
+            one_line(&message)
+        );
     }));
     std::panic::catch_unwind(|| run(std::env::args_os())).unwrap_or(EXIT_FAILURE)
 }
@@ -116,7 +120,8 @@ where
 
 /// Prints `e` as one line on stderr and returns its exit code.
 fn report(e: &CliError) -> i32 {
-    eprintln!("cheq: {}", one_line(&e.to_string()));
+    // Not eprintln!, which panics when stderr cannot be written.
+    let _ = writeln!(io::stderr(), "cheq: {}", one_line(&e.to_string()));
     e.exit_code()
 }
 
