@@ -1,4 +1,321 @@
-//! placeholder
+//! The `cheq` command line: argument types, dispatch, errors and exit codes.
+//!
+//! Exit codes: `0` success, `1` refusal or failure (one line on stderr,
+//! starting `cheq: `), `2` usage error (unknown flag, bad value). Help and
+//! version go to stdout with exit code `0`.
+//!
+//! Adding a subcommand: write `src/cli/<name>.rs` with a `clap::Args` struct
+//! `Args` and a `pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError>`,
+//! then add a variant to [`Command`] and an arm to [`dispatch`]. Files named
+//! `FILE` on the command line are read with [`read_input`], so `-` means
+//! standard input everywhere.
+
+pub mod countersign;
+pub mod inspect;
+pub mod keygen;
+pub mod sign;
+pub mod verify;
+
+use crate::cheq::CheqError;
+use crate::sign::{CountersignError, KeyError, SignError, TrustError, VerifyError};
+use chrono::{DateTime, Utc};
+use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+/// Exit code: success.
+pub const EXIT_OK: i32 = 0;
+/// Exit code: a refusal or a failure (the reason is on stderr).
+pub const EXIT_FAILURE: i32 = 1;
+/// Exit code: the command line itself is wrong.
+pub const EXIT_USAGE: i32 = 2;
+
+/// The most bytes read from any input file (keys, trust, payloads, documents).
+/// The library applies the protocol's own, smaller limits after reading.
+pub const MAX_INPUT_BYTES: u64 = 8 * 1024 * 1024;
+
+/// CHEQ: human confirmation of AI-agent actions (signing core).
+#[derive(Debug, Parser)]
+#[command(name = "cheq", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    Keygen(keygen::Args),
+    Sign(sign::Args),
+    Countersign(countersign::Args),
+    Verify(verify::Args),
+    Inspect(inspect::Args),
+}
+
+/// Runs one parsed command, writing its result to `out`.
+pub fn dispatch(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
+    match command {
+        Command::Keygen(args) => keygen::run(args, out),
+        Command::Sign(args) => sign::run(args, out),
+        Command::Countersign(args) => countersign::run(args, out),
+        Command::Verify(args) => verify::run(args, out),
+        Command::Inspect(args) => inspect::run(args, out),
+    }
+}
+
+/// Entry point of the `cheq` binary: parses `std::env::args_os()`, runs the
+/// command and returns the process exit code. Never panics outward: a panic
+/// (a bug) becomes one line on stderr and exit code 1.
 pub fn main() -> i32 {
-    0
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic".to_owned());
+        let place = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let _ = writeln!(
+            io::stderr(),
+            "cheq: internal error{place}: {}",
+            one_line(&message)
+        );
+    }));
+    std::panic::catch_unwind(|| run(std::env::args_os())).unwrap_or(EXIT_FAILURE)
+}
+
+/// Parses `args` (the first is the program name), runs the command, prints any
+/// error as one line on stderr, and returns the exit code.
+pub fn run<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help, --version: print as clap formats them, to stdout.
+            let _ = e.print();
+            return EXIT_OK;
+        }
+        Err(e) => return report(&CliError::Usage(clap_message(&e))),
+    };
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    let result = dispatch(cli.command, &mut out).and_then(|()| {
+        out.flush().map_err(|source| CliError::Write {
+            path: "standard output".to_owned(),
+            source,
+        })
+    });
+    match result {
+        Ok(()) => EXIT_OK,
+        Err(e) => report(&e),
+    }
+}
+
+/// Prints `e` as one line on stderr and returns its exit code.
+fn report(e: &CliError) -> i32 {
+    // Not eprintln!, which panics when stderr cannot be written.
+    let _ = writeln!(io::stderr(), "cheq: {}", one_line(&e.to_string()));
+    e.exit_code()
+}
+
+/// Clap's multi-line error, folded into one line (without the usage block).
+fn clap_message(e: &clap::Error) -> String {
+    use clap::CommandFactory;
+    if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        let names: Vec<String> = Cli::command()
+            .get_subcommands()
+            .map(|c| c.get_name().to_owned())
+            .collect();
+        return format!(
+            "usage: a subcommand is needed: {} (see 'cheq --help')",
+            names.join(", ")
+        );
+    }
+    let text = e.render().to_string();
+    let mut parts = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            break;
+        }
+        if !line.is_empty() {
+            parts.push(line.strip_prefix("error: ").unwrap_or(line));
+        }
+    }
+    format!("usage: {} (see 'cheq --help')", parts.join(" "))
+}
+
+/// Folds text onto one line and makes it safe for a terminal: newlines become
+/// spaces, other control and bidirectional-override characters are escaped.
+pub fn one_line(text: &str) -> String {
+    let mut s = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' | '\r' | '\t' => s.push(' '),
+            c if is_unsafe_char(c) => s.push_str(&format!("\\u{{{:04x}}}", c as u32)),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+/// Control characters and the Unicode bidirectional controls, which could
+/// rewrite a terminal or reorder what a reader sees.
+pub fn is_unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Everything that can go wrong in a command. [`CliError::exit_code`] says
+/// which exit code it gets; its `Display` is the one-line reason.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The command line is wrong (exit code 2).
+    #[error("{0}")]
+    Usage(String),
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: io::Error },
+    #[error("cannot write {path}: {source}")]
+    Write { path: String, source: io::Error },
+    #[error("{path} is larger than {limit} bytes")]
+    TooLarge { path: String, limit: u64 },
+    #[error("{0} already exists; refusing to overwrite it")]
+    Exists(String),
+    #[error("key: {0}")]
+    Key(#[from] KeyError),
+    #[error("{0}")]
+    Trust(#[from] TrustError),
+    #[error("refused: {0}")]
+    Payload(#[from] CheqError),
+    #[error("refused: {0}")]
+    Sign(#[from] SignError),
+    #[error("refused: rule {rule}: {0}", rule = .0.rule())]
+    Verify(#[from] VerifyError),
+    #[error("refused: {0}")]
+    Countersign(#[from] CountersignError),
+    /// Input that is not a signed CHEQ at all (for `inspect`).
+    #[error("not a signed CHEQ: {0}")]
+    Malformed(String),
+    /// Something that should not happen (a bug), reported rather than panicking.
+    #[error("internal error: {0}")]
+    Internal(String),
+    /// An error about a named file.
+    #[error("{path}: {error}")]
+    InFile { path: String, error: Box<CliError> },
+}
+
+impl CliError {
+    /// The process exit code for this error: 2 for usage errors, 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Usage(_) => EXIT_USAGE,
+            CliError::InFile { error, .. } => error.exit_code(),
+            _ => EXIT_FAILURE,
+        }
+    }
+
+    /// The same error, said to be about the file `path`.
+    pub fn in_file(self, path: &Path) -> CliError {
+        CliError::InFile {
+            path: display_path(path),
+            error: Box::new(self),
+        }
+    }
+}
+
+/// How a path is named in messages (`-` is standard input).
+pub fn display_path(path: &Path) -> String {
+    if path == Path::new("-") {
+        "standard input".to_owned()
+    } else {
+        path.display().to_string()
+    }
+}
+
+/// Reads a whole input file, or standard input when `path` is `-`, up to
+/// [`MAX_INPUT_BYTES`].
+pub fn read_input(path: &Path) -> Result<Vec<u8>, CliError> {
+    let name = display_path(path);
+    let read_err = |source| CliError::Read {
+        path: name.clone(),
+        source,
+    };
+    let mut bytes = Vec::new();
+    if path == Path::new("-") {
+        io::stdin()
+            .lock()
+            .take(MAX_INPUT_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(read_err)?;
+    } else {
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_INPUT_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(read_err)?;
+    }
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        return Err(CliError::TooLarge {
+            path: name,
+            limit: MAX_INPUT_BYTES,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Reads a private signing key (a private OKP/Ed25519 JWK).
+pub fn read_signing_key(path: &Path) -> Result<crate::sign::SigningKey, CliError> {
+    let bytes = zeroize::Zeroizing::new(read_input(path)?);
+    crate::sign::SigningKey::from_jwk_bytes(&bytes).map_err(|e| CliError::from(e).in_file(path))
+}
+
+/// Reads a TRUST file.
+pub fn read_trust(path: &Path) -> Result<crate::sign::TrustStore, CliError> {
+    let bytes = read_input(path)?;
+    crate::sign::TrustStore::from_bytes(&bytes).map_err(|e| CliError::from(e).in_file(path))
+}
+
+/// Writes `text` to `out` (standard output), mapping failures to [`CliError`].
+pub fn write_out(out: &mut dyn Write, text: &str) -> Result<(), CliError> {
+    out.write_all(text.as_bytes())
+        .map_err(|source| CliError::Write {
+            path: "standard output".to_owned(),
+            source,
+        })
+}
+
+/// Parses `--now`: an RFC 3339 date-time (a bad value is a usage error).
+pub fn parse_now(text: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| format!("not an RFC 3339 date-time ({e}), e.g. 2026-11-22T10:00:00Z"))
+}
+
+/// The time to check against: `--now` if given, else the current time.
+pub fn now_or_current(now: Option<DateTime<Utc>>) -> DateTime<Utc> {
+    now.unwrap_or_else(Utc::now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn one_line_escapes() {
+        assert_eq!(
+            one_line("a\nb\u{1b}[2J\u{202e}"),
+            "a b\\u{001b}[2J\\u{202e}"
+        );
+    }
 }

@@ -1,0 +1,151 @@
+//! `cheq verify`: offline verification of a signed CHEQ (PROTOCOL.md §5,
+//! rules 1–4).
+//!
+//! The stage is `--expect resource|accept|reject`, or, without it, follows the
+//! number of signatures (1: resource-signed; 2: decided, either decision).
+//! On success prints a JSON summary on stdout; on failure one line on stderr
+//! naming the rule. Rule 5 (the nonce has not been decided before) needs a
+//! nonce store and is not checked here; the summary says so.
+
+use super::{now_or_current, parse_now, read_input, read_trust, write_out, CliError};
+use crate::sign::jws::RawDocument;
+use crate::sign::{verify_decision, verify_resource, Context, Decision};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{json, Map, Value};
+use std::io::Write;
+use std::path::PathBuf;
+
+/// What the summary says about rule 5.
+pub const REPLAY_NOTE: &str = "rule 5 (replay: the nonce has not been decided before) needs a nonce store and is not checked offline";
+
+/// Verify a signed CHEQ offline (PROTOCOL.md §5 rules 1-4).
+///
+/// Exit 0 and a JSON summary on stdout when every rule holds for the stage;
+/// exit 1 and the failed rule on stderr otherwise. Rule 5 (replay) is not
+/// checked: it needs the nonce store.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The TRUST file: keys trusted per resource- and confirmation-server origin.
+    #[arg(long, value_name = "TRUST.json")]
+    pub trust: PathBuf,
+    /// The stage required; by default it follows the number of signatures
+    /// (1: resource, 2: decided with either decision).
+    #[arg(long, value_enum)]
+    pub expect: Option<Stage>,
+    /// Check expiry at this time (RFC 3339) instead of now.
+    #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
+    pub now: Option<DateTime<Utc>>,
+    /// The signed CHEQ; `-` reads standard input.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+}
+
+/// `--expect`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Stage {
+    /// Resource-signed only (one signature).
+    Resource,
+    /// Decided, accepted (two signatures).
+    Accept,
+    /// Decided, rejected (two signatures).
+    Reject,
+}
+
+pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
+    let trust = read_trust(&args.trust)?;
+    let document = read_input(&args.file)?;
+    let now = now_or_current(args.now);
+    let ctx = Context::at(now);
+    let expect = match args.expect {
+        Some(stage) => Some(stage),
+        None => match RawDocument::parse(&document)?.signatures.len() {
+            1 => Some(Stage::Resource),
+            _ => None,
+        },
+    };
+    let mut summary = Map::new();
+    summary.insert("valid".into(), json!(true));
+    match expect {
+        Some(Stage::Resource) => {
+            let v = verify_resource(&document, &trust, &ctx)?;
+            let cheq = v.cheq();
+            let f = v.fields();
+            summary.insert("stage".into(), json!("resource"));
+            summary.insert("kids".into(), json!({ "resource": v.resource_kid() }));
+            common(&mut summary, &cheq.operation, &cheq.operation_name, f);
+        }
+        other => {
+            let expected = match other {
+                Some(Stage::Accept) => Some(Decision::Accept),
+                Some(Stage::Reject) => Some(Decision::Reject),
+                _ => None,
+            };
+            let v = verify_decision(&document, &trust, expected, &ctx)?;
+            let cheq = v.cheq();
+            let c = v.claims();
+            summary.insert("stage".into(), json!("decided"));
+            summary.insert("decision".into(), json!(v.decision().as_str()));
+            summary.insert(
+                "kids".into(),
+                json!({ "resource": v.resource_kid(), "confirmation": v.confirmation_kid() }),
+            );
+            common(
+                &mut summary,
+                &cheq.operation,
+                &cheq.operation_name,
+                v.fields(),
+            );
+            summary.insert(
+                "confirmation".into(),
+                json!({
+                    "sub": c.sub,
+                    "iat": timestamp(c.iat),
+                    "auth_time": timestamp(c.auth_time),
+                    "amr": c.amr,
+                    "channel": c.channel.as_str(),
+                    "collected": c.collected.as_ref().map(|m| m.keys().collect::<Vec<_>>()),
+                }),
+            );
+        }
+    }
+    summary.insert(
+        "checked_at".into(),
+        json!(now.to_rfc3339_opts(SecondsFormat::Secs, true)),
+    );
+    summary.insert("rules_checked".into(), json!([1, 2, 3, 4]));
+    summary.insert("note".into(), json!(REPLAY_NOTE));
+    let text = serde_json::to_string_pretty(&Value::Object(summary))
+        .map_err(|e| CliError::Internal(e.to_string()))?;
+    write_out(out, &text)?;
+    write_out(out, "\n")
+}
+
+fn common(
+    summary: &mut Map<String, Value>,
+    operation: &str,
+    operation_name: &str,
+    f: &crate::cheq::CountersignFields,
+) {
+    summary.insert("operation".into(), json!(operation));
+    summary.insert("operation name".into(), json!(operation_name));
+    summary.insert("subject".into(), json!(f.subject));
+    summary.insert("nonce".into(), json!(f.nonce));
+    summary.insert("resource uri".into(), json!(f.resource_uri));
+    summary.insert("confirmation uri".into(), json!(f.confirmation_uri));
+    summary.insert(
+        "date".into(),
+        json!(f.date.to_rfc3339_opts(SecondsFormat::Secs, true)),
+    );
+    summary.insert(
+        "expires".into(),
+        json!(f.expires.to_rfc3339_opts(SecondsFormat::Secs, true)),
+    );
+}
+
+/// An epoch-seconds claim as RFC 3339 (or the bare number if out of range).
+fn timestamp(secs: i64) -> Value {
+    match DateTime::<Utc>::from_timestamp(secs, 0) {
+        Some(t) => json!(t.to_rfc3339_opts(SecondsFormat::Secs, true)),
+        None => json!(secs),
+    }
+}
