@@ -35,7 +35,7 @@ fn payload() -> Value {
         "inputs": {"parameters": [
             {"parameter name": "flight number", "parameter description": "The overnight flight from EWR to MAD", "parameter value": "UA23"},
             {"parameter name": "price", "parameter value": "1200 USD"},
-            {"parameter name": "account", "parameter input": {"type": "digits", "sensitive": true}}
+            {"parameter name": "account", "parameter input": {"type": "digits", "sensitive": true, "required": false}}
         ]},
         "date": "2026-11-22T09:00:00Z",
         "nonce": "AAECAwQFBgcICQoLDA0ODw",
@@ -1029,5 +1029,34 @@ fn es256_resource_signature_verifies_through_josekit() {
     assert_eq!(
         verify_resource(doc.as_bytes(), &trust, &ctx()).map(|_| ()),
         Err(VerifyError::AlgorithmKeyMismatch { index: 0 })
+    );
+}
+
+#[test]
+fn required_inputs_must_be_collected_to_accept() {
+    let fx = fx();
+    let mut p = payload();
+    p["inputs"]["parameters"][2]["parameter input"]["required"] = true.into();
+    let v = verify_resource(fx.resource_doc(&p).as_bytes(), &fx.trust, &ctx()).unwrap();
+    assert_eq!(
+        countersign(&v, &fx.cs, input(Decision::Accept), now()).unwrap_err(),
+        CountersignError::RequiredInputMissing("account".into())
+    );
+    // Rejecting needs no input.
+    assert!(countersign(&v, &fx.cs, input(Decision::Reject), now()).is_ok());
+    // An acceptance signed without the value (by a CS that skipped the check) is refused.
+    let lax = verify_resource(fx.resource_doc(&payload()).as_bytes(), &fx.trust, &ctx()).unwrap();
+    let doc = countersign(&lax, &fx.cs, input(Decision::Accept), now()).unwrap();
+    let (_, sigs) = parts(&doc);
+    let pb = b64::encode(bytes(&p));
+    let rs = fx.resource_doc(&p);
+    let (_, rsigs) = parts(&rs);
+    let mut h = header(&sigs[1].0);
+    h["cheq_rs_sig"] = b64::sha256(b64::decode(&rsigs[0].1).unwrap()).into();
+    let (ph, s) = sign_entry(&fx.cs, &h.to_string(), &pb);
+    let forged = assemble(&pb, &[(&rsigs[0].0, &rsigs[0].1), (&ph, &s)]);
+    assert_eq!(
+        fx.verify_dec(&forged, Decision::Accept),
+        Err(VerifyError::RequiredInputMissing("account".into()))
     );
 }

@@ -32,6 +32,8 @@ pub enum CountersignError {
     NoAuthMethod,
     #[error("\"{0}\" is not a parameter that asks for input")]
     CollectedNotAnInput(String),
+    #[error("a value for \"{0}\" is required to accept")]
+    RequiredInputMissing(String),
 }
 
 /// Signs `payload` (its exact bytes, never re-serialised) as the resource server.
@@ -91,6 +93,23 @@ pub fn countersign(
             .any(|p| &p.name == name && p.input.is_some());
         if !asks {
             return Err(CountersignError::CollectedNotAnInput(name.clone()));
+        }
+    }
+    if input.decision == Decision::Accept {
+        let given = |name: &str| {
+            input
+                .collected
+                .as_ref()
+                .and_then(|c| c.get(name))
+                .is_some_and(|v| !v.is_empty())
+        };
+        let missing = verified
+            .cheq()
+            .parameters
+            .iter()
+            .find(|p| p.input.as_ref().is_some_and(|i| i.required) && !given(&p.name));
+        if let Some(p) = missing {
+            return Err(CountersignError::RequiredInputMissing(p.name.clone()));
         }
     }
     let claims = ConfirmationClaims {

@@ -47,7 +47,7 @@ pub enum VerifyError {
     },
     #[error("payload is {0} bytes, more than 64 KiB")]
     PayloadTooLarge(usize),
-    #[error("payload: {0}")]
+    #[error("{0}")]
     Payload(CheqError),
     #[error("signature {index}: protected header: {error}")]
     HeaderJson { index: usize, error: JsonError },
@@ -99,6 +99,8 @@ pub enum VerifyError {
     DecisionMismatch { expected: Decision, found: Decision },
     #[error("\"cheq_collected\" names \"{0}\", which is not a parameter asking for input")]
     CollectedNotAnInput(String),
+    #[error("an acceptance must carry a value for the required input \"{0}\"")]
+    RequiredInputMissing(String),
     // Rule 4: members present and as required; not expired.
     #[error("{0}")]
     NotCountersignable(CountersignableError),
@@ -121,7 +123,10 @@ impl VerifyError {
             | RoleOrder { .. }
             | UntrustedResourceKey { .. }
             | UntrustedConfirmationKey { .. } => 2,
-            RsSigMismatch | DecisionMismatch { .. } | CollectedNotAnInput(_) => 3,
+            RsSigMismatch
+            | DecisionMismatch { .. }
+            | CollectedNotAnInput(_)
+            | RequiredInputMissing(_) => 3,
             NotCountersignable(_)
             | ResourceUriMismatch { .. }
             | ConfirmationUriMismatch { .. }
@@ -570,6 +575,19 @@ fn check_collected(claims: &ConfirmationClaims, cheq: &Cheq) -> Result<(), Verif
             .any(|p| &p.name == name && p.input.is_some());
         if !asks {
             return Err(VerifyError::CollectedNotAnInput(name.clone()));
+        }
+    }
+    if claims.decision == Decision::Accept {
+        for p in &cheq.parameters {
+            let required = p.input.as_ref().is_some_and(|i| i.required);
+            let given = claims
+                .collected
+                .as_ref()
+                .and_then(|c| c.get(&p.name))
+                .is_some_and(|v| !v.is_empty());
+            if required && !given {
+                return Err(VerifyError::RequiredInputMissing(p.name.clone()));
+            }
         }
     }
     Ok(())
