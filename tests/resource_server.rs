@@ -149,7 +149,13 @@ impl Rs {
     async fn pending_flight(&self) -> UriPack {
         let res = self.flight(500).await;
         assert_eq!(res.status(), 202);
-        let location = res.headers()["location"].to_str().unwrap().to_owned();
+        let location = res
+            .headers()
+            .get("location")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
         assert!(res.headers()["content-type"]
             .to_str()
             .unwrap()
@@ -945,4 +951,100 @@ async fn agent_client_invokes_and_polls() {
         "{err}"
     );
     rs.stop().await;
+}
+
+#[actix_web::test]
+async fn concurrent_redeliveries_run_the_operation_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let rs = Arc::new(start(dir.path()).await);
+    let pack = rs.pending_flight().await;
+    let accept = rs.sign(&pack, Decision::Accept).await;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (rs, uri, body) = (rs.clone(), pack.resource_uri.clone(), accept.clone());
+        tasks.push(actix_web::rt::spawn(async move {
+            rs.post(&uri, "accept", &body).await
+        }));
+    }
+    for t in tasks {
+        let (status, body) = t.await.unwrap();
+        assert_eq!(
+            (status.as_u16(), body),
+            (200, json!({"status": "accepted"}))
+        );
+    }
+    assert_eq!(rs.state.executions(), 1);
+    rs.handle.stop(true).await;
+}
+
+#[actix_web::test]
+async fn in_process_with_init_service() {
+    use actix_web::{test, App};
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), 8089);
+    let clock = Arc::new(ManualClock::new(Utc::now()));
+    let state = build_state(&config, clock).await.unwrap();
+    let app =
+        test::init_service(App::new().configure(|c| cheq::resource::configure(c, state.clone())))
+            .await;
+    let res = test::call_service(&app, test::TestRequest::get().uri("/healthz").to_request()).await;
+    assert_eq!(res.status(), 200);
+    let jwks: Value = test::call_and_read_body_json(
+        &app,
+        test::TestRequest::get()
+            .uri("/.well-known/jwks.json")
+            .to_request(),
+    )
+    .await;
+    assert_eq!(jwks["keys"][0]["kty"], "OKP");
+    let token: Value = test::call_and_read_body_json(
+        &app,
+        test::TestRequest::post()
+            .uri("/oauth/token")
+            .insert_header(("content-type", "application/x-www-form-urlencoded"))
+            .set_payload(format!(
+                "grant_type=client_credentials&client_id=agent&client_secret={AGENT_SECRET}"
+            ))
+            .to_request(),
+    )
+    .await;
+    let bearer = format!("Bearer {}", token["access_token"].as_str().unwrap());
+    let res = test::call_service(
+        &app,
+        test::TestRequest::post()
+            .uri("/tools/transfer_funds:invoke")
+            .insert_header(("authorization", bearer.as_str()))
+            .set_json(json!({"name": "transfer_funds", "input_parameters": []}))
+            .to_request(),
+    )
+    .await;
+    assert_eq!(res.status(), 202);
+    let location = res
+        .headers()
+        .get("location")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(location.starts_with("http://127.0.0.1:8089/cheq/results/"));
+}
+
+#[actix_web::test]
+async fn cs_keys_from_jwks_uri_and_clear_errors() {
+    // Serve a JWKS (here: another RS's, standing in for the CS) and point jwks_uri at it.
+    let dir = tempfile::tempdir().unwrap();
+    let other = start(dir.path()).await;
+    let dir2 = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir2.path(), 8090);
+    cfg.confirmation_server.jwks_file = None;
+    cfg.confirmation_server.jwks_uri = Some(format!("{}/.well-known/jwks.json", other.base));
+    let clock = Arc::new(ManualClock::new(Utc::now()));
+    build_state(&cfg, clock.clone()).await.unwrap();
+    cfg.confirmation_server.jwks_uri = Some(format!("{}/nowhere.json", other.base));
+    let err = build_state(&cfg, clock.clone()).await.unwrap_err();
+    assert!(err.to_string().contains("nowhere.json"), "{err}");
+    cfg.confirmation_server.jwks_uri = None;
+    let err = build_state(&cfg, clock).await.unwrap_err();
+    assert!(err.to_string().contains("jwks_file"), "{err}");
+    other.stop().await;
 }

@@ -380,7 +380,7 @@ impl CheqRs {
     /// The resource-signed document of confirmation `id`, for the CS (§3).
     pub fn fetch(&self, id: &str) -> Result<String, CheqRsError> {
         let record = self.load(id)?.ok_or(CheqRsError::NotFound)?;
-        if record.state != State::Pending {
+        if record.state != State::Pending || self.nonces.get(&record.nonce)?.is_some() {
             return Err(CheqRsError::AlreadyDecided);
         }
         if self.clock.now() >= record.expires_at() {
@@ -547,4 +547,225 @@ fn answer(decision: &str, id: &str) -> Result<DecisionAnswer, CheqRsError> {
     Decision::parse(decision)
         .map(|decision| DecisionAnswer { decision })
         .ok_or_else(|| CheqRsError::Corrupt(id.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    //! Crash recovery: each durable step of the module docs, cut short.
+    use super::*;
+    use crate::resource::clock::ManualClock;
+    use crate::resource::tools::DemoTools;
+    use crate::sign::{countersign, verify_resource, Channel, DecisionInput};
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        db: sled::Db,
+        rs: CheqRs,
+        tools: Arc<DemoTools>,
+        cs: SigningKey,
+        clock: Arc<ManualClock>,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let cs = SigningKey::from_seed("cs", &[1; 32]).unwrap();
+        let mut trust = TrustStore::new();
+        trust
+            .add_confirmation_server(
+                "http://127.0.0.1:9",
+                Jwks::new(vec![cs.public_key()]).unwrap(),
+            )
+            .unwrap();
+        let clock = Arc::new(ManualClock::new(Utc::now()));
+        let tools = Arc::new(DemoTools::open(db.clone()).unwrap());
+        let rs = CheqRs::open(
+            db.clone(),
+            SigningKey::from_seed("rs", &[2; 32]).unwrap(),
+            trust,
+            "http://127.0.0.1:8",
+            "http://127.0.0.1:9/confirm",
+            clock.clone(),
+            tools.clone(),
+        )
+        .unwrap();
+        Fixture {
+            _dir: dir,
+            db,
+            rs,
+            tools,
+            cs,
+            clock,
+        }
+    }
+
+    impl Fixture {
+        fn mint(&self) -> Minted {
+            self.rs
+                .mint(MintRequest {
+                    operation: "http://127.0.0.1:8/tools/x:invoke".into(),
+                    operation_name: "Book a flight".into(),
+                    parameters: vec![json!({"parameter name": "flight number", "parameter value": "UA23"})],
+                    subject: "alice".into(),
+                    language: None,
+                    ttl: Duration::seconds(600),
+                    action: json!({"tool": "book_flight", "inputs": {"flight_number": "UA23", "price_usd": 500}}),
+                })
+                .unwrap()
+        }
+
+        fn decide_doc(&self, m: &Minted, decision: Decision, iat_offset: i64) -> String {
+            let mut trust = TrustStore::new();
+            trust
+                .add_resource_server(
+                    "http://127.0.0.1:8",
+                    Jwks::from_value(&self.rs.jwks()).unwrap(),
+                )
+                .unwrap();
+            let now = self.clock.now();
+            let v = verify_resource(m.document.as_bytes(), &trust, &Context::at(now)).unwrap();
+            let amr = vec!["pwd".to_owned()];
+            countersign(
+                &v,
+                &self.cs,
+                DecisionInput {
+                    decision,
+                    sub: "alice",
+                    also_known_as: &[],
+                    auth_time: now.timestamp(),
+                    amr: &amr,
+                    channel: Channel::Api,
+                    view_text: "view",
+                    collected: None,
+                },
+                now + Duration::seconds(iat_offset),
+            )
+            .unwrap()
+        }
+
+        fn record_nonce(&self, m: &Minted, body: &str) {
+            let nonces = SledNonceStore::with_db(self.db.clone(), NONCES_TREE).unwrap();
+            let mut digest = [0u8; 32];
+            digest.copy_from_slice(&Sha256::digest(body.as_bytes()));
+            let rec = self.rs.load(&m.id).unwrap().unwrap();
+            let entry = NonceEntry {
+                digest,
+                expires_at: rec.expires + 61,
+                data: b"accept".to_vec(),
+            };
+            assert_eq!(
+                nonces.record(&rec.nonce, &entry).unwrap(),
+                RecordOutcome::Fresh
+            );
+        }
+
+        fn mark_decided(&self, m: &Minted, body: &str) {
+            let mut rec = self.rs.load(&m.id).unwrap().unwrap();
+            rec.state = State::Decided {
+                decision: "accept".into(),
+                digest: digest_b64(body.as_bytes()),
+            };
+            self.rs.save(&rec).unwrap();
+        }
+    }
+
+    #[test]
+    fn crash_after_recording_the_nonce() {
+        let f = fixture();
+        let m = f.mint();
+        let body = f.decide_doc(&m, Decision::Accept, 0);
+        let other = f.decide_doc(&m, Decision::Accept, 1);
+        f.record_nonce(&m, &body);
+        assert_eq!(f.rs.result(&m.result_id).unwrap(), ResultView::Pending);
+        assert!(matches!(
+            f.rs.fetch(&m.id),
+            Err(CheqRsError::AlreadyDecided)
+        ));
+        // Another document for that nonce is a replay, even though the record is pending.
+        assert!(matches!(
+            f.rs.decide(&m.id, Decision::Accept, other.as_bytes()),
+            Err(CheqRsError::Replayed)
+        ));
+        assert_eq!(f.tools.runs(), 0);
+        // The re-delivery completes it.
+        let a =
+            f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
+                .unwrap();
+        assert_eq!(a.decision, Decision::Accept);
+        assert_eq!(f.tools.runs(), 1);
+        assert!(matches!(
+            f.rs.result(&m.result_id).unwrap(),
+            ResultView::Accepted(_)
+        ));
+        f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
+            .unwrap();
+        assert_eq!(f.tools.runs(), 1);
+    }
+
+    #[test]
+    fn crash_after_marking_decided_before_the_operation() {
+        let f = fixture();
+        let m = f.mint();
+        let body = f.decide_doc(&m, Decision::Accept, 0);
+        f.record_nonce(&m, &body);
+        f.mark_decided(&m, &body);
+        assert_eq!(f.rs.result(&m.result_id).unwrap(), ResultView::Pending);
+        assert!(matches!(
+            f.rs.fetch(&m.id),
+            Err(CheqRsError::AlreadyDecided)
+        ));
+        f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
+            .unwrap();
+        assert_eq!(f.tools.runs(), 1);
+        assert!(matches!(
+            f.rs.result(&m.result_id).unwrap(),
+            ResultView::Accepted(_)
+        ));
+    }
+
+    #[test]
+    fn crash_after_the_operation_before_storing_its_result() {
+        let f = fixture();
+        let m = f.mint();
+        let body = f.decide_doc(&m, Decision::Accept, 0);
+        f.record_nonce(&m, &body);
+        f.mark_decided(&m, &body);
+        let rec = f.rs.load(&m.id).unwrap().unwrap();
+        let ran = f
+            .tools
+            .execute(&m.id, &rec.action, &IndexMap::new())
+            .unwrap();
+        assert_eq!(f.tools.runs(), 1);
+        f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
+            .unwrap();
+        assert_eq!(f.tools.runs(), 1, "the operation must not run twice");
+        assert_eq!(
+            f.rs.result(&m.result_id).unwrap(),
+            ResultView::Accepted(ran)
+        );
+    }
+
+    #[test]
+    fn ttl_is_bounded() {
+        let f = fixture();
+        let mut req = MintRequest {
+            operation: "http://127.0.0.1:8/op".into(),
+            operation_name: "Op".into(),
+            parameters: vec![],
+            subject: "alice".into(),
+            language: None,
+            ttl: Duration::seconds(MAX_TTL_SECS + 1),
+            action: Value::Null,
+        };
+        assert!(f.rs.mint(req.clone()).is_err());
+        req.ttl = Duration::seconds(MAX_TTL_SECS);
+        let m = f.rs.mint(req).unwrap();
+        let cheq = Cheq::parse(&m.payload).unwrap();
+        let fields = cheq.countersign_fields().unwrap();
+        assert_eq!(
+            fields.expires - fields.date,
+            Duration::seconds(MAX_TTL_SECS)
+        );
+        assert!(b64::decode(&fields.nonce).unwrap().len() >= 16);
+    }
 }

@@ -10,7 +10,7 @@
 //!   used by the CS (§3) and by agents.
 //! - [`tools`]: the two demo A2T tools (`book_flight`, `transfer_funds`), their
 //!   validation, confirmation policy and execution.
-//! - [`config`]: `rs.toml`.
+//! - [`config`]: the settings, read from `rs.toml`.
 //! - [`server`]: the actix-web routes, app state, [`server::run`].
 //! - [`agent`]: a small agent-side client (`invoke`, `poll_result`).
 //! - [`error`]: the error types of each layer and their single HTTP mapping.

@@ -439,3 +439,38 @@ async fn get_result(
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(view.to_json()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signing_key_is_created_0600_and_never_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys/rs.jwk");
+        let key = load_or_create_key(&path, Some("rs-test")).unwrap();
+        assert_eq!(key.kid(), "rs-test");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let before = std::fs::read(&path).unwrap();
+        let again = load_or_create_key(&path, Some("other")).unwrap();
+        assert_eq!(again.kid(), "rs-test");
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        std::fs::write(&path, b"{}").unwrap();
+        let err = load_or_create_key(&path, None).unwrap_err();
+        assert!(err.to_string().contains("signing key"), "{err}");
+    }
+
+    #[test]
+    fn decision_query() {
+        assert_eq!(decision_from_query("accept").unwrap(), Decision::Accept);
+        assert_eq!(decision_from_query("x=1&reject").unwrap(), Decision::Reject);
+        assert!(decision_from_query("").is_err());
+        assert!(decision_from_query("accept&reject").is_err());
+        assert!(decision_from_query("accept&accept").is_err());
+    }
+}

@@ -292,11 +292,9 @@ fn check_value(p: &InputParam, value: &Value) -> Result<Value, ToolError> {
                     NaiveDate::parse_from_str(s, "%Y-%m-%d")
                         .map_err(|_| bad("must be a date, YYYY-MM-DD".into()))?;
                 }
-                InputKind::Enum(values) => {
-                    if !values.iter().any(|(n, _)| *n == s) {
-                        let names: Vec<&str> = values.iter().map(|(n, _)| *n).collect();
-                        return Err(bad(format!("must be one of {}", names.join(", "))));
-                    }
+                InputKind::Enum(values) if !values.iter().any(|(n, _)| *n == s) => {
+                    let names: Vec<&str> = values.iter().map(|(n, _)| *n).collect();
+                    return Err(bad(format!("must be one of {}", names.join(", "))));
                 }
                 _ if p.id == "flight_number" => {
                     let ok = s.len() >= 3
@@ -333,24 +331,11 @@ impl Policy {
     /// Does this invocation need the user's confirmation?
     pub fn needs_confirmation(&self, tool: &Tool, inputs: &IndexMap<String, Value>) -> bool {
         match tool.name {
-            "book_flight" => inputs
-                .get("price_usd")
-                .and_then(Value::as_i64)
-                .is_none_or_gt(self.book_flight_threshold_usd),
+            "book_flight" => match inputs.get("price_usd").and_then(Value::as_i64) {
+                Some(price) => price > self.book_flight_threshold_usd,
+                None => true,
+            },
             _ => true,
-        }
-    }
-}
-
-trait GtOrNone {
-    fn is_none_or_gt(self, limit: i64) -> bool;
-}
-
-impl GtOrNone for Option<i64> {
-    fn is_none_or_gt(self, limit: i64) -> bool {
-        match self {
-            Some(n) => n > limit,
-            None => true,
         }
     }
 }
