@@ -515,6 +515,31 @@ impl CheqRs {
         Ok(DecisionAnswer { decision })
     }
 
+    /// Forgets what can no longer matter: nonce entries of expired CHEQs (the
+    /// record of each confirmation still refuses replays), and confirmation
+    /// records (with their results) whose CHEQ expired more than `keep` ago.
+    /// Returns how many nonces and records were removed.
+    pub fn collect_expired(&self, keep: Duration) -> Result<(usize, usize), CheqRsError> {
+        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let now = self.clock.now();
+        let nonces = self.nonces.collect_expired(now.timestamp())?;
+        let cutoff = (now - keep).timestamp() - CLOCK_SKEW_SECS;
+        let mut records = 0;
+        for item in self.confirmations.iter() {
+            let (key, bytes) = item?;
+            let Ok(record) = serde_json::from_slice::<Record>(&bytes) else {
+                continue;
+            };
+            if record.expires < cutoff {
+                self.results.remove(record.result_id.as_bytes())?;
+                self.confirmations.remove(key)?;
+                records += 1;
+            }
+        }
+        self.db.flush()?;
+        Ok((nonces, records))
+    }
+
     /// The result behind `result_id` (§7).
     pub fn result(&self, result_id: &str) -> Result<ResultView, CheqRsError> {
         let id = self
@@ -743,6 +768,32 @@ mod tests {
             f.rs.result(&m.result_id).unwrap(),
             ResultView::Accepted(ran)
         );
+    }
+
+    #[test]
+    fn collect_expired_keeps_refusing_replays() {
+        let f = fixture();
+        let m = f.mint();
+        let body = f.decide_doc(&m, Decision::Accept, 0);
+        let other = f.decide_doc(&m, Decision::Accept, 1);
+        f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
+            .unwrap();
+        f.clock.advance(Duration::seconds(700));
+        assert_eq!(f.rs.collect_expired(Duration::days(7)).unwrap(), (1, 0));
+        assert!(matches!(
+            f.rs.decide(&m.id, Decision::Accept, other.as_bytes()),
+            Err(CheqRsError::Replayed)
+        ));
+        f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
+            .unwrap();
+        assert_eq!(f.tools.runs(), 1);
+        f.clock.advance(Duration::days(8));
+        assert_eq!(f.rs.collect_expired(Duration::days(7)).unwrap(), (0, 1));
+        assert!(matches!(
+            f.rs.result(&m.result_id),
+            Err(CheqRsError::ResultNotFound)
+        ));
+        assert!(matches!(f.rs.fetch(&m.id), Err(CheqRsError::NotFound)));
     }
 
     #[test]

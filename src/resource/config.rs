@@ -68,7 +68,7 @@ pub enum ClientRole {
 }
 
 /// One OAuth client registered at the RS.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientConfig {
     pub client_id: String,
@@ -77,6 +77,17 @@ pub struct ClientConfig {
     /// For agents: the CHEQ `subject` (the user at the CS) on whose behalf it acts.
     #[serde(default)]
     pub subject: Option<String>,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"<redacted>")
+            .field("role", &self.role)
+            .field("subject", &self.subject)
+            .finish()
+    }
 }
 
 /// The confirmation server this RS sends its users to.
