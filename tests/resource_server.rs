@@ -1048,3 +1048,51 @@ async fn cs_keys_from_jwks_uri_and_clear_errors() {
     assert!(err.to_string().contains("jwks_file"), "{err}");
     other.stop().await;
 }
+
+#[actix_web::test]
+async fn every_error_is_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let rs = start(dir.path()).await;
+    let pack = rs.pending_flight().await;
+    let token = rs.token("cs", CS_SECRET).await;
+    let big = "x".repeat(300 * 1024);
+    let res = rs
+        .http
+        .post(format!("{}?accept", pack.resource_uri))
+        .bearer_auth(&token)
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    let status = res.status();
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(status, 413, "{body}");
+    assert!(body["error"].is_string() && body["error_description"].is_string());
+    let res = rs
+        .http
+        .get(format!("{}/oauth/token", rs.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 405);
+    let body: Value = res.json().await.unwrap();
+    assert!(body["error"].is_string());
+    let res = rs
+        .http
+        .delete(&pack.resource_uri)
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 405);
+    let res = rs
+        .http
+        .post(format!("{}/oauth/token", rs.base))
+        .body("grant_type=client_credentials&grant_type=x")
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_client_error());
+    let _: Value = res.json().await.unwrap();
+    rs.stop().await;
+}

@@ -192,24 +192,59 @@ pub async fn build_state(
 
 /// Registers the routes and the state on an actix `App`.
 pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<RsState>) {
+    let confirmation = format!("{CONFIRMATIONS_PATH}{{id}}");
+    let result = format!("{RESULTS_PATH}{{id}}");
     cfg.app_data(state)
-        .app_data(web::PayloadConfig::new(256 * 1024))
-        .route("/healthz", web::get().to(healthz))
-        .route("/.well-known/jwks.json", web::get().to(jwks))
-        .route("/oauth/token", web::post().to(token))
-        .route("/tools", web::get().to(list_tools))
-        .route("/tools/{tail}", web::get().to(get_tool))
-        .route("/tools/{tail}", web::post().to(invoke_tool))
-        .route(
-            &format!("{CONFIRMATIONS_PATH}{{id}}"),
-            web::get().to(get_confirmation),
+        .service(resource("/healthz").route(web::get().to(healthz)))
+        .service(resource("/.well-known/jwks.json").route(web::get().to(jwks)))
+        .service(resource("/oauth/token").route(web::post().to(token)))
+        .service(resource("/tools").route(web::get().to(list_tools)))
+        .service(
+            resource("/tools/{tail}")
+                .route(web::get().to(get_tool))
+                .route(web::post().to(invoke_tool)),
         )
-        .route(
-            &format!("{CONFIRMATIONS_PATH}{{id}}"),
-            web::post().to(post_decision),
+        .service(
+            resource(&confirmation)
+                .route(web::get().to(get_confirmation))
+                .route(web::post().to(post_decision)),
         )
-        .route(&format!("{RESULTS_PATH}{{id}}"), web::get().to(get_result))
+        .service(resource(&result).route(web::get().to(get_result)))
         .default_service(web::to(not_found));
+}
+
+/// A resource whose unsupported methods get a JSON 405.
+fn resource(path: &str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(method_not_allowed))
+}
+
+async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "invalid_request",
+        "method not allowed here",
+    ))
+}
+
+/// Largest request body read (a decision is at most 64 KiB of payload, §4,
+/// plus signatures).
+pub const MAX_BODY: usize = 256 * 1024;
+
+/// Reads a request body, with a JSON 413 beyond [`MAX_BODY`].
+async fn read_body(payload: web::Payload) -> Result<web::Bytes, ApiError> {
+    match payload.to_bytes_limited(MAX_BODY).await {
+        Ok(Ok(body)) => Ok(body),
+        Err(_) => Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request",
+            format!("the body is larger than {MAX_BODY} bytes"),
+        )),
+        Ok(Err(e)) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            e.to_string(),
+        )),
+    }
 }
 
 /// Runs the server on an already bound listener (tests bind port 0 first).
@@ -289,8 +324,9 @@ async fn jwks(state: web::Data<RsState>) -> HttpResponse {
 async fn token(
     state: web::Data<RsState>,
     req: HttpRequest,
-    body: web::Bytes,
+    body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    let body = read_body(body).await?;
     let form: TokenRequest = serde_urlencoded::from_bytes(&body).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -329,9 +365,10 @@ async fn invoke_tool(
     state: web::Data<RsState>,
     req: HttpRequest,
     tail: web::Path<String>,
-    body: web::Bytes,
+    body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let who = state.tokens.check(auth_header(&req), ClientRole::Agent)?;
+    let body = read_body(body).await?;
     let tail = tail.into_inner();
     let Some(id) = tail.strip_suffix(":invoke") else {
         return Err(ApiError::new(
@@ -409,10 +446,11 @@ async fn post_decision(
     state: web::Data<RsState>,
     req: HttpRequest,
     id: web::Path<String>,
-    body: web::Bytes,
+    body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     state.tokens.check(auth_header(&req), ClientRole::Cs)?;
     let decision = decision_from_query(req.query_string())?;
+    let body = read_body(body).await?;
     let cheq = state.cheq.clone();
     let id = id.into_inner();
     let answer = blocking(move || cheq.decide(&id, decision, &body)).await?;
