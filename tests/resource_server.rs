@@ -1096,3 +1096,56 @@ async fn every_error_is_json() {
     let _: Value = res.json().await.unwrap();
     rs.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_from_a_toml_file_under_plain_tokio() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let cfg = config(dir.path(), port);
+    // Round-trip through a file, as `cheq resource-server --config rs.toml` does.
+    let toml_path = dir.path().join("rs.toml");
+    std::fs::write(
+        &toml_path,
+        format!(
+            "listen = \"{}\"\npublic_url = \"{}\"\ndata_dir = \"{}\"\nsigning_key = \"{}\"\n\
+             [confirmation_server]\nuri = \"{CS_URI}\"\njwks_file = \"{}\"\n\
+             [[clients]]\nclient_id = \"agent\"\nclient_secret = \"{AGENT_SECRET}\"\nrole = \"agent\"\nsubject = \"alice\"\n",
+            cfg.listen,
+            cfg.public_url,
+            cfg.data_dir.display(),
+            cfg.signing_key.display(),
+            cfg.confirmation_server.jwks_file.as_ref().unwrap().display(),
+        ),
+    )
+    .unwrap();
+    let loaded = RsConfig::load(&toml_path).unwrap();
+    let task = tokio::spawn(cheq::resource::run(loaded));
+    let base = format!("http://127.0.0.1:{port}");
+    let mut up = false;
+    for _ in 0..50 {
+        if let Ok(res) = reqwest::get(format!("{base}/healthz")).await {
+            up = res.status() == 200;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(up, "the server did not come up");
+    let params = json!({"flight_number": "UA23", "flight_date": "2026-12-01", "cabin_class": "FIRST", "price_usd": 300});
+    let out = agent::invoke(
+        &base,
+        "agent",
+        AGENT_SECRET,
+        "book_flight",
+        params.as_object().unwrap(),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(out, agent::InvokeOutcome::NeedsConfirmation(_)));
+    task.abort();
+
+    let err = RsConfig::load(&dir.path().join("missing.toml")).unwrap_err();
+    assert!(err.to_string().contains("missing.toml"), "{err}");
+}

@@ -278,7 +278,27 @@ pub async fn run(config: RsConfig) -> Result<(), RsError> {
         config.listen,
         config.public_url
     );
-    serve(listener, state)?.await.map_err(|source| RsError::Io {
+    let cheq = state.cheq.clone();
+    // tokio::spawn, not actix's spawn_local: `run` works under #[tokio::main] too.
+    let collector = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(3600));
+        loop {
+            tick.tick().await;
+            let cheq = cheq.clone();
+            let collected =
+                tokio::task::spawn_blocking(move || cheq.collect_expired(Duration::days(7))).await;
+            match collected {
+                Ok(Ok((n, r))) if n + r > 0 => {
+                    log::info!("collected {n} expired nonces and {r} old confirmations")
+                }
+                Ok(Err(e)) => log::warn!("collecting expired entries: {e}"),
+                _ => {}
+            }
+        }
+    });
+    let served = serve(listener, state)?.await;
+    collector.abort();
+    served.map_err(|source| RsError::Io {
         what: "server".into(),
         source,
     })
