@@ -336,6 +336,12 @@ async fn book_flight_confirmed_once_and_replays_refused() {
         (200, json!({"status": "accepted"}))
     );
     assert_eq!(rs.state.executions(), 2);
+    // … but not under the other query.
+    let (status, body) = rs.post(&pack.resource_uri, "reject", &accept).await;
+    assert_eq!(
+        (status.as_u16(), body["error"].clone()),
+        (400, json!("invalid_cheq"))
+    );
 
     // A different countersignature for the same nonce: replayed.
     let (status, body) = rs.post(&pack.resource_uri, "accept", &later).await;

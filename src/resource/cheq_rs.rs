@@ -407,15 +407,35 @@ impl CheqRs {
         // is a replay.
         let recorded = self.nonces.get(&record.nonce)?;
         let earlier = match (&record.state, &recorded) {
-            (State::Decided { digest: d, .. } | State::Done { digest: d, .. }, _) => {
-                Some(d.clone())
-            }
-            (State::Pending, Some(entry)) => Some(b64::encode(entry.digest)),
+            (
+                State::Decided {
+                    digest: d,
+                    decision: e,
+                }
+                | State::Done {
+                    digest: d,
+                    decision: e,
+                    ..
+                },
+                _,
+            ) => Some((d.clone(), e.as_bytes().to_vec())),
+            (State::Pending, Some(entry)) => Some((b64::encode(entry.digest), entry.data.clone())),
             (State::Pending, None) => None,
         };
-        if let Some(earlier) = earlier {
+        if let Some((earlier, earlier_decision)) = earlier {
             if earlier != digest {
                 return Err(CheqRsError::Replayed);
+            }
+            let found = std::str::from_utf8(&earlier_decision)
+                .ok()
+                .and_then(Decision::parse)
+                .ok_or_else(|| CheqRsError::Corrupt(record.id.clone()))?;
+            if found != decision {
+                return Err(crate::sign::VerifyError::DecisionMismatch {
+                    expected: decision,
+                    found,
+                }
+                .into());
             }
             return self.complete(record, body, now);
         }
