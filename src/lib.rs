@@ -9,11 +9,13 @@
 //! - [`sign`]: keys, trust, JWS General JSON Serialization, signing,
 //!   countersigning and verification (§5, §9). No I/O.
 //! - [`store`]: the durable replay store (§6).
+//! - [`resource`]: the reference resource server and agent client (§1, §3, §6, §7).
 //! - [`cli`]: the `cheq` command line.
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod cheq;
 pub mod cli;
+pub mod resource;
 pub mod sign;
 pub mod store;

@@ -1,0 +1,306 @@
+//! The resource server's configuration, `rs.toml`.
+//!
+//! ```toml
+//! listen = "127.0.0.1:8081"
+//! public_url = "http://127.0.0.1:8081"     # the RS origin; URIs in URI packs start with it
+//! data_dir = "rs-data"                     # sled database (pending confirmations, nonces)
+//! signing_key = "rs-data/rs-key.jwk"       # private JWK; generated (mode 0600) when missing
+//! # key_id = "rs-1"                        # kid of a generated key (default: random)
+//! # cheq_ttl_secs = 900                    # CHEQ lifetime, 1..=86400 (PROTOCOL.md §4)
+//! # token_ttl_secs = 3600                  # access token lifetime
+//! # retry_after_secs = 2                   # Retry-After on a pending result (§7)
+//!
+//! [confirmation_server]
+//! uri = "http://127.0.0.1:8080/confirm"    # its confirmation URI (§1)
+//! jwks_file = "cs-jwks.json"               # its public keys, or:
+//! # jwks_uri = "http://127.0.0.1:8080/.well-known/jwks.json"  (fetched at start-up)
+//!
+//! [[clients]]
+//! client_id = "cs"
+//! client_secret = "cs-secret"
+//! role = "cs"                              # may GET and POST resource URIs (§3, §6)
+//!
+//! [[clients]]
+//! client_id = "agent"
+//! client_secret = "agent-secret"
+//! role = "agent"                           # may call the tools
+//! subject = "alice"                        # the CHEQ subject for this agent's user
+//!
+//! [policy]
+//! book_flight_threshold_usd = 100          # book_flight needs confirmation above this
+//! ```
+
+use crate::cheq::uri::parse_cheq_uri;
+use serde::Deserialize;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+/// Why `rs.toml` is not usable. Every message names the key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Toml { path: String, message: String },
+    #[error("config key `{key}`: {message}")]
+    Invalid { key: String, message: String },
+}
+
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+/// What a registered client may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientRole {
+    /// A confirmation server: GET and POST on resource URIs.
+    Cs,
+    /// An agent: the tool API.
+    Agent,
+}
+
+/// One OAuth client registered at the RS.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientConfig {
+    pub client_id: String,
+    pub client_secret: String,
+    pub role: ClientRole,
+    /// For agents: the CHEQ `subject` (the user at the CS) on whose behalf it acts.
+    #[serde(default)]
+    pub subject: Option<String>,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"<redacted>")
+            .field("role", &self.role)
+            .field("subject", &self.subject)
+            .finish()
+    }
+}
+
+/// The confirmation server this RS sends its users to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfirmationServerConfig {
+    /// Its confirmation URI (§1), also its identity for trust (origin).
+    pub uri: String,
+    /// A JWKS file with its public keys.
+    #[serde(default)]
+    pub jwks_file: Option<PathBuf>,
+    /// Or a URL to fetch its JWKS from at start-up.
+    #[serde(default)]
+    pub jwks_uri: Option<String>,
+}
+
+/// When confirmation is needed.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// `book_flight` needs confirmation when `price_usd` is above this.
+    #[serde(default = "default_threshold")]
+    pub book_flight_threshold_usd: i64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            book_flight_threshold_usd: default_threshold(),
+        }
+    }
+}
+
+fn default_threshold() -> i64 {
+    100
+}
+fn default_cheq_ttl() -> i64 {
+    900
+}
+fn default_token_ttl() -> i64 {
+    3600
+}
+fn default_retry_after() -> u64 {
+    2
+}
+
+/// The whole of `rs.toml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RsConfig {
+    pub listen: String,
+    pub public_url: String,
+    pub data_dir: PathBuf,
+    pub signing_key: PathBuf,
+    #[serde(default)]
+    pub key_id: Option<String>,
+    #[serde(default = "default_cheq_ttl")]
+    pub cheq_ttl_secs: i64,
+    #[serde(default = "default_token_ttl")]
+    pub token_ttl_secs: i64,
+    #[serde(default = "default_retry_after")]
+    pub retry_after_secs: u64,
+    pub confirmation_server: ConfirmationServerConfig,
+    #[serde(default)]
+    pub clients: Vec<ClientConfig>,
+    #[serde(default)]
+    pub policy: PolicyConfig,
+}
+
+impl RsConfig {
+    /// Reads and checks a TOML file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|e| match e {
+            ConfigError::Toml { message, .. } => ConfigError::Toml {
+                path: path.display().to_string(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and checks TOML text.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let config: RsConfig = toml::from_str(text).map_err(|e| ConfigError::Toml {
+            path: "rs.toml".to_owned(),
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let url =
+            parse_cheq_uri(&self.public_url).map_err(|e| invalid("public_url", e.to_string()))?;
+        if url.path() != "/" || url.query().is_some() {
+            return Err(invalid(
+                "public_url",
+                "must be an origin (scheme://host[:port]) with no path or query",
+            ));
+        }
+        parse_cheq_uri(&self.confirmation_server.uri)
+            .map_err(|e| invalid("confirmation_server.uri", e.to_string()))?;
+        match (
+            &self.confirmation_server.jwks_file,
+            &self.confirmation_server.jwks_uri,
+        ) {
+            (Some(_), None) => {}
+            (None, Some(uri)) => {
+                url::Url::parse(uri)
+                    .map_err(|e| invalid("confirmation_server.jwks_uri", e.to_string()))?;
+            }
+            _ => {
+                return Err(invalid(
+                    "confirmation_server.jwks_file",
+                    "exactly one of `jwks_file` and `jwks_uri` must be given",
+                ))
+            }
+        }
+        if !(1..=86_400).contains(&self.cheq_ttl_secs) {
+            return Err(invalid(
+                "cheq_ttl_secs",
+                "must be from 1 to 86400 (a CHEQ lives at most 24 h)",
+            ));
+        }
+        if self.token_ttl_secs < 1 {
+            return Err(invalid("token_ttl_secs", "must be at least 1"));
+        }
+        let mut ids = HashSet::new();
+        for (i, c) in self.clients.iter().enumerate() {
+            if c.client_id.is_empty() || c.client_id.contains(':') {
+                return Err(invalid(
+                    format!("clients[{i}].client_id"),
+                    "must be non-empty and contain no ':'",
+                ));
+            }
+            if !ids.insert(c.client_id.as_str()) {
+                return Err(invalid(
+                    format!("clients[{i}].client_id"),
+                    format!("\"{}\" is registered twice", c.client_id),
+                ));
+            }
+            if c.client_secret.len() < 8 {
+                return Err(invalid(
+                    format!("clients[{i}].client_secret"),
+                    "must be at least 8 characters",
+                ));
+            }
+            match (c.role, &c.subject) {
+                (ClientRole::Agent, None) => {
+                    return Err(invalid(
+                        format!("clients[{i}].subject"),
+                        "an agent needs the subject (user at the CS) it acts for",
+                    ))
+                }
+                (ClientRole::Agent, Some(s)) if s.is_empty() => {
+                    return Err(invalid(
+                        format!("clients[{i}].subject"),
+                        "must not be empty",
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The RS origin without a trailing slash.
+    pub fn base_url(&self) -> String {
+        self.public_url.trim_end_matches('/').to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+listen = "127.0.0.1:8081"
+public_url = "http://127.0.0.1:8081"
+data_dir = "d"
+signing_key = "d/k.jwk"
+[confirmation_server]
+uri = "http://127.0.0.1:8080/confirm"
+jwks_file = "cs.json"
+[[clients]]
+client_id = "agent"
+client_secret = "agent-secret"
+role = "agent"
+subject = "alice"
+"#;
+
+    #[test]
+    fn good_config_parses() {
+        let c = RsConfig::from_toml(GOOD).unwrap();
+        assert_eq!(c.policy.book_flight_threshold_usd, 100);
+        assert_eq!(c.cheq_ttl_secs, 900);
+    }
+
+    #[test]
+    fn missing_key_is_named() {
+        let e = RsConfig::from_toml(&GOOD.replace("public_url", "public_uri")).unwrap_err();
+        assert!(e.to_string().contains("public_ur"), "{e}");
+        let e = RsConfig::from_toml(&GOOD.replace("subject = \"alice\"", "")).unwrap_err();
+        assert!(e.to_string().contains("clients[0].subject"), "{e}");
+        let e = RsConfig::from_toml(&GOOD.replace("jwks_file = \"cs.json\"", "")).unwrap_err();
+        assert!(e.to_string().contains("jwks_file"), "{e}");
+        let e = RsConfig::from_toml(&GOOD.replace("http://127.0.0.1:8081", "http://rs.example"))
+            .unwrap_err();
+        assert!(e.to_string().contains("public_url"), "{e}");
+    }
+}

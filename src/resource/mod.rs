@@ -1,0 +1,33 @@
+//! The reference resource server (RS): the API that asks for human confirmation
+//! (PROTOCOL.md §1, §3, §6, §7, §8, §9) and exposes its operations as A2T tools
+//! (draft-rosenberg-aiproto-a2t-00 §6–§7).
+//!
+//! Layout:
+//! - [`cheq_rs`]: the RS side of CHEQ, embeddable by any API server: minting a
+//!   pending confirmation, serving it (§3), taking the decision exactly once
+//!   (§6) and answering the result (§7). No HTTP, no demo specifics.
+//! - [`oauth`]: the OAuth 2.0 client credentials token endpoint (RFC 6749 §4.4)
+//!   used by the CS (§3) and by agents.
+//! - [`tools`]: the two demo A2T tools (`book_flight`, `transfer_funds`), their
+//!   validation, confirmation policy and execution.
+//! - [`config`]: the settings, read from `rs.toml`.
+//! - [`server`]: the actix-web routes, app state, [`server::run`].
+//! - [`agent`]: a small agent-side client (`invoke`, `poll_result`).
+//! - [`error`]: the error types of each layer and their single HTTP mapping.
+//! - [`clock`]: time as a parameter, so tests can expire things.
+
+pub mod agent;
+pub mod cheq_rs;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod oauth;
+pub mod server;
+pub mod tools;
+
+pub use agent::{invoke, poll_result, AgentError, InvokeOutcome, ResultStatus};
+pub use cheq_rs::{CheqRs, DecisionAnswer, MintRequest, Minted, Operation, ResultView};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{ClientConfig, ClientRole, ConfigError, RsConfig};
+pub use error::{ApiError, CheqRsError, RsError};
+pub use server::{build_state, configure, run, serve, RsState};

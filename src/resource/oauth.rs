@@ -1,0 +1,198 @@
+//! OAuth 2.0 client credentials grant (RFC 6749 §4.4) at `POST /oauth/token`,
+//! and bearer token checks (RFC 6750), for the CS (PROTOCOL.md §3) and agents.
+//!
+//! Clients authenticate with HTTP Basic (RFC 6749 §2.3.1, form-urlencoded id
+//! and secret) or with `client_id`/`client_secret` in the body, not both. The
+//! only scope is `cheq`. Tokens are 256-bit random opaque strings kept in
+//! memory with their expiry (a restart makes clients fetch new ones).
+
+use super::clock::Clock;
+use super::config::{ClientConfig, ClientRole};
+use super::error::TokenError;
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use chrono::{DateTime, Duration, Utc};
+use rand::RngCore;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// The one scope.
+pub const SCOPE: &str = "cheq";
+
+/// The form of a token request.
+#[derive(Debug, Default, Deserialize)]
+pub struct TokenRequest {
+    pub grant_type: Option<String>,
+    pub scope: Option<String>,
+    pub client_id: Option<String>,
+    pub client_secret: Option<String>,
+}
+
+/// Who a valid token stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenInfo {
+    pub client_id: String,
+    pub role: ClientRole,
+    /// For agents: the CHEQ subject.
+    pub subject: Option<String>,
+    pub expires: DateTime<Utc>,
+}
+
+/// Registered clients and issued tokens.
+pub struct TokenService {
+    clients: HashMap<String, ClientConfig>,
+    tokens: Mutex<HashMap<String, TokenInfo>>,
+    ttl: Duration,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for TokenService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenService")
+            .field("clients", &self.clients.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+fn same_secret(a: &str, b: &str) -> bool {
+    // Compare digests so the time taken does not depend on where they differ.
+    let (a, b) = (Sha256::digest(a.as_bytes()), Sha256::digest(b.as_bytes()));
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
+}
+
+fn form_decode(s: &str) -> String {
+    url::form_urlencoded::parse(format!("x={s}").as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default()
+}
+
+/// Reads `Authorization: Basic …` into (client id, secret).
+pub fn parse_basic(value: &str) -> Result<(String, String), TokenError> {
+    let bad = || TokenError::InvalidClient { basic: true };
+    let (scheme, rest) = value.trim().split_once(' ').ok_or_else(bad)?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return Err(TokenError::InvalidRequest(
+            "unsupported Authorization scheme at the token endpoint".into(),
+        ));
+    }
+    let bytes = STANDARD.decode(rest.trim()).map_err(|_| bad())?;
+    let text = String::from_utf8(bytes).map_err(|_| bad())?;
+    let (id, secret) = text.split_once(':').ok_or_else(bad)?;
+    Ok((form_decode(id), form_decode(secret)))
+}
+
+/// Reads `Authorization: Bearer …`.
+pub fn parse_bearer(value: Option<&str>) -> Result<&str, TokenError> {
+    let value = value.ok_or(TokenError::MissingToken)?.trim();
+    match value.split_once(' ') {
+        Some((scheme, token))
+            if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() =>
+        {
+            Ok(token.trim())
+        }
+        _ => Err(TokenError::InvalidToken),
+    }
+}
+
+impl TokenService {
+    pub fn new(clients: &[ClientConfig], ttl: Duration, clock: Arc<dyn Clock>) -> Self {
+        TokenService {
+            clients: clients
+                .iter()
+                .map(|c| (c.client_id.clone(), c.clone()))
+                .collect(),
+            tokens: Mutex::new(HashMap::new()),
+            ttl,
+            clock,
+        }
+    }
+
+    /// Handles a token request. `authorization` is the `Authorization` header.
+    /// Returns the RFC 6749 §5.1 body.
+    pub fn issue(
+        &self,
+        authorization: Option<&str>,
+        form: &TokenRequest,
+    ) -> Result<Value, TokenError> {
+        let body_creds = form.client_id.is_some() || form.client_secret.is_some();
+        let (basic, id, secret) = match (authorization, body_creds) {
+            (Some(_), true) => {
+                return Err(TokenError::InvalidRequest(
+                    "use one client authentication method, not two".into(),
+                ))
+            }
+            (Some(h), false) => {
+                let (id, secret) = parse_basic(h)?;
+                (true, id, secret)
+            }
+            (None, true) => (
+                false,
+                form.client_id.clone().unwrap_or_default(),
+                form.client_secret.clone().unwrap_or_default(),
+            ),
+            (None, false) => return Err(TokenError::InvalidClient { basic: true }),
+        };
+        let client = self
+            .clients
+            .get(&id)
+            .filter(|c| same_secret(&c.client_secret, &secret))
+            .ok_or(TokenError::InvalidClient { basic })?;
+        match form.grant_type.as_deref() {
+            None => return Err(TokenError::InvalidRequest("missing grant_type".into())),
+            Some("client_credentials") => {}
+            Some(_) => return Err(TokenError::UnsupportedGrantType),
+        }
+        if let Some(scope) = &form.scope {
+            if scope.split(' ').any(|s| s != SCOPE) {
+                return Err(TokenError::InvalidScope);
+            }
+        }
+        let mut raw = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut raw);
+        let token = crate::sign::b64::encode(raw);
+        let now = self.clock.now();
+        let info = TokenInfo {
+            client_id: client.client_id.clone(),
+            role: client.role,
+            subject: client.subject.clone(),
+            expires: now + self.ttl,
+        };
+        let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        tokens.retain(|_, t| t.expires > now);
+        tokens.insert(token.clone(), info);
+        Ok(json!({
+            "access_token": token,
+            "token_type": "Bearer",
+            "expires_in": self.ttl.num_seconds(),
+            "scope": SCOPE,
+        }))
+    }
+
+    /// Checks a bearer token (the `Authorization` header) for `role`.
+    pub fn check(
+        &self,
+        authorization: Option<&str>,
+        role: ClientRole,
+    ) -> Result<TokenInfo, TokenError> {
+        let token = parse_bearer(authorization)?;
+        let tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        let info = tokens
+            .get(token)
+            .filter(|t| t.expires > self.clock.now())
+            .ok_or(TokenError::InvalidToken)?;
+        if info.role != role {
+            return Err(TokenError::WrongRole(match role {
+                ClientRole::Cs => "read or decide confirmations",
+                ClientRole::Agent => "call tools",
+            }));
+        }
+        Ok(info.clone())
+    }
+}

@@ -1,0 +1,534 @@
+//! The reference resource server over HTTP (actix-web): routes, app state and
+//! start-up.
+//!
+//! | route | who | what |
+//! |---|---|---|
+//! | `GET /healthz` | anyone | liveness |
+//! | `GET /.well-known/jwks.json` | anyone | the RS public keys (PROTOCOL.md §9) |
+//! | `POST /oauth/token` | CS, agents | client credentials grant (RFC 6749 §4.4) |
+//! | `GET /tools`, `GET /tools/{id}` | agents | A2T enumeration (draft §6) |
+//! | `POST /tools/{id}:invoke` | agents | A2T invocation (draft §7); `202` + URI pack when confirmation is needed (§1) |
+//! | `GET /cheq/confirmations/{id}` | CS | the resource-signed CHEQ (§3) |
+//! | `POST /cheq/confirmations/{id}?accept` / `?reject` | CS | the decision (§6) |
+//! | `GET /cheq/results/{id}` | anyone holding the URI | the result (§7) |
+
+use super::cheq_rs::{CheqRs, CONFIRMATIONS_PATH, RESULTS_PATH};
+use super::clock::{Clock, SystemClock};
+use super::config::{ClientRole, RsConfig};
+use super::error::{ApiError, CheqRsError, RsError, ToolError};
+use super::oauth::{TokenRequest, TokenService};
+use super::tools::{self, DemoTools, Policy, Tool};
+use crate::sign::{Decision, Jwks, SigningKey, TrustStore};
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use chrono::Duration;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Everything the handlers share.
+#[derive(Debug)]
+pub struct RsState {
+    pub cheq: Arc<CheqRs>,
+    pub tokens: TokenService,
+    pub tools: Arc<DemoTools>,
+    pub catalogue: Vec<Tool>,
+    pub policy: Policy,
+    pub cheq_ttl: Duration,
+    pub retry_after_secs: u64,
+}
+
+impl RsState {
+    /// How many times a tool operation actually ran (for tests).
+    pub fn executions(&self) -> u64 {
+        self.tools.runs()
+    }
+}
+
+/// Reads the RS signing key, or generates it (mode 0600, never overwriting).
+pub fn load_or_create_key(path: &Path, kid: Option<&str>) -> Result<SigningKey, RsError> {
+    let what = || format!("signing key {}", path.display());
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            return SigningKey::from_jwk_bytes(&bytes).map_err(|source| RsError::Key {
+                what: what(),
+                source,
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(RsError::Io {
+                what: what(),
+                source,
+            })
+        }
+    }
+    let kid = match kid {
+        Some(k) => k.to_owned(),
+        None => {
+            let mut r = [0u8; 6];
+            rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut r);
+            format!("rs-{}", crate::sign::b64::encode(r))
+        }
+    };
+    let key =
+        SigningKey::generate(&kid, &mut rand::rngs::OsRng).map_err(|source| RsError::Key {
+            what: what(),
+            source,
+        })?;
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|source| RsError::Io {
+            what: what(),
+            source,
+        })?;
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path).map_err(|source| RsError::Io {
+        what: what(),
+        source,
+    })?;
+    file.write_all(key.to_private_jwk_json().as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|source| RsError::Io {
+            what: what(),
+            source,
+        })?;
+    log::info!(
+        "generated RS signing key {} at {}",
+        key.kid(),
+        path.display()
+    );
+    Ok(key)
+}
+
+async fn load_cs_jwks(config: &RsConfig) -> Result<Jwks, RsError> {
+    let cs = &config.confirmation_server;
+    if let Some(file) = &cs.jwks_file {
+        let what = format!("confirmation_server.jwks_file {}", file.display());
+        let bytes = std::fs::read(file).map_err(|source| RsError::Io {
+            what: what.clone(),
+            source,
+        })?;
+        return Jwks::from_bytes(&bytes).map_err(|source| RsError::Key { what, source });
+    }
+    let uri = cs.jwks_uri.clone().unwrap_or_default();
+    let fetch_err = |message: String| RsError::JwksFetch {
+        uri: uri.clone(),
+        message,
+    };
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .map_err(|e| fetch_err(e.to_string()))?;
+    let res = client
+        .get(&uri)
+        .header(header::ACCEPT.as_str(), "application/json")
+        .send()
+        .await
+        .map_err(|e| fetch_err(e.to_string()))?;
+    if !res.status().is_success() {
+        return Err(fetch_err(format!("HTTP {}", res.status())));
+    }
+    let bytes = res.bytes().await.map_err(|e| fetch_err(e.to_string()))?;
+    Jwks::from_bytes(&bytes).map_err(|e| fetch_err(e.to_string()))
+}
+
+/// Opens the data directory, keys and trust, and builds the app state.
+pub async fn build_state(
+    config: &RsConfig,
+    clock: Arc<dyn Clock>,
+) -> Result<web::Data<RsState>, RsError> {
+    config.validate()?;
+    std::fs::create_dir_all(&config.data_dir).map_err(|source| RsError::Io {
+        what: format!("data_dir {}", config.data_dir.display()),
+        source,
+    })?;
+    let key = load_or_create_key(&config.signing_key, config.key_id.as_deref())?;
+    let jwks = load_cs_jwks(config).await?;
+    let mut trust = TrustStore::new();
+    let cs_origin = url::Url::parse(&config.confirmation_server.uri)
+        .map(|u| u.origin().ascii_serialization())
+        .map_err(|e| super::config::ConfigError::Invalid {
+            key: "confirmation_server.uri".into(),
+            message: e.to_string(),
+        })?;
+    trust.add_confirmation_server(&cs_origin, jwks)?;
+    let db = sled::Config::new()
+        .path(config.data_dir.join("rs.sled"))
+        .open()?;
+    let tools = Arc::new(DemoTools::open(db.clone())?);
+    let cheq = CheqRs::open(
+        db,
+        key,
+        trust,
+        &config.base_url(),
+        &config.confirmation_server.uri,
+        clock.clone(),
+        tools.clone(),
+    )?;
+    Ok(web::Data::new(RsState {
+        cheq: Arc::new(cheq),
+        tokens: TokenService::new(
+            &config.clients,
+            Duration::seconds(config.token_ttl_secs),
+            clock,
+        ),
+        tools,
+        catalogue: tools::catalogue(),
+        policy: Policy {
+            book_flight_threshold_usd: config.policy.book_flight_threshold_usd,
+        },
+        cheq_ttl: Duration::seconds(config.cheq_ttl_secs),
+        retry_after_secs: config.retry_after_secs,
+    }))
+}
+
+/// Registers the routes and the state on an actix `App`.
+pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<RsState>) {
+    let confirmation = format!("{CONFIRMATIONS_PATH}{{id}}");
+    let result = format!("{RESULTS_PATH}{{id}}");
+    cfg.app_data(state)
+        .service(resource("/healthz").route(web::get().to(healthz)))
+        .service(resource("/.well-known/jwks.json").route(web::get().to(jwks)))
+        .service(resource("/oauth/token").route(web::post().to(token)))
+        .service(resource("/tools").route(web::get().to(list_tools)))
+        .service(
+            resource("/tools/{tail}")
+                .route(web::get().to(get_tool))
+                .route(web::post().to(invoke_tool)),
+        )
+        .service(
+            resource(&confirmation)
+                .route(web::get().to(get_confirmation))
+                .route(web::post().to(post_decision)),
+        )
+        .service(resource(&result).route(web::get().to(get_result)))
+        .default_service(web::to(not_found));
+}
+
+/// A resource whose unsupported methods get a JSON 405.
+fn resource(path: &str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(method_not_allowed))
+}
+
+async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "invalid_request",
+        "method not allowed here",
+    ))
+}
+
+/// Largest request body read (a decision is at most 64 KiB of payload, §4,
+/// plus signatures).
+pub const MAX_BODY: usize = 256 * 1024;
+
+/// Reads a request body, with a JSON 413 beyond [`MAX_BODY`].
+async fn read_body(payload: web::Payload) -> Result<web::Bytes, ApiError> {
+    match payload.to_bytes_limited(MAX_BODY).await {
+        Ok(Ok(body)) => Ok(body),
+        Err(_) => Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request",
+            format!("the body is larger than {MAX_BODY} bytes"),
+        )),
+        Ok(Err(e)) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            e.to_string(),
+        )),
+    }
+}
+
+/// Runs the server on an already bound listener (tests bind port 0 first).
+pub fn serve(
+    listener: std::net::TcpListener,
+    state: web::Data<RsState>,
+) -> Result<actix_web::dev::Server, RsError> {
+    let server = HttpServer::new(move || {
+        let state = state.clone();
+        App::new().configure(move |c| configure(c, state))
+    })
+    .workers(2)
+    .listen(listener)
+    .map_err(|source| RsError::Io {
+        what: "listen".into(),
+        source,
+    })?
+    .run();
+    Ok(server)
+}
+
+/// Runs the reference RS until it is stopped.
+pub async fn run(config: RsConfig) -> Result<(), RsError> {
+    let state = build_state(&config, Arc::new(SystemClock)).await?;
+    let listener = std::net::TcpListener::bind(&config.listen).map_err(|source| RsError::Io {
+        what: format!("listen {}", config.listen),
+        source,
+    })?;
+    log::info!(
+        "resource server on {} ({})",
+        config.listen,
+        config.public_url
+    );
+    let cheq = state.cheq.clone();
+    // tokio::spawn, not actix's spawn_local: `run` works under #[tokio::main] too.
+    let collector = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(3600));
+        loop {
+            tick.tick().await;
+            let cheq = cheq.clone();
+            let collected =
+                tokio::task::spawn_blocking(move || cheq.collect_expired(Duration::days(7))).await;
+            match collected {
+                Ok(Ok((n, r))) if n + r > 0 => {
+                    log::info!("collected {n} expired nonces and {r} old confirmations")
+                }
+                Ok(Err(e)) => log::warn!("collecting expired entries: {e}"),
+                _ => {}
+            }
+        }
+    });
+    let served = serve(listener, state)?.await;
+    collector.abort();
+    served.map_err(|source| RsError::Io {
+        what: "server".into(),
+        source,
+    })
+}
+
+fn auth_header(req: &HttpRequest) -> Option<&str> {
+    req.headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, CheqRsError> + Send + 'static,
+) -> Result<T, ApiError> {
+    match web::block(f).await {
+        Ok(r) => r.map_err(ApiError::from),
+        Err(_) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "the worker failed",
+        )),
+    }
+}
+
+async fn not_found() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such resource",
+    ))
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(json!({"status": "ok"}))
+}
+
+async fn jwks(state: web::Data<RsState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "max-age=300"))
+        .json(state.cheq.jwks())
+}
+
+async fn token(
+    state: web::Data<RsState>,
+    req: HttpRequest,
+    body: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_body(body).await?;
+    let form: TokenRequest = serde_urlencoded::from_bytes(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("the body must be application/x-www-form-urlencoded: {e}"),
+        )
+    })?;
+    let answer = state.tokens.issue(auth_header(&req), &form)?;
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .insert_header((header::PRAGMA, "no-cache"))
+        .json(answer))
+}
+
+async fn list_tools(state: web::Data<RsState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    state.tokens.check(auth_header(&req), ClientRole::Agent)?;
+    let items: Vec<Value> = state.catalogue.iter().map(Tool::signature).collect();
+    Ok(HttpResponse::Ok().json(json!({
+        "items": items,
+        "paging": {"pageLimit": items.len(), "next": null},
+    })))
+}
+
+async fn get_tool(
+    state: web::Data<RsState>,
+    req: HttpRequest,
+    tail: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    state.tokens.check(auth_header(&req), ClientRole::Agent)?;
+    let tool = tools::find(&state.catalogue, &tail)
+        .ok_or_else(|| ToolError::UnknownTool(tail.into_inner()))?;
+    Ok(HttpResponse::Ok().json(tool.signature()))
+}
+
+async fn invoke_tool(
+    state: web::Data<RsState>,
+    req: HttpRequest,
+    tail: web::Path<String>,
+    body: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let who = state.tokens.check(auth_header(&req), ClientRole::Agent)?;
+    let body = read_body(body).await?;
+    let tail = tail.into_inner();
+    let Some(id) = tail.strip_suffix(":invoke") else {
+        return Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request",
+            "POST /tools/{toolId}:invoke to invoke a tool",
+        ));
+    };
+    let tool =
+        tools::find(&state.catalogue, id).ok_or_else(|| ToolError::UnknownTool(id.into()))?;
+    let invocation: Value = serde_json::from_slice(&body)
+        .map_err(|e| ToolError::BadRequest(format!("the body is not JSON: {e}")))?;
+    let inputs = tool.parse_invocation(&invocation)?;
+    if !state.policy.needs_confirmation(&tool, &inputs) {
+        let tools = state.tools.clone();
+        let result = web::block(move || tools.run_now(&tool, &inputs))
+            .await
+            .map_err(|_| ToolError::Failed("the worker failed".into()))??;
+        return Ok(HttpResponse::Ok().json(result));
+    }
+    let subject = who.subject.unwrap_or_default();
+    let request = tools::cheq_request(
+        state.cheq.base_url(),
+        &tool,
+        &inputs,
+        &subject,
+        state.cheq_ttl,
+    );
+    let cheq = state.cheq.clone();
+    let minted = blocking(move || cheq.mint(request)).await?;
+    log::info!(
+        "{} {} needs confirmation: {}",
+        who.client_id,
+        tool.name,
+        minted.pack.resource_uri
+    );
+    Ok(HttpResponse::Accepted()
+        .insert_header((header::LOCATION, minted.pack.result_uri.as_str()))
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(&minted.pack))
+}
+
+async fn get_confirmation(
+    state: web::Data<RsState>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    state.tokens.check(auth_header(&req), ClientRole::Cs)?;
+    let cheq = state.cheq.clone();
+    let id = id.into_inner();
+    let document = blocking(move || cheq.fetch(&id)).await?;
+    Ok(HttpResponse::Ok()
+        .content_type("application/jose+json")
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .body(document))
+}
+
+/// `?accept` or `?reject` (alone, or among other query parameters, §6).
+fn decision_from_query(query: &str) -> Result<Decision, ApiError> {
+    let found: Vec<Decision> = query
+        .split('&')
+        .filter_map(|part| Decision::parse(part.split('=').next().unwrap_or("")))
+        .collect();
+    match found.as_slice() {
+        [d] => Ok(*d),
+        _ => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "POST to the resource URI with exactly one of ?accept or ?reject",
+        )),
+    }
+}
+
+async fn post_decision(
+    state: web::Data<RsState>,
+    req: HttpRequest,
+    id: web::Path<String>,
+    body: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    state.tokens.check(auth_header(&req), ClientRole::Cs)?;
+    let decision = decision_from_query(req.query_string())?;
+    let body = read_body(body).await?;
+    let cheq = state.cheq.clone();
+    let id = id.into_inner();
+    let answer = blocking(move || cheq.decide(&id, decision, &body)).await?;
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(answer.to_json()))
+}
+
+async fn get_result(
+    state: web::Data<RsState>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let cheq = state.cheq.clone();
+    let id = id.into_inner();
+    let view = blocking(move || cheq.result(&id)).await?;
+    let mut res = if view == super::cheq_rs::ResultView::Pending {
+        let mut r = HttpResponse::Accepted();
+        r.insert_header((header::RETRY_AFTER, state.retry_after_secs.to_string()));
+        r
+    } else {
+        HttpResponse::Ok()
+    };
+    Ok(res
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(view.to_json()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signing_key_is_created_0600_and_never_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys/rs.jwk");
+        let key = load_or_create_key(&path, Some("rs-test")).unwrap();
+        assert_eq!(key.kid(), "rs-test");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let before = std::fs::read(&path).unwrap();
+        let again = load_or_create_key(&path, Some("other")).unwrap();
+        assert_eq!(again.kid(), "rs-test");
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        std::fs::write(&path, b"{}").unwrap();
+        let err = load_or_create_key(&path, None).unwrap_err();
+        assert!(err.to_string().contains("signing key"), "{err}");
+    }
+
+    #[test]
+    fn decision_query() {
+        assert_eq!(decision_from_query("accept").unwrap(), Decision::Accept);
+        assert_eq!(decision_from_query("x=1&reject").unwrap(), Decision::Reject);
+        assert!(decision_from_query("").is_err());
+        assert!(decision_from_query("accept&reject").is_err());
+        assert!(decision_from_query("accept&accept").is_err());
+    }
+}
