@@ -10,9 +10,11 @@
 //! `FILE` on the command line are read with [`read_input`], so `-` means
 //! standard input everywhere.
 
+pub mod agent;
 pub mod countersign;
 pub mod inspect;
 pub mod keygen;
+pub mod servers;
 pub mod sign;
 pub mod verify;
 
@@ -51,6 +53,10 @@ pub enum Command {
     Countersign(countersign::Args),
     Verify(verify::Args),
     Inspect(inspect::Args),
+    /// Run the reference resource server.
+    ResourceServer(servers::ResourceServerArgs),
+    /// Play the AI agent: invoke a tool, print the URI pack, wait for the outcome.
+    Agent(agent::Args),
 }
 
 /// Runs one parsed command, writing its result to `out`.
@@ -61,6 +67,8 @@ pub fn dispatch(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Countersign(args) => countersign::run(args, out),
         Command::Verify(args) => verify::run(args, out),
         Command::Inspect(args) => inspect::run(args, out),
+        Command::ResourceServer(args) => servers::resource_server(args, out),
+        Command::Agent(args) => agent::run(args, out),
     }
 }
 
@@ -203,6 +211,9 @@ pub enum CliError {
     /// Input that is not a signed CHEQ at all (for `inspect`).
     #[error("not a signed CHEQ: {0}")]
     Malformed(String),
+    /// A server or network failure.
+    #[error("{0}")]
+    Server(String),
     /// Something that should not happen (a bug), reported rather than panicking.
     #[error("internal error: {0}")]
     Internal(String),
