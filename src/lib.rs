@@ -9,6 +9,8 @@
 //! - [`sign`]: keys, trust, JWS General JSON Serialization, signing,
 //!   countersigning and verification (§5, §9). No I/O.
 //! - [`store`]: the durable replay store (§6).
+//! - [`confirm`]: the confirmation server (§2–§6, §8).
+//! - [`keyfile`]: private key and secret files (0600, generated when missing).
 //! - [`resource`]: the reference resource server and agent client (§1, §3, §6, §7).
 //! - [`cli`]: the `cheq` command line.
 #![forbid(unsafe_code)]
@@ -16,6 +18,8 @@
 
 pub mod cheq;
 pub mod cli;
+pub mod confirm;
+pub mod keyfile;
 pub mod resource;
 pub mod sign;
 pub mod store;

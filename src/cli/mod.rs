@@ -12,10 +12,12 @@
 
 pub mod agent;
 pub mod countersign;
+pub mod demo;
 pub mod inspect;
 pub mod keygen;
 pub mod servers;
 pub mod sign;
+pub mod user;
 pub mod verify;
 
 use crate::cheq::CheqError;
@@ -57,6 +59,12 @@ pub enum Command {
     ResourceServer(servers::ResourceServerArgs),
     /// Play the AI agent: invoke a tool, print the URI pack, wait for the outcome.
     Agent(agent::Args),
+    /// Run the confirmation server.
+    Serve(servers::ServeArgs),
+    /// Manage the confirmation server's local accounts.
+    User(user::Args),
+    /// Run the demo: confirmation server + reference resource server + user alice.
+    Demo(demo::Args),
 }
 
 /// Runs one parsed command, writing its result to `out`.
@@ -69,6 +77,9 @@ pub fn dispatch(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Inspect(args) => inspect::run(args, out),
         Command::ResourceServer(args) => servers::resource_server(args, out),
         Command::Agent(args) => agent::run(args, out),
+        Command::Serve(args) => servers::serve(args, out),
+        Command::User(args) => user::run(args, out),
+        Command::Demo(args) => demo::run(args, out),
     }
 }
 

@@ -22,9 +22,33 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 }
 
 pub fn resource_server(args: ResourceServerArgs, _out: &mut dyn Write) -> Result<(), CliError> {
+    init_logging();
     let config = crate::resource::RsConfig::load(&args.config)
         .map_err(|e| CliError::Server(e.to_string()).in_file(&args.config))?;
     runtime()?
         .block_on(crate::resource::run(config))
         .map_err(|e| CliError::Server(e.to_string()))
+}
+
+/// Run the confirmation server.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The CS configuration file (TOML).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+}
+
+pub fn serve(args: ServeArgs, _out: &mut dyn Write) -> Result<(), CliError> {
+    init_logging();
+    let config = crate::confirm::CsConfig::load(&args.config)
+        .map_err(|e| CliError::Server(e.to_string()))?;
+    runtime()?
+        .block_on(crate::confirm::run(config))
+        .map_err(|e| CliError::Server(e.to_string()))
+}
+
+/// Logs to stderr at `info` unless `RUST_LOG` says otherwise.
+pub fn init_logging() {
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .try_init();
 }

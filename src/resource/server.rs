@@ -23,7 +23,6 @@ use actix_web::http::{header, StatusCode};
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use chrono::Duration;
 use serde_json::{json, Value};
-use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -48,64 +47,16 @@ impl RsState {
 
 /// Reads the RS signing key, or generates it (mode 0600, never overwriting).
 pub fn load_or_create_key(path: &Path, kid: Option<&str>) -> Result<SigningKey, RsError> {
-    let what = || format!("signing key {}", path.display());
-    match std::fs::read(path) {
-        Ok(bytes) => {
-            return SigningKey::from_jwk_bytes(&bytes).map_err(|source| RsError::Key {
-                what: what(),
-                source,
-            })
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(source) => {
-            return Err(RsError::Io {
-                what: what(),
-                source,
-            })
-        }
-    }
-    let kid = match kid {
-        Some(k) => k.to_owned(),
-        None => {
-            let mut r = [0u8; 6];
-            rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut r);
-            format!("rs-{}", crate::sign::b64::encode(r))
-        }
-    };
-    let key =
-        SigningKey::generate(&kid, &mut rand::rngs::OsRng).map_err(|source| RsError::Key {
-            what: what(),
+    crate::keyfile::load_or_create_key(path, kid, "rs").map_err(|e| match e {
+        crate::keyfile::KeyFileError::Io { source, .. } => RsError::Io {
+            what: format!("signing key {}", path.display()),
             source,
-        })?;
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|source| RsError::Io {
-            what: what(),
+        },
+        crate::keyfile::KeyFileError::Key { source, .. } => RsError::Key {
+            what: format!("signing key {}", path.display()),
             source,
-        })?;
-    }
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(path).map_err(|source| RsError::Io {
-        what: what(),
-        source,
-    })?;
-    file.write_all(key.to_private_jwk_json().as_bytes())
-        .and_then(|()| file.sync_all())
-        .map_err(|source| RsError::Io {
-            what: what(),
-            source,
-        })?;
-    log::info!(
-        "generated RS signing key {} at {}",
-        key.kid(),
-        path.display()
-    );
-    Ok(key)
+        },
+    })
 }
 
 async fn load_cs_jwks(config: &RsConfig) -> Result<Jwks, RsError> {

@@ -27,6 +27,7 @@
 //! §6) before the store is ever consulted; callers MUST check expiry first and
 //! collect only with `now` taken from the same clock.
 
+pub mod records;
 mod sled_store;
 
 pub use self::sled_store::SledNonceStore;

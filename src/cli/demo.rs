@@ -1,0 +1,197 @@
+//! `cheq demo [--data-dir DIR] [--cs-port N] [--rs-port N]`: the main job for a
+//! newcomer. Generates keys on first run (in the data directory, mode 0600,
+//! never committed), writes the two servers' configurations there, starts the
+//! confirmation server and the reference resource server on loopback, creates
+//! the demo user `alice` (password from `CHEQ_DEMO_PASSWORD`, or generated and
+//! printed), and says what to do next.
+
+use super::agent::DEMO_AGENT_ID;
+use super::{write_out, CliError};
+use crate::confirm::auth::new_account;
+use crate::resource::clock::SystemClock;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Run the demo: the confirmation server and the reference RS on loopback.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Where keys, configurations and databases are kept.
+    #[arg(long, default_value = "data/demo")]
+    pub data_dir: PathBuf,
+    /// The confirmation server's port.
+    #[arg(long, default_value_t = 8080)]
+    pub cs_port: u16,
+    /// The resource server's port.
+    #[arg(long, default_value_t = 8081)]
+    pub rs_port: u16,
+}
+
+fn server(e: impl std::fmt::Display) -> CliError {
+    CliError::Server(e.to_string())
+}
+
+/// Writes a file that holds secrets, mode 0600.
+fn write_0600(path: &Path, text: &str) -> Result<(), CliError> {
+    let write_err = |source| CliError::Write {
+        path: path.display().to_string(),
+        source,
+    };
+    std::fs::write(path, text).map_err(write_err)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(write_err)?;
+    }
+    Ok(())
+}
+
+fn toml_path(p: &Path) -> String {
+    p.display()
+        .to_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+}
+
+pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
+    super::servers::init_logging();
+    let dir = &args.data_dir;
+    let keys = dir.join("keys");
+    std::fs::create_dir_all(&keys).map_err(|source| CliError::Write {
+        path: keys.display().to_string(),
+        source,
+    })?;
+    let cs_url = format!("http://127.0.0.1:{}", args.cs_port);
+    let rs_url = format!("http://127.0.0.1:{}", args.rs_port);
+
+    // Keys: generated once, kept in the data directory.
+    let rs_key =
+        crate::keyfile::load_or_create_key(&keys.join("rs.jwk"), None, "rs").map_err(server)?;
+    let cs_key =
+        crate::keyfile::load_or_create_key(&keys.join("cs.jwk"), None, "cs").map_err(server)?;
+    let rs_jwks = keys.join("rs.pub.jwks.json");
+    let cs_jwks = keys.join("cs.pub.jwks.json");
+    for (path, key) in [(&rs_jwks, &rs_key), (&cs_jwks, &cs_key)] {
+        let jwks = serde_json::json!({"keys": [key.public_jwk()]}).to_string();
+        std::fs::write(path, jwks).map_err(|source| CliError::Write {
+            path: path.display().to_string(),
+            source,
+        })?;
+    }
+
+    let cs_secret = crate::sign::b64::encode(rand::random::<[u8; 24]>());
+    let agent_secret = std::env::var("CHEQ_AGENT_SECRET")
+        .unwrap_or_else(|_| super::agent::DEMO_AGENT_SECRET.to_owned());
+    let rs_toml = format!(
+        r#"# Written by `cheq demo`: the reference resource server.
+listen = "127.0.0.1:{rs_port}"
+public_url = "{rs_url}"
+data_dir = "{rs_data}"
+signing_key = "{rs_key}"
+cheq_ttl_secs = 900
+retry_after_secs = 1
+
+[confirmation_server]
+uri = "{cs_url}"
+jwks_file = "{cs_jwks}"
+
+[[clients]]
+client_id = "cs"
+client_secret = "{cs_secret}"
+role = "cs"
+
+[[clients]]
+client_id = "{DEMO_AGENT_ID}"
+client_secret = "{agent_secret}"
+role = "agent"
+subject = "alice"
+"#,
+        rs_port = args.rs_port,
+        rs_data = toml_path(&dir.join("rs")),
+        rs_key = toml_path(&keys.join("rs.jwk")),
+        cs_jwks = toml_path(&cs_jwks),
+    );
+    let cs_toml = format!(
+        r#"# Written by `cheq demo`: the confirmation server.
+listen = "127.0.0.1:{cs_port}"
+public_url = "{cs_url}"
+data_dir = "{cs_data}"
+signing_key = "{cs_key}"
+
+[[resource_servers]]
+origin = "{rs_url}"
+path_prefix = "/cheq/"
+jwks = "{rs_jwks}"
+token_url = "{rs_url}/oauth/token"
+client_id = "cs"
+client_secret = "{cs_secret}"
+"#,
+        cs_port = args.cs_port,
+        cs_data = toml_path(&dir.join("cs")),
+        cs_key = toml_path(&keys.join("cs.jwk")),
+        rs_jwks = toml_path(&rs_jwks),
+    );
+    write_0600(&dir.join("rs.toml"), &rs_toml)?;
+    write_0600(&dir.join("cs.toml"), &cs_toml)?;
+    let rs_config = crate::resource::RsConfig::from_toml(&rs_toml).map_err(server)?;
+    let cs_config = crate::confirm::CsConfig::from_toml(&cs_toml).map_err(server)?;
+
+    let rt = super::servers::runtime()?;
+    rt.block_on(async move {
+        let rs_state = crate::resource::build_state(&rs_config, Arc::new(SystemClock))
+            .await
+            .map_err(server)?;
+        let cs_state = crate::confirm::build_state(&cs_config, Arc::new(SystemClock))
+            .await
+            .map_err(server)?;
+
+        let password_line = match std::env::var("CHEQ_DEMO_PASSWORD") {
+            Ok(p) => {
+                let account = new_account("alice", None, &p).map_err(server)?;
+                cs_state.accounts.put(&account, true).map_err(server)?;
+                "the password from CHEQ_DEMO_PASSWORD".to_owned()
+            }
+            Err(_) => match cs_state.accounts.get("alice").map_err(server)? {
+                Some(_) => "her password from the first run (unchanged)".to_owned(),
+                None => {
+                    let p = crate::sign::b64::encode(rand::random::<[u8; 9]>());
+                    let account = new_account("alice", None, &p).map_err(server)?;
+                    cs_state.accounts.put(&account, false).map_err(server)?;
+                    format!("password {p}")
+                }
+            },
+        };
+
+        let rs_listener = std::net::TcpListener::bind(&rs_config.listen).map_err(|e| {
+            server(format!("cannot listen on {}: {e}", rs_config.listen))
+        })?;
+        let cs_listener = std::net::TcpListener::bind(&cs_config.listen).map_err(|e| {
+            server(format!("cannot listen on {}: {e}", cs_config.listen))
+        })?;
+        let rs_server = crate::resource::serve(rs_listener, rs_state).map_err(server)?;
+        let _background = crate::confirm::server::start_background(&cs_state, &cs_config.data_dir);
+        let cs_server = crate::confirm::serve(cs_listener, cs_state).map_err(server)?;
+
+        write_out(
+            out,
+            &format!(
+                "CHEQ demo is running.\n\
+                 \n  confirmation server  {cs_url}   (config {cs_cfg})\
+                 \n  resource server      {rs_url}   (config {rs_cfg})\
+                 \n  user                 alice, {password_line}\
+                 \n\nIn another terminal, play the agent:\n\
+                 \n  cheq agent --rs {rs_url} --tool book_flight --param flight_number=UA23 \\\
+                 \n      --param flight_date=2026-12-08 --param cabin_class=BUSINESS --param price_usd=1200\n\
+                 \nIt prints the URI pack and a link; open the link in a browser, sign in as alice,\
+                 \nand accept or reject. The agent then prints the outcome. Past decisions: {cs_url}/history\
+                 \nStop the demo with Ctrl-C.\n",
+                cs_cfg = dir.join("cs.toml").display(),
+                rs_cfg = dir.join("rs.toml").display(),
+            ),
+        )?;
+        out.flush().ok();
+        let (rs, cs) = tokio::join!(rs_server, cs_server);
+        rs.and(cs).map_err(server)
+    })
+}

@@ -1,0 +1,138 @@
+//! `cheq user add NAME [--email E] [--password-stdin] (--config FILE | --data-dir DIR)`
+//! and `cheq user set-pin NAME [--pin-stdin] (…)`: local accounts of the
+//! confirmation server. Works before the first start and while the server
+//! runs (through its admin socket, [`crate::confirm::admin`]).
+
+use super::{write_out, CliError};
+use crate::confirm::admin;
+use crate::confirm::auth::{hash_secret, new_account};
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+/// Manage the confirmation server's local accounts.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: UserCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum UserCommand {
+    /// Add a user (the password is asked for, or read from standard input).
+    Add(AddArgs),
+    /// Set a user's voice PIN (4 to 12 digits) for voice gateways.
+    SetPin(PinArgs),
+}
+
+/// Where the CS keeps its data.
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = false)]
+pub struct Place {
+    /// The CS configuration file (its data_dir is used).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The CS data directory.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AddArgs {
+    /// The user name (`sub` in countersignatures).
+    pub name: String,
+    /// A verified e-mail address; a CHEQ's subject may name the user by it.
+    #[arg(long)]
+    pub email: Option<String>,
+    /// Read the password as one line from standard input.
+    #[arg(long)]
+    pub password_stdin: bool,
+    #[command(flatten)]
+    pub place: Place,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PinArgs {
+    pub name: String,
+    /// Read the PIN as one line from standard input.
+    #[arg(long)]
+    pub pin_stdin: bool,
+    #[command(flatten)]
+    pub place: Place,
+}
+
+fn data_dir(place: &Place) -> Result<PathBuf, CliError> {
+    match (&place.config, &place.data_dir) {
+        (Some(config), _) => crate::confirm::CsConfig::load(config)
+            .map(|c| c.data_dir)
+            .map_err(|e| CliError::Server(e.to_string())),
+        (None, Some(dir)) => Ok(dir.clone()),
+        (None, None) => Err(CliError::Usage(
+            "usage: give --config FILE or --data-dir DIR".into(),
+        )),
+    }
+}
+
+/// One line from standard input, without its line ending.
+fn read_line_stdin(what: &str) -> Result<zeroize::Zeroizing<String>, CliError> {
+    let mut line = zeroize::Zeroizing::new(String::new());
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|source| CliError::Read {
+            path: "standard input".into(),
+            source,
+        })?;
+    let trimmed = line.trim_end_matches(['\n', '\r']).to_owned();
+    if trimmed.is_empty() {
+        return Err(CliError::Usage(format!(
+            "usage: no {what} on standard input"
+        )));
+    }
+    Ok(zeroize::Zeroizing::new(trimmed))
+}
+
+fn prompt(what: &str) -> Result<zeroize::Zeroizing<String>, CliError> {
+    let first = rpassword::prompt_password(format!("{what}: ")).map_err(|e| {
+        CliError::Usage(format!(
+            "usage: cannot ask for the {what} ({e}); use --{}-stdin",
+            if what == "PIN" { "pin" } else { "password" }
+        ))
+    })?;
+    let again = rpassword::prompt_password(format!("{what} again: "))
+        .map_err(|e| CliError::Server(e.to_string()))?;
+    if first != again {
+        return Err(CliError::Server(format!("the two {what}s differ")));
+    }
+    Ok(zeroize::Zeroizing::new(first))
+}
+
+pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
+    match args.command {
+        UserCommand::Add(a) => {
+            let dir = data_dir(&a.place)?;
+            let password = if a.password_stdin {
+                read_line_stdin("password")?
+            } else {
+                prompt("password")?
+            };
+            let account = new_account(&a.name, a.email.as_deref(), &password)
+                .map_err(|e| CliError::Server(e.to_string()))?;
+            admin::put_user(&dir, account, false).map_err(|e| CliError::Server(e.to_string()))?;
+            write_out(out, &format!("added user {}\n", a.name))
+        }
+        UserCommand::SetPin(a) => {
+            let dir = data_dir(&a.place)?;
+            let pin = if a.pin_stdin {
+                read_line_stdin("PIN")?
+            } else {
+                prompt("PIN")?
+            };
+            if !(4..=12).contains(&pin.len()) || !pin.chars().all(|c| c.is_ascii_digit()) {
+                return Err(CliError::Server("the PIN must be 4 to 12 digits".into()));
+            }
+            let hash = hash_secret(&pin).map_err(|e| CliError::Server(e.to_string()))?;
+            admin::set_pin(&dir, &a.name, hash).map_err(|e| CliError::Server(e.to_string()))?;
+            write_out(out, &format!("set the PIN of {}\n", a.name))
+        }
+    }
+}

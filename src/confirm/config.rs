@@ -1,0 +1,341 @@
+//! The confirmation server's configuration, `cheq.toml`, with environment
+//! overrides (PROTOCOL.md §2, §3, §9).
+//!
+//! ```toml
+//! listen = "127.0.0.1:8080"
+//! public_url = "http://127.0.0.1:8080"       # the confirmation URI (§1)
+//! data_dir = "data"                          # sled database, generated secrets
+//! signing_key = "keys/cs.jwk"                # generated (mode 0600) when missing
+//! # key_id = "cs-1"                          # kid of a generated key (default: random)
+//! # session_secret = "…"                     # default: generated in data_dir
+//! # session_ttl_secs = 28800                 # how long a login lasts
+//!
+//! [[resource_servers]]
+//! origin = "http://127.0.0.1:8081"
+//! path_prefix = "/cheq/"
+//! jwks = "keys/rs.pub.jwks.json"             # a file, or:
+//! # jwks_uri = "http://127.0.0.1:8081/.well-known/jwks.json"
+//! token_url = "http://127.0.0.1:8081/oauth/token"
+//! client_id = "cs"
+//! client_secret = "…"
+//! ```
+//!
+//! Environment overrides (they win over the file): `CHEQ_LISTEN`,
+//! `CHEQ_PUBLIC_URL`, `CHEQ_DATA_DIR`, `CHEQ_SIGNING_KEY`, `CHEQ_SESSION_SECRET`.
+//! Relative paths are taken relative to the working directory.
+
+use crate::cheq::uri::parse_cheq_uri;
+use crate::sign::trust::origin_of;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// Why `cheq.toml` is not usable. Every message names the key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Toml { path: String, message: String },
+    #[error("config key `{key}`: {message}")]
+    Invalid { key: String, message: String },
+}
+
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+/// One resource server this CS works for (§2, §3).
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceServerConfig {
+    /// scheme://host[:port] of the RS.
+    pub origin: String,
+    /// Resource URIs must be under this path.
+    pub path_prefix: String,
+    /// A JWKS file with the RS public keys.
+    #[serde(default)]
+    pub jwks: Option<PathBuf>,
+    /// Or a URL to fetch them from at start-up.
+    #[serde(default)]
+    pub jwks_uri: Option<String>,
+    /// The RS token endpoint (client credentials, §3).
+    pub token_url: String,
+    pub client_id: String,
+    pub client_secret: String,
+}
+
+impl std::fmt::Debug for ResourceServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResourceServerConfig")
+            .field("origin", &self.origin)
+            .field("path_prefix", &self.path_prefix)
+            .field("jwks", &self.jwks)
+            .field("jwks_uri", &self.jwks_uri)
+            .field("token_url", &self.token_url)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"<redacted>")
+            .finish()
+    }
+}
+
+/// The whole configuration.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CsConfig {
+    pub listen: String,
+    /// The confirmation URI (§1): where user apps POST resource URIs.
+    pub public_url: String,
+    pub data_dir: PathBuf,
+    pub signing_key: PathBuf,
+    #[serde(default)]
+    pub key_id: Option<String>,
+    #[serde(default)]
+    pub session_secret: Option<String>,
+    #[serde(default = "default_session_ttl")]
+    pub session_ttl_secs: i64,
+    #[serde(default)]
+    pub resource_servers: Vec<ResourceServerConfig>,
+}
+
+fn default_session_ttl() -> i64 {
+    8 * 3600
+}
+
+impl std::fmt::Debug for CsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CsConfig")
+            .field("listen", &self.listen)
+            .field("public_url", &self.public_url)
+            .field("data_dir", &self.data_dir)
+            .field("signing_key", &self.signing_key)
+            .field("key_id", &self.key_id)
+            .field(
+                "session_secret",
+                &self.session_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("session_ttl_secs", &self.session_ttl_secs)
+            .field("resource_servers", &self.resource_servers)
+            .finish()
+    }
+}
+
+impl CsConfig {
+    /// Reads a TOML file, applies the environment overrides and checks it.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let mut config: CsConfig = toml::from_str(&text).map_err(|e| ConfigError::Toml {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        config.apply_env(|k| std::env::var(k).ok());
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parses and checks TOML text (no environment).
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let config: CsConfig = toml::from_str(text).map_err(|e| ConfigError::Toml {
+            path: "cheq.toml".to_owned(),
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Applies `CHEQ_*` overrides read through `var`.
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) {
+        if let Some(v) = var("CHEQ_LISTEN") {
+            self.listen = v;
+        }
+        if let Some(v) = var("CHEQ_PUBLIC_URL") {
+            self.public_url = v;
+        }
+        if let Some(v) = var("CHEQ_DATA_DIR") {
+            self.data_dir = v.into();
+        }
+        if let Some(v) = var("CHEQ_SIGNING_KEY") {
+            self.signing_key = v.into();
+        }
+        if let Some(v) = var("CHEQ_SESSION_SECRET") {
+            self.session_secret = Some(v);
+        }
+    }
+
+    /// Checks what serde cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(invalid(
+                "listen",
+                format!(
+                    "\"{}\" is not an address such as 127.0.0.1:8080",
+                    self.listen
+                ),
+            ));
+        }
+        let url =
+            parse_cheq_uri(&self.public_url).map_err(|e| invalid("public_url", e.to_string()))?;
+        if url.query().is_some() {
+            return Err(invalid("public_url", "must not carry a query"));
+        }
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(invalid("data_dir", "must not be empty"));
+        }
+        if self.signing_key.as_os_str().is_empty() {
+            return Err(invalid("signing_key", "must not be empty"));
+        }
+        if let Some(s) = &self.session_secret {
+            if s.len() < 32 {
+                return Err(invalid("session_secret", "must be at least 32 characters"));
+            }
+        }
+        if self.session_ttl_secs < 60 {
+            return Err(invalid("session_ttl_secs", "must be at least 60"));
+        }
+        if self.resource_servers.is_empty() {
+            return Err(invalid(
+                "resource_servers",
+                "register at least one resource server ([[resource_servers]])",
+            ));
+        }
+        for (i, rs) in self.resource_servers.iter().enumerate() {
+            let key = |k: &str| format!("resource_servers[{i}].{k}");
+            let origin =
+                parse_cheq_uri(&rs.origin).map_err(|e| invalid(key("origin"), e.to_string()))?;
+            if origin.path() != "/" || origin.query().is_some() {
+                return Err(invalid(
+                    key("origin"),
+                    "must be an origin (scheme://host[:port]) with no path",
+                ));
+            }
+            if !rs.path_prefix.starts_with('/') {
+                return Err(invalid(key("path_prefix"), "must start with '/'"));
+            }
+            match (&rs.jwks, &rs.jwks_uri) {
+                (Some(_), None) => {}
+                (None, Some(uri)) => {
+                    url::Url::parse(uri).map_err(|e| invalid(key("jwks_uri"), e.to_string()))?;
+                }
+                _ => {
+                    return Err(invalid(
+                        key("jwks"),
+                        "exactly one of `jwks` (a file) and `jwks_uri` must be given",
+                    ))
+                }
+            }
+            let token = url::Url::parse(&rs.token_url)
+                .map_err(|e| invalid(key("token_url"), e.to_string()))?;
+            if origin_of(token.as_str()).is_none() {
+                return Err(invalid(key("token_url"), "must be an http(s) URL"));
+            }
+            if rs.client_id.is_empty() {
+                return Err(invalid(key("client_id"), "must not be empty"));
+            }
+            if rs.client_secret.is_empty() {
+                return Err(invalid(key("client_secret"), "must not be empty"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Is this URL served over https (cookies then get `Secure`)?
+    pub fn is_https(&self) -> bool {
+        self.public_url.starts_with("https:")
+    }
+
+    /// The path of the confirmation URI, where `POST` starts a confirmation.
+    pub fn start_path(&self) -> String {
+        url::Url::parse(&self.public_url)
+            .map(|u| u.path().trim_end_matches('/').to_owned())
+            .map(|p| if p.is_empty() { "/".to_owned() } else { p })
+            .unwrap_or_else(|_| "/".to_owned())
+    }
+
+    /// The CS origin (scheme://host[:port]), for links.
+    pub fn origin(&self) -> String {
+        url::Url::parse(&self.public_url)
+            .map(|u| u.origin().ascii_serialization())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub const GOOD: &str = r#"
+listen = "127.0.0.1:8080"
+public_url = "http://127.0.0.1:8080"
+data_dir = "data"
+signing_key = "keys/cs.jwk"
+
+[[resource_servers]]
+origin = "http://127.0.0.1:8081"
+path_prefix = "/cheq/"
+jwks = "keys/rs.pub.jwks.json"
+token_url = "http://127.0.0.1:8081/oauth/token"
+client_id = "cs"
+client_secret = "s3cret-s3cret"
+"#;
+
+    #[test]
+    fn the_documented_config_parses() {
+        let c = CsConfig::from_toml(GOOD).unwrap();
+        assert_eq!(c.start_path(), "/");
+        assert_eq!(c.origin(), "http://127.0.0.1:8080");
+        assert!(!c.is_https());
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("s3cret"), "{dbg}");
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases = [
+            (
+                GOOD.replace("listen = \"127.0.0.1:8080\"", "listen = \"x\""),
+                "listen",
+            ),
+            (
+                GOOD.replace("http://127.0.0.1:8080", "http://cs.example"),
+                "public_url",
+            ),
+            (
+                GOOD.replace("path_prefix = \"/cheq/\"", "path_prefix = \"cheq\""),
+                "resource_servers[0].path_prefix",
+            ),
+            (
+                GOOD.replace("jwks = \"keys/rs.pub.jwks.json\"", ""),
+                "resource_servers[0].jwks",
+            ),
+            (GOOD.replace("client_id = \"cs\"\n", ""), "client_id"),
+            (GOOD.replace("data_dir", "data_directory"), "data_dir"),
+        ];
+        for (text, key) in cases {
+            let e = CsConfig::from_toml(&text).unwrap_err().to_string();
+            assert!(e.contains(key), "{key}: {e}");
+        }
+    }
+
+    #[test]
+    fn environment_overrides_win() {
+        let mut c = CsConfig::from_toml(GOOD).unwrap();
+        c.apply_env(|k| match k {
+            "CHEQ_LISTEN" => Some("127.0.0.1:9999".into()),
+            "CHEQ_PUBLIC_URL" => Some("https://confirm.example/start/".into()),
+            _ => None,
+        });
+        c.validate().unwrap();
+        assert_eq!(c.listen, "127.0.0.1:9999");
+        assert_eq!(c.start_path(), "/start");
+        assert!(c.is_https());
+    }
+}

@@ -1,0 +1,636 @@
+//! The confirmation flow, shared by every front end (PROTOCOL.md §2–§6, §8):
+//! start (registered resource servers only), fetch and verify, show, decide
+//! (countersign, record durably, deliver), and keep delivering until the RS
+//! answers or the CHEQ expires, across restarts.
+//!
+//! Only a [`VerifiedCheq`] is shown as trustworthy or countersigned. A nonce is
+//! countersigned at most once: decisions on one nonce are serialised by a
+//! striped lock, the records are consulted under it, and the record is stored
+//! (flushed) before the lock is released and before delivery.
+
+use super::auth::Identity;
+use super::error::CsError;
+use super::fetch::{FetchError, RsClient};
+use super::registry::Registry;
+use super::view::{origin_of, CheqView};
+use crate::cheq::InputType;
+use crate::resource::clock::Clock;
+use crate::sign::verify::CLOCK_SKEW_SECS;
+use crate::sign::{
+    countersign, verify_resource, Channel, Context, CountersignError, Decision, DecisionInput,
+    SigningKey, TrustStore, VerifiedCheq, VerifyError,
+};
+use crate::store::records::{Claim, DecisionRecord, Delivery, Records};
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const CONFIRMATIONS: &str = "cs.confirmations";
+/// Everything a page load may take, fetch included (the user gets an answer
+/// within 15 s even from an RS that never answers).
+pub const PAGE_DEADLINE: Duration = Duration::from_secs(12);
+/// Longest wait between two delivery attempts.
+pub const MAX_BACKOFF_SECS: i64 = 30;
+const LOCK_STRIPES: usize = 64;
+
+/// A started confirmation: which resource URI, and the document last fetched.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Entry {
+    resource_uri: String,
+    rs: usize,
+    #[serde(default)]
+    document: Option<String>,
+}
+
+/// What a confirmation page shows.
+#[derive(Debug)]
+pub enum Loaded {
+    /// Verified and open: show it with Accept and Reject.
+    Open(Box<Open>),
+    /// Already decided here: show the earlier decision.
+    Decided(Box<DecisionRecord>),
+}
+
+/// An open, verified confirmation.
+#[derive(Debug)]
+pub struct Open {
+    pub id: String,
+    pub view: CheqView,
+    verified: VerifiedCheq,
+}
+
+impl Open {
+    /// The verified CHEQ behind this view (the proof that it may be shown).
+    pub fn verified(&self) -> &VerifiedCheq {
+        &self.verified
+    }
+}
+
+/// What the user decided, and how.
+#[derive(Debug, Clone)]
+pub struct DecisionRequest {
+    pub decision: Decision,
+    pub channel: Channel,
+    /// The `cheq_view` digest of the view the user decided on.
+    pub view_digest: String,
+    /// Values the user typed, by parameter name (§8).
+    pub collected: IndexMap<String, String>,
+}
+
+/// Why a decision could not be made (the page is shown again with these).
+#[derive(Debug)]
+pub enum DecideError {
+    /// Values the user typed are not acceptable; one message per problem.
+    Input(Vec<(String, String)>),
+    Other(CsError),
+}
+
+impl From<CsError> for DecideError {
+    fn from(e: CsError) -> Self {
+        DecideError::Other(e)
+    }
+}
+
+/// The confirmation server's domain.
+pub struct Cs {
+    public_url: String,
+    cs_origin: String,
+    key: SigningKey,
+    trust: TrustStore,
+    registry: Registry,
+    clients: Vec<RsClient>,
+    records: Records,
+    confirmations: sled::Tree,
+    clock: Arc<dyn Clock>,
+    locks: Vec<Mutex<()>>,
+    wake: tokio::sync::Notify,
+}
+
+impl std::fmt::Debug for Cs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cs")
+            .field("public_url", &self.public_url)
+            .finish_non_exhaustive()
+    }
+}
+
+fn id_for(resource_uri: &str) -> String {
+    crate::sign::b64::encode(Sha256::digest(resource_uri.as_bytes()))
+}
+
+impl Cs {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        db: &sled::Db,
+        public_url: &str,
+        key: SigningKey,
+        trust: TrustStore,
+        registry: Registry,
+        clients: Vec<RsClient>,
+        records: Records,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, CsError> {
+        Ok(Cs {
+            public_url: public_url.to_owned(),
+            cs_origin: origin_of(public_url),
+            key,
+            trust,
+            registry,
+            clients,
+            records,
+            confirmations: db.open_tree(CONFIRMATIONS)?,
+            clock,
+            locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            wake: tokio::sync::Notify::new(),
+        })
+    }
+
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.clock.now()
+    }
+
+    /// The CS origin, as named on its pages.
+    pub fn cs_origin(&self) -> &str {
+        &self.cs_origin
+    }
+
+    pub fn records(&self) -> &Records {
+        &self.records
+    }
+
+    /// The CS public keys (§9).
+    pub fn jwks(&self) -> serde_json::Value {
+        serde_json::json!({"keys": [self.key.public_jwk()]})
+    }
+
+    /// §2: accepts a resource URI of a registered RS and returns the id of its
+    /// confirmation page. Nothing is fetched here.
+    pub fn start(&self, resource_uri: &str) -> Result<String, CsError> {
+        let rs = self
+            .registry
+            .find(resource_uri.trim())
+            .map_err(|e| CsError::NotRegistered(e.to_string()))?;
+        let resource_uri = resource_uri.trim();
+        let id = id_for(resource_uri);
+        if self.confirmations.get(id.as_bytes())?.is_none() {
+            let entry = Entry {
+                resource_uri: resource_uri.to_owned(),
+                rs,
+                document: None,
+            };
+            let bytes = serde_json::to_vec(&entry).map_err(|e| CsError::Internal(e.to_string()))?;
+            self.confirmations.insert(id.as_bytes(), bytes)?;
+        }
+        Ok(id)
+    }
+
+    fn entry(&self, id: &str) -> Result<Entry, CsError> {
+        let bytes = self
+            .confirmations
+            .get(id.as_bytes())?
+            .ok_or(CsError::NotFound)?;
+        serde_json::from_slice(&bytes).map_err(|_| CsError::Internal(format!("entry {id} corrupt")))
+    }
+
+    fn save_document(&self, id: &str, entry: &Entry, document: &[u8]) -> Result<(), CsError> {
+        let mut entry = entry.clone();
+        entry.document = Some(String::from_utf8_lossy(document).into_owned());
+        let bytes = serde_json::to_vec(&entry).map_err(|e| CsError::Internal(e.to_string()))?;
+        self.confirmations.insert(id.as_bytes(), bytes)?;
+        Ok(())
+    }
+
+    fn client(&self, entry: &Entry) -> Result<&RsClient, CsError> {
+        self.clients
+            .get(entry.rs)
+            .ok_or_else(|| CsError::Internal("resource server no longer configured".into()))
+    }
+
+    /// §3: `GET <resource uri>` within the page deadline.
+    async fn fetch(&self, entry: &Entry) -> Result<Vec<u8>, CsError> {
+        let origin = origin_of(&entry.resource_uri);
+        let fetched = tokio::time::timeout(
+            PAGE_DEADLINE,
+            self.client(entry)?.fetch_cheq(&entry.resource_uri),
+        )
+        .await
+        .map_err(|_| CsError::Timeout {
+            origin: origin.clone(),
+        })?;
+        fetched.map_err(|e| match e {
+            FetchError::Timeout => CsError::Timeout { origin },
+            FetchError::Gone => CsError::Gone,
+            FetchError::NotFound => CsError::Untrusted {
+                origin,
+                reason: "the resource server does not know this request".into(),
+            },
+            e => CsError::Unreachable {
+                origin,
+                detail: e.to_string(),
+            },
+        })
+    }
+
+    /// §5: every rule that applies before anything is shown as trustworthy.
+    fn verify(&self, entry: &Entry, document: &[u8]) -> Result<VerifiedCheq, CsError> {
+        let ctx = Context {
+            now: self.clock.now(),
+            resource_uri: Some(&entry.resource_uri),
+            confirmation_uri: Some(&self.public_url),
+        };
+        verify_resource(document, &self.trust, &ctx).map_err(|e| match e {
+            VerifyError::Expired { expires } => CsError::Expired(expires),
+            VerifyError::NotCountersignable(reason) => {
+                CsError::NotCountersignable(reason.to_string())
+            }
+            e => CsError::Untrusted {
+                origin: origin_of(&entry.resource_uri),
+                reason: format!("rule {} of the protocol failed: {e}", e.rule()),
+            },
+        })
+    }
+
+    fn earlier(
+        &self,
+        nonce_or_uri: Option<&str>,
+        uri: &str,
+    ) -> Result<Option<DecisionRecord>, CsError> {
+        if let Some(r) = self.records.by_resource(uri)? {
+            return Ok(Some(r));
+        }
+        match nonce_or_uri {
+            Some(nonce) => Ok(self.records.get(nonce)?),
+            None => Ok(None),
+        }
+    }
+
+    fn owned(record: DecisionRecord, who: &Identity) -> Result<Loaded, CsError> {
+        if record.user != who.sub {
+            return Err(CsError::WrongUser {
+                subject: record.user,
+                user: who.sub.clone(),
+            });
+        }
+        Ok(Loaded::Decided(Box::new(record)))
+    }
+
+    /// Loads a confirmation for `who`: the earlier decision if there is one,
+    /// otherwise the CHEQ fetched from the RS and verified.
+    pub async fn load(&self, id: &str, who: &Identity) -> Result<Loaded, CsError> {
+        let entry = self.entry(id)?;
+        if let Some(record) = self.earlier(None, &entry.resource_uri)? {
+            return Self::owned(record, who);
+        }
+        let document = self.fetch(&entry).await?;
+        let verified = self.verify(&entry, &document)?;
+        let fields = verified.fields();
+        if !who.is(&fields.subject) {
+            return Err(CsError::WrongUser {
+                subject: fields.subject.clone(),
+                user: who.sub.clone(),
+            });
+        }
+        if let Some(record) = self.earlier(Some(&fields.nonce), &entry.resource_uri)? {
+            return Self::owned(record, who);
+        }
+        self.save_document(id, &entry, &document)?;
+        let view = CheqView::of(&verified, &self.cs_origin);
+        Ok(Loaded::Open(Box::new(Open {
+            id: id.to_owned(),
+            view,
+            verified,
+        })))
+    }
+
+    /// Decides: re-verifies what was shown, countersigns once, records
+    /// durably, then delivers. Returns the record (its delivery status says
+    /// whether the RS has it yet).
+    pub async fn decide(
+        &self,
+        id: &str,
+        who: &Identity,
+        request: DecisionRequest,
+    ) -> Result<DecisionRecord, DecideError> {
+        let entry = self.entry(id)?;
+        if let Some(record) = self.earlier(None, &entry.resource_uri)? {
+            return match Self::owned(record, who)? {
+                Loaded::Decided(r) => Ok(*r),
+                Loaded::Open(_) => Err(CsError::Internal("unreachable".into()).into()),
+            };
+        }
+        let document = match &entry.document {
+            Some(d) => d.as_bytes().to_vec(),
+            None => self.fetch(&entry).await?,
+        };
+        let verified = self.verify(&entry, &document)?;
+        let view = CheqView::of(&verified, &self.cs_origin);
+        if !who.is(&view.subject) {
+            return Err(CsError::WrongUser {
+                subject: view.subject.clone(),
+                user: who.sub.clone(),
+            }
+            .into());
+        }
+        if view.digest != request.view_digest {
+            return Err(CsError::Changed.into());
+        }
+        let collected = validate_collected(&verified, request.decision, &request.collected)
+            .map_err(DecideError::Input)?;
+        let record = self.sign_and_record(&verified, &view, &entry, who, &request, collected)?;
+        if !record.delivery.is_pending() {
+            return Ok(record);
+        }
+        Ok(self.deliver(&record.nonce).await.unwrap_or(record))
+    }
+
+    fn sign_and_record(
+        &self,
+        verified: &VerifiedCheq,
+        view: &CheqView,
+        entry: &Entry,
+        who: &Identity,
+        request: &DecisionRequest,
+        collected: Option<IndexMap<String, String>>,
+    ) -> Result<DecisionRecord, DecideError> {
+        let nonce = &verified.fields().nonce;
+        let stripe = Sha256::digest(nonce.as_bytes())[0] as usize % LOCK_STRIPES;
+        let _guard = self.locks[stripe]
+            .lock()
+            .map_err(|_| CsError::Internal("lock poisoned".into()))?;
+        if let Some(record) = self.records.get(nonce).map_err(CsError::from)? {
+            // A double click, a second tab, a replayed form: no second signature.
+            return match Self::owned(record, who)? {
+                Loaded::Decided(r) => Ok(*r),
+                Loaded::Open(_) => Err(CsError::Internal("unreachable".into()).into()),
+            };
+        }
+        let now = self.clock.now();
+        let document = countersign(
+            verified,
+            &self.key,
+            DecisionInput {
+                decision: request.decision,
+                sub: &who.sub,
+                also_known_as: &who.also_known_as,
+                auth_time: who.auth_time,
+                amr: &who.amr,
+                channel: request.channel,
+                view_text: &view.text,
+                collected,
+            },
+            now,
+        )
+        .map_err(|e| match e {
+            CountersignError::Expired(at) => DecideError::Other(CsError::Expired(at)),
+            CountersignError::SubjectMismatch { subject, user } => {
+                DecideError::Other(CsError::WrongUser { subject, user })
+            }
+            CountersignError::RequiredInputMissing(name) => {
+                DecideError::Input(vec![(name, "a value is required to accept".into())])
+            }
+            e => DecideError::Other(CsError::BadRequest(e.to_string())),
+        })?;
+        let record = DecisionRecord {
+            nonce: nonce.clone(),
+            user: who.sub.clone(),
+            resource_uri: entry.resource_uri.clone(),
+            resource_origin: view.resource_origin.clone(),
+            operation: view.operation.clone(),
+            operation_name: view.operation_name.clone(),
+            decision: request.decision.as_str().to_owned(),
+            channel: request.channel.as_str().to_owned(),
+            decided_at: now.timestamp(),
+            expires: verified.fields().expires.timestamp(),
+            document,
+            delivery: Delivery::Pending {
+                attempts: 0,
+                // The immediate delivery below goes first; the worker waits.
+                next_try: now.timestamp() + 15,
+                last_error: None,
+            },
+        };
+        match self.records.claim(&record).map_err(CsError::from)? {
+            Claim::Fresh => {
+                log::info!(
+                    "{} decided {} on {} ({})",
+                    record.user,
+                    record.decision,
+                    record.operation_name,
+                    record.resource_origin
+                );
+                Ok(record)
+            }
+            Claim::Existing(old) => Ok(*old),
+        }
+    }
+
+    /// One delivery attempt of a pending decision; returns the updated record.
+    pub async fn deliver(&self, nonce: &str) -> Option<DecisionRecord> {
+        let record = self.records.get(nonce).ok().flatten()?;
+        let Delivery::Pending { attempts, .. } = record.delivery else {
+            return Some(record);
+        };
+        let now = self.clock.now().timestamp();
+        if now > record.expires + CLOCK_SKEW_SECS {
+            return self
+                .records
+                .set_delivery(nonce, Delivery::Expired { at: now }, None)
+                .ok()
+                .flatten();
+        }
+        let rs = self.registry.find(&record.resource_uri).ok()?;
+        let client = self.clients.get(rs)?;
+        let answer = client
+            .deliver(&record.resource_uri, &record.decision, &record.document)
+            .await;
+        let now = self.clock.now().timestamp();
+        let delivery = match answer {
+            Ok(a) if a.status == 200 => Delivery::Delivered {
+                status: a.code,
+                at: now,
+            },
+            Ok(a) if a.status == 410 => Delivery::Expired { at: now },
+            Ok(a) if a.status == 401 || a.status == 403 => Delivery::Pending {
+                attempts: attempts + 1,
+                next_try: now + backoff(attempts + 1),
+                last_error: Some(format!("HTTP {}: {}", a.status, a.code)),
+            },
+            Ok(a) => Delivery::Refused {
+                status: a.status,
+                reason: if a.description.is_empty() {
+                    a.code
+                } else {
+                    format!("{}: {}", a.code, a.description)
+                },
+                at: now,
+            },
+            Err(e) => Delivery::Pending {
+                attempts: attempts + 1,
+                next_try: now + backoff(attempts + 1),
+                last_error: Some(e.to_string()),
+            },
+        };
+        match &delivery {
+            Delivery::Pending { last_error, .. } => log::warn!(
+                "delivery to {} pending: {}",
+                record.resource_origin,
+                last_error.as_deref().unwrap_or("")
+            ),
+            other => log::info!("delivery to {}: {}", record.resource_origin, other.label()),
+        }
+        self.records
+            .set_delivery(nonce, delivery, None)
+            .ok()
+            .flatten()
+    }
+
+    /// Wakes the delivery worker.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Delivers pending decisions whose time has come, forever: started with
+    /// the server, so decisions left pending by a previous run go out too.
+    pub async fn run_deliveries(self: Arc<Self>) {
+        loop {
+            let now = self.clock.now().timestamp();
+            let due: Vec<String> = self
+                .records
+                .pending()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|n| {
+                    self.records.get(n).ok().flatten().is_some_and(|r| {
+                        matches!(r.delivery, Delivery::Pending { next_try, .. } if next_try <= now)
+                    })
+                })
+                .collect();
+            let tasks: Vec<_> = due
+                .into_iter()
+                .map(|nonce| {
+                    let cs = self.clone();
+                    tokio::spawn(async move { cs.deliver(&nonce).await })
+                })
+                .collect();
+            for t in tasks {
+                let _ = t.await;
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.wake.notified()).await;
+        }
+    }
+
+    /// A user's decisions, newest first.
+    pub fn history(&self, who: &Identity) -> Result<Vec<DecisionRecord>, CsError> {
+        Ok(self.records.for_user(&who.sub, 500)?)
+    }
+
+    /// The signed document of one of the user's decisions (evidence).
+    pub fn evidence(&self, nonce: &str, who: &Identity) -> Result<DecisionRecord, CsError> {
+        match self.records.get(nonce)? {
+            Some(r) if r.user == who.sub => Ok(r),
+            _ => Err(CsError::NotFound),
+        }
+    }
+}
+
+/// Seconds before the next delivery attempt: 1, 2, 4, … capped at 30.
+pub fn backoff(attempts: u32) -> i64 {
+    (1i64 << attempts.min(5)).min(MAX_BACKOFF_SECS)
+}
+
+/// §8: checks the values the user typed against each parameter's `parameter
+/// input`. Returns what goes into `cheq_collected` (nothing for a rejection).
+pub fn validate_collected(
+    verified: &VerifiedCheq,
+    decision: Decision,
+    given: &IndexMap<String, String>,
+) -> Result<Option<IndexMap<String, String>>, Vec<(String, String)>> {
+    if decision == Decision::Reject {
+        return Ok(None);
+    }
+    let mut out = IndexMap::new();
+    let mut problems = Vec::new();
+    for p in &verified.cheq().parameters {
+        let Some(input) = &p.input else { continue };
+        let value = given.get(&p.name).map(|v| v.trim()).unwrap_or("");
+        if value.is_empty() {
+            if input.required {
+                problems.push((p.name.clone(), "a value is required".to_owned()));
+            }
+            continue;
+        }
+        if let Some(max) = input.max_length {
+            if value.chars().count() > max {
+                problems.push((p.name.clone(), format!("at most {max} characters")));
+                continue;
+            }
+        }
+        let well_typed = match input.input_type {
+            InputType::Text => !value.chars().any(char::is_control),
+            InputType::Digits => value.chars().all(|c| c.is_ascii_digit()),
+            InputType::Amount => is_amount(value),
+        };
+        if !well_typed {
+            let what = match input.input_type {
+                InputType::Text => "text without control characters",
+                InputType::Digits => "digits only",
+                InputType::Amount => "an amount such as 250 or 250.00",
+            };
+            problems.push((p.name.clone(), format!("must be {what}")));
+            continue;
+        }
+        if let Some(pattern) = &input.pattern {
+            match regex::Regex::new(&format!("^(?:{pattern})$")) {
+                Ok(re) if re.is_match(value) => {}
+                Ok(_) => {
+                    problems.push((p.name.clone(), "does not have the expected form".into()));
+                    continue;
+                }
+                Err(_) => {
+                    problems.push((p.name.clone(), "the request's pattern is invalid".into()));
+                    continue;
+                }
+            }
+        }
+        out.insert(p.name.clone(), value.to_owned());
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(if out.is_empty() { None } else { Some(out) })
+}
+
+fn is_amount(v: &str) -> bool {
+    let (whole, frac) = v.split_once('.').unwrap_or((v, ""));
+    !whole.is_empty()
+        && whole.len() <= 15
+        && whole.chars().all(|c| c.is_ascii_digit())
+        && (v.contains('.') && (1..=2).contains(&frac.len()) || !v.contains('.'))
+        && frac.chars().all(|c| c.is_ascii_digit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_capped_at_30_seconds() {
+        assert_eq!(
+            (1..=8).map(backoff).collect::<Vec<_>>(),
+            [2, 4, 8, 16, 30, 30, 30, 30]
+        );
+        assert_eq!(backoff(0), 1);
+    }
+
+    #[test]
+    fn amounts() {
+        for ok in ["1", "250", "250.0", "250.00", "0.5"] {
+            assert!(is_amount(ok), "{ok}");
+        }
+        for bad in ["", ".5", "250.", "250.000", "1e3", "-1", "2,50", "12 3"] {
+            assert!(!is_amount(bad), "{bad}");
+        }
+    }
+}

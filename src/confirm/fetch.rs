@@ -1,0 +1,288 @@
+//! Talking to a registered resource server (PROTOCOL.md §3, §6): an OAuth 2.0
+//! client-credentials token (RFC 6749 §4.4, scope `cheq`, through the `oauth2`
+//! crate) cached until shortly before it expires, `GET <resource uri>` for the
+//! resource-signed CHEQ, and `POST <resource uri>?accept|reject` for the
+//! decision.
+//!
+//! What comes back is bounded: a connect timeout, a total timeout per request
+//! (so a user gets an answer within 15 s even from an RS that never answers),
+//! a cap on the body read, and no redirect followed to another origin.
+
+use oauth2::basic::BasicClient;
+use oauth2::{ClientId, ClientSecret, Scope, TokenResponse, TokenUrl};
+use reqwest::header;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Longest resource-signed CHEQ read: 64 KiB of payload (§4) is 87,382
+/// base64url characters, plus the header and signature.
+pub const MAX_CHEQ_BODY: usize = 96 * 1024;
+/// Longest answer to a decision read.
+pub const MAX_ANSWER_BODY: usize = 16 * 1024;
+/// Connect timeout.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Total time one request (token, fetch or decision) may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(6);
+/// A token is renewed this long before it expires.
+const TOKEN_MARGIN: Duration = Duration::from_secs(30);
+
+/// Why talking to the RS failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FetchError {
+    #[error("the resource server could not be reached: {0}")]
+    Unreachable(String),
+    #[error("the resource server did not answer in time")]
+    Timeout,
+    #[error("the resource server's answer is larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("the resource server redirected to {0}, which is not followed")]
+    Redirected(String),
+    #[error("the resource server refused this confirmation service's credentials: {0}")]
+    Unauthorized(String),
+    #[error("the resource server does not know this confirmation")]
+    NotFound,
+    #[error("the resource server says this confirmation has expired or was already decided")]
+    Gone,
+    #[error("the resource server answered HTTP {status}: {body}")]
+    Status { status: u16, body: String },
+}
+
+impl FetchError {
+    /// Worth trying again later (the RS may come back)?
+    pub fn is_transient(&self) -> bool {
+        match self {
+            FetchError::Unreachable(_) | FetchError::Timeout => true,
+            FetchError::Status { status, .. } => *status >= 500 || *status == 429,
+            _ => false,
+        }
+    }
+}
+
+/// The RS's answer to a delivered decision (§6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionAnswer {
+    pub status: u16,
+    /// `status` for a 200, `error` otherwise.
+    pub code: String,
+    pub description: String,
+}
+
+/// A client for one resource server.
+pub struct RsClient {
+    http: reqwest::Client,
+    oauth: BasicClient<
+        oauth2::EndpointNotSet,
+        oauth2::EndpointNotSet,
+        oauth2::EndpointNotSet,
+        oauth2::EndpointNotSet,
+        oauth2::EndpointSet,
+    >,
+    token: Mutex<Option<(String, Instant)>>,
+}
+
+impl std::fmt::Debug for RsClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RsClient").finish_non_exhaustive()
+    }
+}
+
+fn classify(e: reqwest::Error) -> FetchError {
+    if e.is_timeout() {
+        FetchError::Timeout
+    } else if e.is_redirect() {
+        FetchError::Redirected(
+            e.url()
+                .map(|u| u.origin().ascii_serialization())
+                .unwrap_or_default(),
+        )
+    } else {
+        // Without the URL: it may carry the capability.
+        FetchError::Unreachable(e.without_url().to_string())
+    }
+}
+
+impl RsClient {
+    /// A client for the RS whose token endpoint is `token_url`.
+    pub fn new(token_url: &str, client_id: &str, client_secret: &str) -> Result<Self, String> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::custom(|attempt| {
+                let same_origin = attempt
+                    .previous()
+                    .first()
+                    .is_some_and(|first| first.origin() == attempt.url().origin());
+                if same_origin && attempt.previous().len() < 3 {
+                    attempt.follow()
+                } else {
+                    attempt.stop()
+                }
+            }))
+            .pool_max_idle_per_host(64)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let oauth = BasicClient::new(ClientId::new(client_id.to_owned()))
+            .set_client_secret(ClientSecret::new(client_secret.to_owned()))
+            .set_token_uri(TokenUrl::new(token_url.to_owned()).map_err(|e| e.to_string())?);
+        Ok(RsClient {
+            http,
+            oauth,
+            token: Mutex::new(None),
+        })
+    }
+
+    fn cached_token(&self) -> Option<String> {
+        let guard = self.token.lock().ok()?;
+        guard
+            .as_ref()
+            .filter(|(_, until)| Instant::now() < *until)
+            .map(|(t, _)| t.clone())
+    }
+
+    fn forget_token(&self) {
+        if let Ok(mut guard) = self.token.lock() {
+            *guard = None;
+        }
+    }
+
+    /// A bearer token for this RS, from the cache or the token endpoint.
+    pub async fn token(&self) -> Result<String, FetchError> {
+        if let Some(t) = self.cached_token() {
+            return Ok(t);
+        }
+        let answer = self
+            .oauth
+            .exchange_client_credentials()
+            .add_scope(Scope::new("cheq".to_owned()))
+            .request_async(&self.http)
+            .await
+            .map_err(|e| match e {
+                oauth2::RequestTokenError::ServerResponse(r) => {
+                    FetchError::Unauthorized(r.error().to_string())
+                }
+                oauth2::RequestTokenError::Request(e) => match e {
+                    oauth2::HttpClientError::Reqwest(e) => classify(*e),
+                    other => FetchError::Unreachable(other.to_string()),
+                },
+                other => FetchError::Unreachable(format!("token endpoint: {other}")),
+            })?;
+        let token = answer.access_token().secret().clone();
+        let lifetime = answer
+            .expires_in()
+            .unwrap_or(Duration::from_secs(60))
+            .saturating_sub(TOKEN_MARGIN)
+            .max(Duration::from_secs(1));
+        if let Ok(mut guard) = self.token.lock() {
+            *guard = Some((token.clone(), Instant::now() + lifetime));
+        }
+        Ok(token)
+    }
+
+    /// `GET <resource uri>` (§3): the resource-signed CHEQ's bytes.
+    pub async fn fetch_cheq(&self, resource_uri: &str) -> Result<Vec<u8>, FetchError> {
+        for attempt in 0..2 {
+            let token = self.token().await?;
+            let res = self
+                .http
+                .get(resource_uri)
+                .header(header::ACCEPT, "application/jose+json")
+                .bearer_auth(&token)
+                .send()
+                .await
+                .map_err(|e| classify(e))?;
+            let status = res.status().as_u16();
+            if status == 401 && attempt == 0 {
+                // The RS may have restarted and forgotten our token.
+                self.forget_token();
+                continue;
+            }
+            let body = read_limited(res, MAX_CHEQ_BODY).await?;
+            return match status {
+                200 => Ok(body),
+                300..=399 => Err(FetchError::Redirected("elsewhere".into())),
+                401 | 403 => Err(FetchError::Unauthorized(format!("HTTP {status}"))),
+                404 => Err(FetchError::NotFound),
+                410 => Err(FetchError::Gone),
+                _ => Err(FetchError::Status {
+                    status,
+                    body: snippet(&body),
+                }),
+            };
+        }
+        Err(FetchError::Unauthorized("HTTP 401".into()))
+    }
+
+    /// `POST <resource uri>?accept|reject` (§6) with the two-signature document.
+    pub async fn deliver(
+        &self,
+        resource_uri: &str,
+        decision: &str,
+        document: &str,
+    ) -> Result<DecisionAnswer, FetchError> {
+        let sep = if resource_uri.contains('?') { '&' } else { '?' };
+        let url = format!("{resource_uri}{sep}{decision}");
+        for attempt in 0..2 {
+            let token = self.token().await?;
+            let res = self
+                .http
+                .post(&url)
+                .header(header::CONTENT_TYPE, "application/jose+json")
+                .bearer_auth(&token)
+                .body(document.to_owned())
+                .send()
+                .await
+                .map_err(|e| classify(e))?;
+            let status = res.status().as_u16();
+            if status == 401 && attempt == 0 {
+                self.forget_token();
+                continue;
+            }
+            let body = read_limited(res, MAX_ANSWER_BODY).await?;
+            if status >= 500 || status == 429 || (300..400).contains(&status) {
+                return Err(FetchError::Status {
+                    status,
+                    body: snippet(&body),
+                });
+            }
+            let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let text = |k: &str| {
+                json.get(k)
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            let code = if status == 200 {
+                text("status")
+            } else {
+                text("error")
+            };
+            return Ok(DecisionAnswer {
+                status,
+                code,
+                description: text("error_description"),
+            });
+        }
+        Err(FetchError::Unauthorized("HTTP 401".into()))
+    }
+}
+
+/// Reads at most `limit` bytes of a body, refusing a longer one.
+async fn read_limited(mut res: reqwest::Response, limit: usize) -> Result<Vec<u8>, FetchError> {
+    if res.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(FetchError::TooLarge(limit));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = res.chunk().await.map_err(|e| classify(e))? {
+        if body.len() + chunk.len() > limit {
+            return Err(FetchError::TooLarge(limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The start of a body, for an error message.
+fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
+    crate::cli::one_line(&text)
+}

@@ -1,0 +1,139 @@
+//! What the user is shown (PROTOCOL.md §4, §5 `cheq_view`): a view model built
+//! from a [`VerifiedCheq`] only, and the exact text whose SHA-256 becomes
+//! `cheq_view` in the countersignature. The HTML page shows the same facts as
+//! this text, element by element.
+
+use crate::cheq::{InputType, Parameter};
+use crate::sign::{b64, VerifiedCheq};
+use chrono::SecondsFormat;
+
+/// One parameter as shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamView {
+    pub index: usize,
+    pub name: String,
+    pub description: Option<String>,
+    pub value: Option<String>,
+    pub input: Option<InputView>,
+}
+
+/// A value the user must type (§8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputView {
+    pub kind: &'static str,
+    pub required: bool,
+    pub max_length: Option<usize>,
+    pub pattern: Option<String>,
+    pub sensitive: bool,
+}
+
+/// Everything a confirmation page or voice view shows of a verified CHEQ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheqView {
+    pub resource_origin: String,
+    pub resource_uri: String,
+    pub operation: String,
+    pub operation_name: String,
+    pub parameters: Vec<ParamView>,
+    pub subject: String,
+    pub expires: String,
+    pub language: String,
+    pub nonce: String,
+    /// The exact text shown (see [`view_text`]).
+    pub text: String,
+    /// base64url SHA-256 of `text`: the `cheq_view` claim.
+    pub digest: String,
+}
+
+fn param_view(index: usize, p: &Parameter) -> ParamView {
+    ParamView {
+        index,
+        name: p.name.clone(),
+        description: p.description.clone(),
+        value: p.value.clone(),
+        input: p.input.as_ref().map(|i| InputView {
+            kind: match i.input_type {
+                InputType::Text => "text",
+                InputType::Digits => "digits",
+                InputType::Amount => "amount",
+            },
+            required: i.required,
+            max_length: i.max_length,
+            pattern: i.pattern.clone(),
+            sensitive: i.sensitive,
+        }),
+    }
+}
+
+/// The origin (scheme://host[:port]) of a URI.
+pub fn origin_of(uri: &str) -> String {
+    url::Url::parse(uri)
+        .map(|u| u.origin().ascii_serialization())
+        .unwrap_or_else(|_| uri.to_owned())
+}
+
+impl CheqView {
+    /// The view of a verified CHEQ, as shown by the CS at `cs_origin`.
+    pub fn of(verified: &VerifiedCheq, cs_origin: &str) -> Self {
+        let cheq = verified.cheq();
+        let fields = verified.fields();
+        let parameters: Vec<ParamView> = cheq
+            .parameters
+            .iter()
+            .enumerate()
+            .map(|(i, p)| param_view(i, p))
+            .collect();
+        let mut view = CheqView {
+            resource_origin: origin_of(&fields.resource_uri),
+            resource_uri: fields.resource_uri.clone(),
+            operation: cheq.operation.clone(),
+            operation_name: cheq.operation_name.clone(),
+            parameters,
+            subject: fields.subject.clone(),
+            expires: fields.expires.to_rfc3339_opts(SecondsFormat::Secs, true),
+            language: cheq.language.clone(),
+            nonce: fields.nonce.clone(),
+            text: String::new(),
+            digest: String::new(),
+        };
+        view.text = view_text(&view, cs_origin);
+        view.digest = b64::sha256(view.text.as_bytes());
+        view
+    }
+}
+
+/// The exact text the confirmation page shows, line by line, in page order.
+/// Its SHA-256 is `cheq_view`.
+pub fn view_text(v: &CheqView, cs_origin: &str) -> String {
+    let mut t = String::new();
+    t.push_str(&format!(
+        "This page belongs to the confirmation service at {cs_origin}, not to the AI agent.\n"
+    ));
+    t.push_str(&format!("Requested by: {}\n", v.resource_origin));
+    t.push_str(&format!("Operation: {}\n", v.operation_name));
+    t.push_str(&format!("Operation URI: {}\n", v.operation));
+    for p in &v.parameters {
+        t.push_str(&format!("Parameter: {}\n", p.name));
+        if let Some(d) = &p.description {
+            t.push_str(&format!("  Description: {d}\n"));
+        }
+        match (&p.value, &p.input) {
+            (Some(value), _) => t.push_str(&format!("  Value: {value}\n")),
+            (None, Some(i)) => t.push_str(&format!(
+                "  Value: to be entered by you ({}{}{})\n",
+                i.kind,
+                if i.required {
+                    ", required"
+                } else {
+                    ", optional"
+                },
+                if i.sensitive { ", private" } else { "" }
+            )),
+            (None, None) => t.push_str("  Value: (none)\n"),
+        }
+    }
+    t.push_str(&format!("For: {}\n", v.subject));
+    t.push_str(&format!("Expires: {}\n", v.expires));
+    t.push_str("Do you accept or reject this request?\n");
+    t
+}
