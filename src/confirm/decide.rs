@@ -68,6 +68,29 @@ impl Open {
     }
 }
 
+/// The outcome of a decision request.
+#[derive(Debug, Clone)]
+pub struct Decided {
+    pub record: DecisionRecord,
+    /// True when the nonce had been decided before: nothing new was signed.
+    pub earlier: bool,
+}
+
+impl Decided {
+    fn earlier(record: DecisionRecord, who: &Identity) -> Result<Self, CsError> {
+        if record.user != who.sub {
+            return Err(CsError::WrongUser {
+                subject: record.user,
+                user: who.sub.clone(),
+            });
+        }
+        Ok(Decided {
+            record,
+            earlier: true,
+        })
+    }
+}
+
 /// What the user decided, and how.
 #[derive(Debug, Clone)]
 pub struct DecisionRequest {
@@ -267,13 +290,9 @@ impl Cs {
     }
 
     fn owned(record: DecisionRecord, who: &Identity) -> Result<Loaded, CsError> {
-        if record.user != who.sub {
-            return Err(CsError::WrongUser {
-                subject: record.user,
-                user: who.sub.clone(),
-            });
-        }
-        Ok(Loaded::Decided(Box::new(record)))
+        Ok(Loaded::Decided(Box::new(
+            Decided::earlier(record, who)?.record,
+        )))
     }
 
     /// Loads a confirmation for `who`: the earlier decision if there is one,
@@ -312,13 +331,10 @@ impl Cs {
         id: &str,
         who: &Identity,
         request: DecisionRequest,
-    ) -> Result<DecisionRecord, DecideError> {
+    ) -> Result<Decided, DecideError> {
         let entry = self.entry(id)?;
         if let Some(record) = self.earlier(None, &entry.resource_uri)? {
-            return match Self::owned(record, who)? {
-                Loaded::Decided(r) => Ok(*r),
-                Loaded::Open(_) => Err(CsError::Internal("unreachable".into()).into()),
-            };
+            return Ok(Decided::earlier(record, who)?);
         }
         let document = match &entry.document {
             Some(d) => d.as_bytes().to_vec(),
@@ -338,11 +354,18 @@ impl Cs {
         }
         let collected = validate_collected(&verified, request.decision, &request.collected)
             .map_err(DecideError::Input)?;
-        let record = self.sign_and_record(&verified, &view, &entry, who, &request, collected)?;
-        if !record.delivery.is_pending() {
-            return Ok(record);
+        let decided = self.sign_and_record(&verified, &view, &entry, who, &request, collected)?;
+        if decided.earlier || !decided.record.delivery.is_pending() {
+            return Ok(decided);
         }
-        Ok(self.deliver(&record.nonce).await.unwrap_or(record))
+        let record = match self.deliver(&decided.record.nonce).await {
+            Some(r) => r,
+            None => decided.record,
+        };
+        Ok(Decided {
+            record,
+            earlier: false,
+        })
     }
 
     fn sign_and_record(
@@ -353,7 +376,7 @@ impl Cs {
         who: &Identity,
         request: &DecisionRequest,
         collected: Option<IndexMap<String, String>>,
-    ) -> Result<DecisionRecord, DecideError> {
+    ) -> Result<Decided, DecideError> {
         let nonce = &verified.fields().nonce;
         let stripe = Sha256::digest(nonce.as_bytes())[0] as usize % LOCK_STRIPES;
         let _guard = self.locks[stripe]
@@ -361,10 +384,7 @@ impl Cs {
             .map_err(|_| CsError::Internal("lock poisoned".into()))?;
         if let Some(record) = self.records.get(nonce).map_err(CsError::from)? {
             // A double click, a second tab, a replayed form: no second signature.
-            return match Self::owned(record, who)? {
-                Loaded::Decided(r) => Ok(*r),
-                Loaded::Open(_) => Err(CsError::Internal("unreachable".into()).into()),
-            };
+            return Ok(Decided::earlier(record, who)?);
         }
         let now = self.clock.now();
         let document = countersign(
@@ -420,9 +440,12 @@ impl Cs {
                     record.operation_name,
                     record.resource_origin
                 );
-                Ok(record)
+                Ok(Decided {
+                    record,
+                    earlier: false,
+                })
             }
-            Claim::Existing(old) => Ok(*old),
+            Claim::Existing(old) => Ok(Decided::earlier(*old, who)?),
         }
     }
 

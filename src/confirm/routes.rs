@@ -547,10 +547,11 @@ async fn decide(
         view_digest,
         collected: collected.clone(),
     };
+    let collected = collected;
     match state.cs.decide(&id, &who, request).await {
-        Ok(r) => {
+        Ok(d) => {
             state.cs.wake();
-            outcome(&state, &session_id, &who, &r, false)
+            outcome(&state, &session_id, &who, &d.record, d.earlier)
         }
         Err(DecideError::Other(e)) => Err(e),
         Err(DecideError::Input(errors)) => {
@@ -564,10 +565,9 @@ async fn decide(
                         user: &who.sub,
                         csrf: state.sessions.csrf_token(&session_id),
                         errors: &errors,
-                        entered: &IndexMap::new(),
+                        entered: &collected,
                         cs_origin: &state.cs_origin(),
                     };
-                    let _ = collected;
                     Ok(html(
                         actix_web::http::StatusCode::UNPROCESSABLE_ENTITY,
                         render(&page)?,
