@@ -47,6 +47,20 @@ fn write_0600(path: &Path, text: &str) -> Result<(), CliError> {
     Ok(())
 }
 
+fn set_pin(accounts: &crate::confirm::auth::Accounts, pin: &str) -> Result<(), CliError> {
+    if !(4..=12).contains(&pin.len()) || !pin.chars().all(|c| c.is_ascii_digit()) {
+        return Err(CliError::Server(
+            "CHEQ_DEMO_PIN must be 4 to 12 digits".into(),
+        ));
+    }
+    let mut alice = accounts
+        .get("alice")
+        .map_err(server)?
+        .ok_or_else(|| CliError::Internal("alice was not created".into()))?;
+    alice.pin_hash = Some(crate::confirm::auth::hash_secret(pin).map_err(server)?);
+    accounts.put(&alice, true).map_err(server)
+}
+
 fn toml_path(p: &Path) -> String {
     p.display()
         .to_string()
@@ -81,6 +95,15 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     }
 
     let cs_secret = crate::sign::b64::encode(rand::random::<[u8; 24]>());
+    // The voice gateway of the raw API (§10).
+    let (gateway_secret, gateway_line) = match std::env::var("CHEQ_DEMO_GATEWAY_SECRET") {
+        Ok(s) if !s.is_empty() => (s, "secret from CHEQ_DEMO_GATEWAY_SECRET".to_owned()),
+        _ => {
+            let s = crate::sign::b64::encode(rand::random::<[u8; 18]>());
+            (s.clone(), format!("secret {s}"))
+        }
+    };
+    let gateway_hash = crate::confirm::auth::hash_secret(&gateway_secret).map_err(server)?;
     let agent_secret = std::env::var("CHEQ_AGENT_SECRET")
         .unwrap_or_else(|_| super::agent::DEMO_AGENT_SECRET.to_owned());
     let rs_toml = format!(
@@ -126,6 +149,10 @@ jwks = "{rs_jwks}"
 token_url = "{rs_url}/oauth/token"
 client_id = "cs"
 client_secret = "{cs_secret}"
+
+[[gateways]]
+client_id = "voice-gw"
+secret_hash = "{gateway_hash}"
 "#,
         cs_port = args.cs_port,
         cs_data = toml_path(&dir.join("cs")),
@@ -163,6 +190,21 @@ client_secret = "{cs_secret}"
             },
         };
 
+        let pin_line = match std::env::var("CHEQ_DEMO_PIN") {
+            Ok(pin) if !pin.is_empty() => {
+                set_pin(&cs_state.accounts, &pin)?;
+                "PIN from CHEQ_DEMO_PIN".to_owned()
+            }
+            _ => match cs_state.accounts.get("alice").map_err(server)? {
+                Some(a) if a.pin_hash.is_some() => "PIN from an earlier run (unchanged)".to_owned(),
+                _ => {
+                    let pin = format!("{:06}", rand::random::<u32>() % 1_000_000);
+                    set_pin(&cs_state.accounts, &pin)?;
+                    format!("PIN {pin}")
+                }
+            },
+        };
+
         let rs_listener = std::net::TcpListener::bind(&rs_config.listen).map_err(|e| {
             server(format!("cannot listen on {}: {e}", rs_config.listen))
         })?;
@@ -179,7 +221,8 @@ client_secret = "{cs_secret}"
                 "CHEQ demo is running.\n\
                  \n  confirmation server  {cs_url}   (config {cs_cfg})\
                  \n  resource server      {rs_url}   (config {rs_cfg})\
-                 \n  user                 alice, {password_line}\
+                 \n  user                 alice, {password_line}; voice {pin_line}\
+                 \n  voice gateway        voice-gw, {gateway_line} (raw API: {cs_url}/api/v1/)\
                  \n\nIn another terminal, play the agent:\n\
                  \n  cheq agent --rs {rs_url} --tool book_flight --param flight_number=UA23 \\\
                  \n      --param flight_date=2026-12-08 --param cabin_class=BUSINESS --param price_usd=1200\n\

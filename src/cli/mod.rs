@@ -65,6 +65,8 @@ pub enum Command {
     User(user::Args),
     /// Run the demo: confirmation server + reference resource server + user alice.
     Demo(demo::Args),
+    /// Print the argon2 hash of a secret read from standard input.
+    HashSecret(user::HashArgs),
 }
 
 /// Runs one parsed command, writing its result to `out`.
@@ -80,6 +82,7 @@ pub fn dispatch(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Serve(args) => servers::serve(args, out),
         Command::User(args) => user::run(args, out),
         Command::Demo(args) => demo::run(args, out),
+        Command::HashSecret(args) => user::hash_secret_cmd(args, out),
     }
 }
 

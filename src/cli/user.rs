@@ -136,3 +136,19 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         }
     }
 }
+
+/// Print the argon2 hash of a secret read from standard input (for
+/// `secret_hash` of a `[[gateways]]` entry in the CS configuration).
+#[derive(Debug, clap::Args)]
+pub struct HashArgs {}
+
+pub fn hash_secret_cmd(_args: HashArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let secret = read_line_stdin("secret")?;
+    if secret.len() < 16 {
+        return Err(CliError::Server(
+            "a gateway secret must be at least 16 characters".into(),
+        ));
+    }
+    let hash = hash_secret(&secret).map_err(|e| CliError::Server(e.to_string()))?;
+    write_out(out, &format!("{hash}\n"))
+}

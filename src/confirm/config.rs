@@ -18,6 +18,11 @@
 //! token_url = "http://127.0.0.1:8081/oauth/token"
 //! client_id = "cs"
 //! client_secret = "…"
+//!
+//! [[gateways]]                               # voice gateways for the raw API (§10)
+//! client_id = "voice-gw"
+//! secret_hash = "$argon2id$…"                # `cheq hash-secret` makes one
+//! # api_token_ttl_secs = 300                 # (top level) lifetime of a user token
 //! ```
 //!
 //! Environment overrides (they win over the file): `CHEQ_LISTEN`,
@@ -85,6 +90,23 @@ impl std::fmt::Debug for ResourceServerConfig {
     }
 }
 
+/// A voice gateway registered for the raw API (§10).
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    pub client_id: String,
+    /// The argon2 hash of its secret (`cheq hash-secret` makes one).
+    pub secret_hash: String,
+}
+
+impl std::fmt::Debug for GatewayConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayConfig")
+            .field("client_id", &self.client_id)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The whole configuration.
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -102,6 +124,16 @@ pub struct CsConfig {
     pub session_ttl_secs: i64,
     #[serde(default)]
     pub resource_servers: Vec<ResourceServerConfig>,
+    /// Voice gateways allowed to use the raw API (§10).
+    #[serde(default)]
+    pub gateways: Vec<GatewayConfig>,
+    /// Lifetime of a raw-API user token.
+    #[serde(default = "default_api_token_ttl")]
+    pub api_token_ttl_secs: i64,
+}
+
+fn default_api_token_ttl() -> i64 {
+    300
 }
 
 fn default_session_ttl() -> i64 {
@@ -122,6 +154,8 @@ impl std::fmt::Debug for CsConfig {
             )
             .field("session_ttl_secs", &self.session_ttl_secs)
             .field("resource_servers", &self.resource_servers)
+            .field("gateways", &self.gateways)
+            .field("api_token_ttl_secs", &self.api_token_ttl_secs)
             .finish()
     }
 }
@@ -243,6 +277,23 @@ impl CsConfig {
             if rs.client_secret.is_empty() {
                 return Err(invalid(key("client_secret"), "must not be empty"));
             }
+        }
+        for (i, g) in self.gateways.iter().enumerate() {
+            if g.client_id.is_empty() || g.client_id.contains(':') {
+                return Err(invalid(
+                    format!("gateways[{i}].client_id"),
+                    "must be non-empty and contain no ':'",
+                ));
+            }
+            if argon2::password_hash::PasswordHash::new(&g.secret_hash).is_err() {
+                return Err(invalid(
+                    format!("gateways[{i}].secret_hash"),
+                    "must be an argon2 hash ($argon2id$…); make one with `cheq hash-secret`",
+                ));
+            }
+        }
+        if !(10..=3600).contains(&self.api_token_ttl_secs) {
+            return Err(invalid("api_token_ttl_secs", "must be from 10 to 3600"));
         }
         Ok(())
     }

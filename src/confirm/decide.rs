@@ -91,15 +91,56 @@ impl Decided {
     }
 }
 
+/// The key of the "acknowledge the warnings" problem in [`DecideError::Input`].
+pub const WARNINGS_KEY: &str = "#warnings";
+
+/// Values the user typed (§8).
+#[derive(Debug, Clone)]
+pub enum Collected {
+    /// By parameter name (the raw API).
+    ByName(IndexMap<String, String>),
+    /// By parameter position (the HTML form, whose field names must not
+    /// depend on text that may hold hidden characters).
+    ByIndex(Vec<(usize, String)>),
+}
+
+impl Collected {
+    fn by_name(&self, verified: &VerifiedCheq) -> IndexMap<String, String> {
+        match self {
+            Collected::ByName(m) => m.clone(),
+            Collected::ByIndex(v) => v
+                .iter()
+                .filter_map(|(i, value)| {
+                    verified
+                        .cheq()
+                        .parameters
+                        .get(*i)
+                        .map(|p| (p.name.clone(), value.clone()))
+                })
+                .collect(),
+        }
+    }
+}
+
 /// What the user decided, and how.
 #[derive(Debug, Clone)]
 pub struct DecisionRequest {
     pub decision: Decision,
     pub channel: Channel,
-    /// The `cheq_view` digest of the view the user decided on.
-    pub view_digest: String,
-    /// Values the user typed, by parameter name (§8).
-    pub collected: IndexMap<String, String>,
+    /// The `cheq_view` digest of the view the user decided on, when the
+    /// front end knows it (the HTML form carries it).
+    pub view_digest: Option<String>,
+    pub collected: Collected,
+    /// The user took the extra step that accepting despite warnings needs.
+    pub warnings_acknowledged: bool,
+}
+
+/// The text shown on `channel` and its digest (`cheq_view`).
+fn shown(view: &CheqView, channel: Channel) -> (&str, &str) {
+    match channel {
+        Channel::Voice => (&view.voice_text, &view.voice_digest),
+        _ => (&view.text, &view.digest),
+    }
 }
 
 /// Why a decision could not be made (the page is shown again with these).
@@ -342,18 +383,30 @@ impl Cs {
         };
         let verified = self.verify(&entry, &document)?;
         let view = CheqView::of(&verified, &self.cs_origin);
-        if !who.is(&view.subject) {
+        if !who.is(&verified.fields().subject) {
             return Err(CsError::WrongUser {
-                subject: view.subject.clone(),
+                subject: verified.fields().subject.clone(),
                 user: who.sub.clone(),
             }
             .into());
         }
-        if view.digest != request.view_digest {
+        let (_, digest) = shown(&view, request.channel);
+        if request.view_digest.as_deref().is_some_and(|d| d != digest) {
             return Err(CsError::Changed.into());
         }
-        let collected = validate_collected(&verified, request.decision, &request.collected)
+        let by_name = request.collected.by_name(&verified);
+        let collected = validate_collected(&verified, request.decision, &by_name)
             .map_err(DecideError::Input)?;
+        if request.decision == Decision::Accept
+            && !view.warnings.is_empty()
+            && !request.warnings_acknowledged
+        {
+            return Err(DecideError::Input(vec![(
+                WARNINGS_KEY.to_owned(),
+                "this request carries warnings: confirm that you have read them before accepting"
+                    .to_owned(),
+            )]));
+        }
         let decided = self.sign_and_record(&verified, &view, &entry, who, &request, collected)?;
         if decided.earlier || !decided.record.delivery.is_pending() {
             return Ok(decided);
@@ -397,8 +450,8 @@ impl Cs {
                 auth_time: who.auth_time,
                 amr: &who.amr,
                 channel: request.channel,
-                view_text: &view.text,
-                collected,
+                view_text: shown(view, request.channel).0,
+                collected: collected.clone(),
             },
             now,
         )

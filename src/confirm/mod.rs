@@ -5,14 +5,18 @@
 //! - [`fetch`]: the OAuth client and the bounded HTTP client towards an RS (§3, §6).
 //! - [`auth`]: local accounts, sessions, CSRF tokens, failed-login limits.
 //! - [`view`]: what the user is shown, and the text `cheq_view` hashes (§5).
+//! - [`voice`]: the speakable text and SSML of the voice view (§10).
+//! - [`warnings`]: deceptive-text warnings (§10).
 //! - [`decide`]: the flow shared by every front end: start, load, decide,
 //!   deliver with retries (§2–§6).
 //! - [`routes`]: the browser front end (actix-web, askama pages).
+//! - [`api`]: the raw JSON API for voice gateways (§10).
 //! - [`admin`]: the local admin socket (`cheq user add` while the server runs).
 //! - [`server`]: start-up: keys, trust, database, state, listener.
 //! - [`error`]: the error type and its single mapping to statuses and pages.
 
 pub mod admin;
+pub mod api;
 pub mod auth;
 pub mod config;
 pub mod decide;
@@ -22,6 +26,8 @@ pub mod registry;
 pub mod routes;
 pub mod server;
 pub mod view;
+pub mod voice;
+pub mod warnings;
 
 pub use config::{ConfigError, CsConfig};
 pub use decide::Cs;

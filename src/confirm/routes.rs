@@ -13,7 +13,7 @@
 //! | `GET /.well-known/jwks.json`, `GET /healthz`, `GET /static/style.css` | |
 
 use super::auth::{Accounts, Authenticator, Identity, RateLimiter, Sessions};
-use super::decide::{Cs, DecideError, DecisionRequest, Loaded};
+use super::decide::{Collected, Cs, DecideError, DecisionRequest, Loaded, WARNINGS_KEY};
 use super::error::CsError;
 use super::view::CheqView;
 use crate::sign::{Channel, Decision};
@@ -44,6 +44,8 @@ pub struct CsState {
     pub login_limiter: RateLimiter,
     pub start_path: String,
     pub secure_cookies: bool,
+    /// The raw API (§10), sharing `cs`.
+    pub api: web::Data<super::api::Api>,
 }
 
 impl std::fmt::Debug for CsState {
@@ -65,6 +67,7 @@ pub fn security_headers() -> DefaultHeaders {
 /// Registers the routes and the state (used by the server and by tests).
 pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<CsState>) {
     let start = state.start_path.clone();
+    super::api::configure(cfg, state.api.clone());
     cfg.app_data(state)
         .app_data(
             web::FormConfig::default()
@@ -228,6 +231,9 @@ impl ConfirmPage<'_> {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, m)| m.as_str())
+    }
+    fn warnings_error(&self) -> Option<&str> {
+        self.error_for(WARNINGS_KEY)
     }
     fn entered_for(&self, name: &str) -> &str {
         self.entered.get(name).map(String::as_str).unwrap_or("")
@@ -537,17 +543,20 @@ async fn decide(
         .and_then(Decision::parse)
         .ok_or_else(|| CsError::BadRequest("the decision must be accept or reject".into()))?;
     let view_digest = field("view").unwrap_or_default().to_owned();
-    let collected: IndexMap<String, String> = fields
+    let by_index: Vec<(usize, String)> = fields
         .iter()
-        .filter_map(|(k, v)| k.strip_prefix("input:").map(|n| (n.to_owned(), v.clone())))
+        .filter_map(|(k, v)| {
+            let i = k.strip_prefix("input:")?.parse().ok()?;
+            Some((i, v.clone()))
+        })
         .collect();
     let request = DecisionRequest {
         decision,
         channel: Channel::Html,
-        view_digest,
-        collected: collected.clone(),
+        view_digest: Some(view_digest),
+        collected: Collected::ByIndex(by_index.clone()),
+        warnings_acknowledged: field("acknowledge_warnings") == Some("yes"),
     };
-    let collected = collected;
     match state.cs.decide(&id, &who, request).await {
         Ok(d) => {
             state.cs.wake();
@@ -559,13 +568,22 @@ async fn decide(
             match state.cs.load(&id, &who).await? {
                 Loaded::Decided(r) => outcome(&state, &session_id, &who, &r, true),
                 Loaded::Open(open) => {
+                    // Typed values are shown again, except sensitive ones.
+                    let entered: IndexMap<String, String> = by_index
+                        .into_iter()
+                        .filter_map(|(i, v)| {
+                            let p = open.view.parameters.get(i)?;
+                            let sensitive = p.input.as_ref().is_some_and(|x| x.sensitive);
+                            (!sensitive).then(|| (p.raw_name.clone(), v))
+                        })
+                        .collect();
                     let page = ConfirmPage {
                         id: &open.id,
                         v: &open.view,
                         user: &who.sub,
                         csrf: state.sessions.csrf_token(&session_id),
                         errors: &errors,
-                        entered: &collected,
+                        entered: &entered,
                         cs_origin: &state.cs_origin(),
                     };
                     Ok(html(

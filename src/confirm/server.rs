@@ -120,11 +120,20 @@ pub async fn build_state(
         registry,
         clients,
         records,
-        clock,
+        clock.clone(),
     )
     .map_err(|e| db_err(e.to_string()))?;
+    let cs = Arc::new(cs);
+    let api = super::api::Api::new(
+        cs.clone(),
+        accounts.clone(),
+        config.gateways.clone(),
+        config.api_token_ttl_secs,
+        clock,
+    );
     Ok(web::Data::new(CsState {
-        cs: Arc::new(cs),
+        cs,
+        api: web::Data::new(api),
         accounts,
         sessions,
         login_limiter: RateLimiter::new(5, 2, 900),

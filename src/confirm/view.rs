@@ -3,6 +3,7 @@
 //! `cheq_view` in the countersignature. The HTML page shows the same facts as
 //! this text, element by element.
 
+use super::warnings::{check, visible, Warning};
 use crate::cheq::{InputType, Parameter};
 use crate::sign::{b64, VerifiedCheq};
 use chrono::SecondsFormat;
@@ -11,6 +12,9 @@ use chrono::SecondsFormat;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParamView {
     pub index: usize,
+    /// The name exactly as in the CHEQ (the key of `cheq_collected`).
+    pub raw_name: String,
+    /// The name as shown: hidden characters made visible.
     pub name: String,
     pub description: Option<String>,
     pub value: Option<String>,
@@ -39,18 +43,26 @@ pub struct CheqView {
     pub expires: String,
     pub language: String,
     pub nonce: String,
+    /// What could deceive a reader or listener.
+    pub warnings: Vec<Warning>,
     /// The exact text shown (see [`view_text`]).
     pub text: String,
-    /// base64url SHA-256 of `text`: the `cheq_view` claim.
+    /// base64url SHA-256 of `text`: the `cheq_view` claim of an html decision.
     pub digest: String,
+    /// The voice reading (see [`super::voice`]) and its SSML.
+    pub voice_text: String,
+    pub voice_ssml: String,
+    /// base64url SHA-256 of `voice_text`: `cheq_view` of a voice decision.
+    pub voice_digest: String,
 }
 
 fn param_view(index: usize, p: &Parameter) -> ParamView {
     ParamView {
         index,
-        name: p.name.clone(),
-        description: p.description.clone(),
-        value: p.value.clone(),
+        raw_name: p.name.clone(),
+        name: visible(&p.name),
+        description: p.description.as_deref().map(visible),
+        value: p.value.as_deref().map(visible),
         input: p.input.as_ref().map(|i| InputView {
             kind: match i.input_type {
                 InputType::Text => "text",
@@ -83,21 +95,41 @@ impl CheqView {
             .enumerate()
             .map(|(i, p)| param_view(i, p))
             .collect();
+        let mut warnings = check("operation name", &cheq.operation_name);
+        warnings.extend(check("operation", &cheq.operation));
+        for p in &cheq.parameters {
+            warnings.extend(check(&p.name, &p.name));
+            for text in [&p.description, &p.value].into_iter().flatten() {
+                for w in check(&p.name, text) {
+                    if !warnings.contains(&w) {
+                        warnings.push(w);
+                    }
+                }
+            }
+        }
         let mut view = CheqView {
             resource_origin: origin_of(&fields.resource_uri),
             resource_uri: fields.resource_uri.clone(),
-            operation: cheq.operation.clone(),
-            operation_name: cheq.operation_name.clone(),
+            operation: visible(&cheq.operation),
+            operation_name: visible(&cheq.operation_name),
             parameters,
-            subject: fields.subject.clone(),
+            subject: visible(&fields.subject),
             expires: fields.expires.to_rfc3339_opts(SecondsFormat::Secs, true),
             language: cheq.language.clone(),
             nonce: fields.nonce.clone(),
+            warnings,
             text: String::new(),
             digest: String::new(),
+            voice_text: String::new(),
+            voice_ssml: String::new(),
+            voice_digest: String::new(),
         };
         view.text = view_text(&view, cs_origin);
         view.digest = b64::sha256(view.text.as_bytes());
+        let (voice_text, voice_ssml) = super::voice::voice_view(&view, &view.warnings, cs_origin);
+        view.voice_digest = b64::sha256(voice_text.as_bytes());
+        view.voice_text = voice_text;
+        view.voice_ssml = voice_ssml;
         view
     }
 }
@@ -134,6 +166,9 @@ pub fn view_text(v: &CheqView, cs_origin: &str) -> String {
     }
     t.push_str(&format!("For: {}\n", v.subject));
     t.push_str(&format!("Expires: {}\n", v.expires));
+    for w in &v.warnings {
+        t.push_str(&format!("Warning: {}: {}\n", w.parameter, w.detail));
+    }
     t.push_str("Do you accept or reject this request?\n");
     t
 }

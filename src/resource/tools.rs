@@ -3,7 +3,7 @@
 //!
 //! - `book_flight` (`flight_number`, `flight_date`, `cabin_class`, `price_usd`):
 //!   needs confirmation when `price_usd` is above the configured threshold.
-//! - `transfer_funds` (optional `memo`): always needs confirmation; the CHEQ asks
+//! - `transfer_funds` (optional `payee`, `memo`): always needs confirmation; the CHEQ asks
 //!   the user, outside the agent's reach, for `from account`, `to account` and
 //!   `amount` (§8). Its result says only whether the transfer was made.
 //!
@@ -128,14 +128,24 @@ pub fn catalogue() -> Vec<Tool> {
             description: "Transfer money between the user's accounts. The user enters \
                           the accounts and the amount when confirming; the agent never \
                           sees them.",
-            inputs: vec![InputParam {
-                id: "memo",
-                name: "memo",
-                description: "A short note shown to the user with the request.",
-                kind: InputKind::String,
-                required: false,
-                max_len: 140,
-            }],
+            inputs: vec![
+                InputParam {
+                    id: "payee",
+                    name: "payee",
+                    description: "Who is paid, as the agent names them (shown to the user).",
+                    kind: InputKind::String,
+                    required: false,
+                    max_len: 140,
+                },
+                InputParam {
+                    id: "memo",
+                    name: "memo",
+                    description: "A short note shown to the user with the request.",
+                    kind: InputKind::String,
+                    required: false,
+                    max_len: 140,
+                },
+            ],
             outputs: vec![
                 ("status", "Transfer status", "string"),
                 ("message", "What happened", "string"),
@@ -369,6 +379,9 @@ pub fn cheq_request(
         ),
         _ => {
             let mut p = Vec::new();
+            if let Some(payee) = inputs.get("payee") {
+                p.push(json!({"parameter name": "payee", "parameter description": "Who is paid, as named by the agent", "parameter value": value_text(Some(payee))}));
+            }
             if let Some(memo) = inputs.get("memo") {
                 p.push(json!({"parameter name": "memo", "parameter description": "Note from the agent", "parameter value": value_text(Some(memo))}));
             }
