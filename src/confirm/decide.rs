@@ -12,6 +12,7 @@ use super::auth::Identity;
 use super::error::CsError;
 use super::fetch::{FetchError, RsClient};
 use super::registry::Registry;
+use super::seal::{collected_digests, redact, Sealer};
 use super::view::{origin_of, CheqView};
 use crate::cheq::InputType;
 use crate::resource::clock::Clock;
@@ -170,6 +171,7 @@ pub struct Cs {
     clock: Arc<dyn Clock>,
     locks: Vec<Mutex<()>>,
     wake: tokio::sync::Notify,
+    sealer: Sealer,
 }
 
 impl std::fmt::Debug for Cs {
@@ -195,6 +197,7 @@ impl Cs {
         clients: Vec<RsClient>,
         records: Records,
         clock: Arc<dyn Clock>,
+        sealer: Sealer,
     ) -> Result<Self, CsError> {
         Ok(Cs {
             public_url: public_url.to_owned(),
@@ -208,6 +211,7 @@ impl Cs {
             clock,
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             wake: tokio::sync::Notify::new(),
+            sealer,
         })
     }
 
@@ -465,7 +469,27 @@ impl Cs {
             }
             e => DecideError::Other(CsError::BadRequest(e.to_string())),
         })?;
+        // §8: a sensitive value is never written in clear, even before delivery.
+        let sensitive =
+            collected.as_ref().is_some_and(|c| {
+                verified.cheq().parameters.iter().any(|p| {
+                    p.input.as_ref().is_some_and(|i| i.sensitive) && c.contains_key(&p.name)
+                })
+            });
+        let collected_sha256 = collected
+            .as_ref()
+            .map(collected_digests)
+            .unwrap_or_default();
+        let document = if sensitive {
+            self.sealer
+                .seal(nonce, &document)
+                .map_err(|e| CsError::Internal(e.to_string()))?
+        } else {
+            document
+        };
         let record = DecisionRecord {
+            sealed: sensitive,
+            collected_sha256,
             nonce: nonce.clone(),
             user: who.sub.clone(),
             resource_uri: entry.resource_uri.clone(),
@@ -509,17 +533,29 @@ impl Cs {
             return Some(record);
         };
         let now = self.clock.now().timestamp();
+        let document = if record.sealed {
+            match self.sealer.open(nonce, &record.document) {
+                Ok(d) => d,
+                Err(e) => {
+                    log::error!("decision on {}: {e}", record.resource_origin);
+                    let refused = Delivery::Refused {
+                        status: 0,
+                        reason: e.to_string(),
+                        at: now,
+                    };
+                    return self.finish(record, refused, None);
+                }
+            }
+        } else {
+            record.document.clone()
+        };
         if now > record.expires + CLOCK_SKEW_SECS {
-            return self
-                .records
-                .set_delivery(nonce, Delivery::Expired { at: now }, None)
-                .ok()
-                .flatten();
+            return self.finish(record, Delivery::Expired { at: now }, Some(&document));
         }
         let rs = self.registry.find(&record.resource_uri).ok()?;
         let client = self.clients.get(rs)?;
         let answer = client
-            .deliver(&record.resource_uri, &record.decision, &record.document)
+            .deliver(&record.resource_uri, &record.decision, &document)
             .await;
         let now = self.clock.now().timestamp();
         let delivery = match answer {
@@ -556,10 +592,38 @@ impl Cs {
             ),
             other => log::info!("delivery to {}: {}", record.resource_origin, other.label()),
         }
-        self.records
-            .set_delivery(nonce, delivery, None)
-            .ok()
-            .flatten()
+        self.finish(record, delivery, Some(&document))
+    }
+
+    /// Stores a new delivery status. When it is final and the document was
+    /// sealed, the key is shredded first and the record keeps redacted
+    /// evidence only (§8).
+    fn finish(
+        &self,
+        mut record: DecisionRecord,
+        delivery: Delivery,
+        clear: Option<&str>,
+    ) -> Option<DecisionRecord> {
+        let done = !delivery.is_pending();
+        record.delivery = delivery;
+        if done && record.sealed {
+            if let Err(e) = self.sealer.shred(&record.nonce) {
+                log::error!("cannot delete a sealed-document key: {e}");
+                return None;
+            }
+            record.document = match clear {
+                Some(d) => redact(d, &record.collected_sha256),
+                None => "{\"redacted\":\"the sealed document could not be opened\"}".to_owned(),
+            };
+            record.sealed = false;
+        }
+        match self.records.put(&record) {
+            Ok(()) => Some(record),
+            Err(e) => {
+                log::error!("cannot store a delivery status: {e}");
+                None
+            }
+        }
     }
 
     /// Wakes the delivery worker.
@@ -602,10 +666,18 @@ impl Cs {
         Ok(self.records.for_user(&who.sub, 500)?)
     }
 
-    /// The signed document of one of the user's decisions (evidence).
-    pub fn evidence(&self, nonce: &str, who: &Identity) -> Result<DecisionRecord, CsError> {
+    /// The signed document of one of the user's decisions (evidence);
+    /// redacted when it carries private values.
+    pub fn evidence(&self, nonce: &str, who: &Identity) -> Result<String, CsError> {
         match self.records.get(nonce)? {
-            Some(r) if r.user == who.sub => Ok(r),
+            Some(r) if r.user == who.sub && r.sealed => {
+                let clear = self
+                    .sealer
+                    .open(nonce, &r.document)
+                    .map_err(|e| CsError::Internal(e.to_string()))?;
+                Ok(redact(&clear, &r.collected_sha256))
+            }
+            Some(r) if r.user == who.sub => Ok(r.document),
             _ => Err(CsError::NotFound),
         }
     }

@@ -251,7 +251,7 @@ mod tests {
             assert!(!html.contains("sled exploded"), "internal detail leaked");
         }
         let res = CsError::TooManyAttempts { retry_after: 8 }.error_response();
-        assert_eq!(res.headers()["retry-after"], "8");
+        assert_eq!(res.headers().get("retry-after").unwrap(), "8");
         let (_, html) = body(&CsError::Untrusted {
             origin: "o".into(),
             reason: "r".into(),

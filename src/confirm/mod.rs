@@ -12,6 +12,7 @@
 //! - [`routes`]: the browser front end (actix-web, askama pages).
 //! - [`api`]: the raw JSON API for voice gateways (§10).
 //! - [`admin`]: the local admin socket (`cheq user add` while the server runs).
+//! - [`seal`]: sensitive collected values never stored in clear (§8).
 //! - [`server`]: start-up: keys, trust, database, state, listener.
 //! - [`error`]: the error type and its single mapping to statuses and pages.
 
@@ -24,6 +25,7 @@ pub mod error;
 pub mod fetch;
 pub mod registry;
 pub mod routes;
+pub mod seal;
 pub mod server;
 pub mod view;
 pub mod voice;

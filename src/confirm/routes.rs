@@ -631,14 +631,14 @@ async fn evidence(
         Ok(s) => s,
         Err(redirect) => return Ok(redirect),
     };
-    let r = state.cs.evidence(&nonce, &who)?;
+    let document = state.cs.evidence(&nonce, &who)?;
     Ok(HttpResponse::Ok()
         .content_type("application/jose+json")
         .insert_header((
             header::CONTENT_DISPOSITION,
             "attachment; filename=\"cheq-decision.json\"",
         ))
-        .body(r.document))
+        .body(document))
 }
 
 async fn jwks(state: web::Data<CsState>) -> HttpResponse {

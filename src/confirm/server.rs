@@ -121,6 +121,7 @@ pub async fn build_state(
         clients,
         records,
         clock.clone(),
+        super::seal::Sealer::new(&config.data_dir.join("sealed")),
     )
     .map_err(|e| db_err(e.to_string()))?;
     let cs = Arc::new(cs);

@@ -68,9 +68,16 @@ pub struct DecisionRecord {
     pub channel: String,
     pub decided_at: i64,
     pub expires: i64,
-    /// The two-signature document, exactly as delivered.
+    /// The two-signature document, exactly as delivered; sealed (see
+    /// `confirm::seal`) when `sealed`; redacted evidence once a sealed
+    /// document's delivery is final.
     pub document: String,
     pub delivery: Delivery,
+    #[serde(default)]
+    pub sealed: bool,
+    /// SHA-256 (base64url) of each value the user typed (§8).
+    #[serde(default)]
+    pub collected_sha256: indexmap::IndexMap<String, String>,
 }
 
 /// What [`Records::claim`] found.
@@ -201,6 +208,20 @@ impl Records {
         }
     }
 
+    /// Rewrites an existing record (and the pending index), flushed.
+    pub fn put(&self, record: &DecisionRecord) -> Result<(), RecordsError> {
+        let bytes = serde_json::to_vec(record).map_err(|e| RecordsError::Db(e.to_string()))?;
+        let nonce = record.nonce.as_bytes();
+        self.decisions.insert(nonce, bytes)?;
+        if record.delivery.is_pending() {
+            self.pending.insert(nonce, &[])?;
+        } else {
+            self.pending.remove(nonce)?;
+        }
+        self.db.flush()?;
+        Ok(())
+    }
+
     /// Replaces the delivery status (and, when given, the stored document), flushed.
     pub fn set_delivery(
         &self,
@@ -215,14 +236,7 @@ impl Records {
         if let Some(d) = document {
             record.document = d;
         }
-        let bytes = serde_json::to_vec(&record).map_err(|e| RecordsError::Db(e.to_string()))?;
-        self.decisions.insert(nonce.as_bytes(), bytes)?;
-        if record.delivery.is_pending() {
-            self.pending.insert(nonce.as_bytes(), &[])?;
-        } else {
-            self.pending.remove(nonce.as_bytes())?;
-        }
-        self.db.flush()?;
+        self.put(&record)?;
         Ok(Some(record))
     }
 
@@ -272,6 +286,8 @@ mod tests {
                 next_try: at,
                 last_error: None,
             },
+            sealed: false,
+            collected_sha256: Default::default(),
         }
     }
 

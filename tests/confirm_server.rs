@@ -1,0 +1,1764 @@
+//! The confirmation server (CS) end to end, with the reference resource server
+//! (RS), both on real loopback sockets: the browser flow (§2, §3, §5, §6), the
+//! replay rules (§6), refusal of unregistered resource URIs (§2), sessions,
+//! CSRF, security headers, history and evidence, rate limiting, and crash and
+//! restart of both servers as real processes.
+
+use actix_web::dev::ServerHandle;
+use actix_web::{web, App, HttpResponse, HttpServer};
+use cheq::cheq::UriPack;
+use cheq::confirm::auth::new_account;
+use cheq::confirm::server::{start_background, Background};
+use cheq::confirm::{CsConfig, CsState};
+use cheq::keyfile::load_or_create_key;
+use cheq::resource::{agent, InvokeOutcome, RsConfig, RsState, SystemClock};
+use cheq::sign::{
+    assemble, b64, countersign, verify_decision, verify_resource, Channel, Context, Decision,
+    DecisionInput, Jwks, SigningKey, TrustStore,
+};
+use cheq::store::records::DecisionRecord;
+use serde_json::{json, Map, Value};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CS_SECRET: &str = "cs-client-secret-0123";
+const AGENT_SECRET: &str = "agent-secret-0123";
+const ALICE_PW: &str = "alice-password-1";
+const BOB_PW: &str = "bob-password-22";
+const CAROL_PW: &str = "carol-password-333";
+/// The CS start path of the in-process servers (a non-root confirmation URI).
+const START: &str = "/confirm";
+
+// ---------------------------------------------------------------------------
+// Small helpers
+// ---------------------------------------------------------------------------
+
+/// Undoes askama's HTML escaping.
+fn unescape(s: &str) -> String {
+    s.replace("&quot;", "\"")
+        .replace("&#x27;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&#x2f;", "/")
+        .replace("&amp;", "&")
+}
+
+fn public_jwks(key: &SigningKey) -> String {
+    json!({"keys": [key.public_jwk()]}).to_string()
+}
+
+fn toml_path(p: &Path) -> String {
+    p.display()
+        .to_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn flight_params() -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("flight_number".into(), json!("UA23"));
+    m.insert("flight_date".into(), json!("2026-12-08"));
+    m.insert("cabin_class".into(), json!("BUSINESS"));
+    m.insert("price_usd".into(), json!(1200));
+    m
+}
+
+/// Invokes book_flight above the threshold: 202 and a URI pack (§1).
+async fn invoke_flight(rs_url: &str) -> UriPack {
+    match agent::invoke(
+        rs_url,
+        "agent",
+        AGENT_SECRET,
+        "book_flight",
+        &flight_params(),
+    )
+    .await
+    .unwrap()
+    {
+        InvokeOutcome::NeedsConfirmation(pack) => pack,
+        other => panic!("expected 202 and a URI pack, got {other:?}"),
+    }
+}
+
+/// `GET <result uri>`: (status, body).
+async fn result_of(result_uri: &str) -> (u16, Value) {
+    let res = reqwest::get(result_uri).await.unwrap();
+    let status = res.status().as_u16();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+/// The payload of a JWS document, as JSON.
+fn payload_of(doc: &str) -> Value {
+    let v: Value = serde_json::from_str(doc).unwrap();
+    let bytes = b64::decode(v["payload"].as_str().unwrap()).unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// `(protected_b64, signature_b64)` of signature `i` of a JWS document.
+fn signature_of(doc: &str, i: usize) -> (String, String) {
+    let v: Value = serde_json::from_str(doc).unwrap();
+    (
+        v["signatures"][i]["protected"].as_str().unwrap().to_owned(),
+        v["signatures"][i]["signature"].as_str().unwrap().to_owned(),
+    )
+}
+
+// ---------------------------------------------------------------------------
+// A browser: no redirects followed, the session cookie kept by hand
+// ---------------------------------------------------------------------------
+
+#[derive(Debug)]
+struct Page {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    /// The body as sent.
+    raw: String,
+    /// The body with HTML escapes undone (for text checks).
+    text: String,
+}
+
+impl Page {
+    fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    }
+
+    fn location(&self) -> String {
+        self.header("location")
+            .unwrap_or_else(|| panic!("no Location in a {} answer: {}", self.status, self.text))
+    }
+
+    fn set_cookies(&self) -> Vec<String> {
+        self.headers
+            .get_all("set-cookie")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// The value of the hidden field `name`.
+    fn hidden(&self, name: &str) -> Option<String> {
+        let marker = format!("name=\"{name}\" value=\"");
+        let start = self.raw.find(&marker)? + marker.len();
+        let end = self.raw[start..].find('"')? + start;
+        Some(unescape(&self.raw[start..end]))
+    }
+
+    /// The first `href` that starts with `prefix`.
+    fn link(&self, prefix: &str) -> Option<String> {
+        let marker = format!("href=\"{prefix}");
+        let start = self.raw.find(&marker)? + "href=\"".len();
+        let end = self.raw[start..].find('"')? + start;
+        Some(unescape(&self.raw[start..end]))
+    }
+}
+
+struct Browser {
+    http: reqwest::Client,
+    origin: String,
+    session: Option<String>,
+}
+
+impl Browser {
+    fn new(origin: &str) -> Self {
+        Browser {
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            origin: origin.trim_end_matches('/').to_owned(),
+            session: None,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        if path.starts_with("http://") || path.starts_with("https://") {
+            path.to_owned()
+        } else {
+            format!("{}{path}", self.origin)
+        }
+    }
+
+    async fn page(&mut self, req: reqwest::RequestBuilder) -> Page {
+        let req = match &self.session {
+            Some(s) => req.header("cookie", format!("cheq_session={s}")),
+            None => req,
+        };
+        let res = req.send().await.unwrap();
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        let raw = res.text().await.unwrap();
+        let page = Page {
+            status,
+            headers,
+            text: unescape(&raw),
+            raw,
+        };
+        for c in page.set_cookies() {
+            if let Some(rest) = c.strip_prefix("cheq_session=") {
+                let value = rest.split(';').next().unwrap_or("").trim();
+                let removal = value.is_empty() || c.to_ascii_lowercase().contains("max-age=0");
+                self.session = if removal {
+                    None
+                } else {
+                    Some(value.to_owned())
+                };
+            }
+        }
+        page
+    }
+
+    async fn get(&mut self, path: &str) -> Page {
+        let req = self.http.get(self.url(path));
+        self.page(req).await
+    }
+
+    async fn post(&mut self, path: &str, fields: &[(&str, &str)]) -> Page {
+        let req = self.http.post(self.url(path)).form(fields);
+        self.page(req).await
+    }
+
+    /// Follows a redirect to the login page and signs in there; returns the
+    /// answer to the login POST.
+    async fn login_at(&mut self, login_location: &str, user: &str, password: &str) -> Page {
+        let form = self.get(login_location).await;
+        assert_eq!(form.status, 200, "login form: {}", form.text);
+        let csrf = form.hidden("csrf").expect("csrf field on the login form");
+        let next = form.hidden("next").expect("next field on the login form");
+        self.post(
+            "/login",
+            &[
+                ("username", user),
+                ("password", password),
+                ("csrf", &csrf),
+                ("next", &next),
+            ],
+        )
+        .await
+    }
+
+    /// Signs in from the login page (next: /history).
+    async fn sign_in(&mut self, user: &str, password: &str) {
+        let res = self.login_at("/login", user, password).await;
+        assert_eq!(res.status, 303, "login as {user}: {}", res.text);
+    }
+
+    /// §2: POST the resource URI to the start path, through login when
+    /// needed, to the confirmation page. Returns the page's path and the page.
+    async fn open(
+        &mut self,
+        start: &str,
+        resource_uri: &str,
+        user: &str,
+        password: &str,
+    ) -> (String, Page) {
+        let res = self.post(start, &[("resource_uri", resource_uri)]).await;
+        assert_eq!(res.status, 303, "start: {}", res.text);
+        let mut location = res.location();
+        if location.starts_with("/login") {
+            let res = self.login_at(&location, user, password).await;
+            assert_eq!(res.status, 303, "login: {}", res.text);
+            location = res.location();
+        }
+        assert!(location.starts_with("/c/"), "{location}");
+        let page = self.get(&location).await;
+        (location, page)
+    }
+
+    /// Posts the decision form of a confirmation page.
+    async fn decide(&mut self, path: &str, page: &Page, decision: &str) -> Page {
+        let csrf = page.hidden("csrf").expect("csrf field");
+        let view = page.hidden("view").expect("view field");
+        self.post(
+            path,
+            &[("csrf", &csrf), ("view", &view), ("decision", decision)],
+        )
+        .await
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Both servers in this process
+// ---------------------------------------------------------------------------
+
+/// One more resource server registered at the CS (trust: the real RS's key).
+struct ExtraRs {
+    origin: String,
+}
+
+#[derive(Default)]
+struct Options {
+    /// Register the RS at the CS with a different key under the same kid.
+    wrong_rs_key: bool,
+    extra: Vec<ExtraRs>,
+}
+
+struct Env {
+    _dir: tempfile::TempDir,
+    rs_url: String,
+    cs_origin: String,
+    /// The CS public URL, its confirmation URI (§1).
+    cs_url: String,
+    cs_key_path: PathBuf,
+    rs_key: SigningKey,
+    cs_key: SigningKey,
+    rs: web::Data<RsState>,
+    cs: web::Data<CsState>,
+    rs_handle: ServerHandle,
+    cs_handle: ServerHandle,
+    background: Option<Background>,
+}
+
+impl Env {
+    async fn start(opts: Options) -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_owned();
+        let keys = root.join("keys");
+        // Keys first, so that each side's JWKS file exists.
+        let rs_key = load_or_create_key(&keys.join("rs.jwk"), None, "rs").unwrap();
+        let cs_key_path = keys.join("cs.jwk");
+        let cs_key = load_or_create_key(&cs_key_path, None, "cs").unwrap();
+        let rs_jwks = keys.join("rs.pub.jwks.json");
+        let cs_jwks = keys.join("cs.pub.jwks.json");
+        std::fs::write(&rs_jwks, public_jwks(&rs_key)).unwrap();
+        std::fs::write(&cs_jwks, public_jwks(&cs_key)).unwrap();
+        let cs_trusts_for_rs = if opts.wrong_rs_key {
+            let impostor = SigningKey::from_seed(rs_key.kid(), &rand::random()).unwrap();
+            let path = keys.join("impostor.pub.jwks.json");
+            std::fs::write(&path, public_jwks(&impostor)).unwrap();
+            path
+        } else {
+            rs_jwks.clone()
+        };
+
+        let rs_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let cs_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let rs_port = rs_listener.local_addr().unwrap().port();
+        let cs_port = cs_listener.local_addr().unwrap().port();
+        let rs_url = format!("http://127.0.0.1:{rs_port}");
+        let cs_origin = format!("http://127.0.0.1:{cs_port}");
+        let cs_url = format!("{cs_origin}{START}");
+
+        let rs_toml = format!(
+            r#"
+listen = "127.0.0.1:{rs_port}"
+public_url = "{rs_url}"
+data_dir = "{rs_data}"
+signing_key = "{rs_key}"
+cheq_ttl_secs = 900
+retry_after_secs = 1
+
+[confirmation_server]
+uri = "{cs_url}"
+jwks_file = "{cs_jwks}"
+
+[[clients]]
+client_id = "cs"
+client_secret = "{CS_SECRET}"
+role = "cs"
+
+[[clients]]
+client_id = "agent"
+client_secret = "{AGENT_SECRET}"
+role = "agent"
+subject = "alice"
+"#,
+            rs_data = toml_path(&root.join("rs")),
+            rs_key = toml_path(&keys.join("rs.jwk")),
+            cs_jwks = toml_path(&cs_jwks),
+        );
+        let mut cs_toml = format!(
+            r#"
+listen = "127.0.0.1:{cs_port}"
+public_url = "{cs_url}"
+data_dir = "{cs_data}"
+signing_key = "{cs_key}"
+
+[[resource_servers]]
+origin = "{rs_url}"
+path_prefix = "/cheq/"
+jwks = "{jwks}"
+token_url = "{rs_url}/oauth/token"
+client_id = "cs"
+client_secret = "{CS_SECRET}"
+"#,
+            cs_data = toml_path(&root.join("cs")),
+            cs_key = toml_path(&cs_key_path),
+            jwks = toml_path(&cs_trusts_for_rs),
+        );
+        for extra in &opts.extra {
+            cs_toml.push_str(&format!(
+                r#"
+[[resource_servers]]
+origin = "{origin}"
+path_prefix = "/cheq/"
+jwks = "{jwks}"
+token_url = "{origin}/oauth/token"
+client_id = "cs"
+client_secret = "{CS_SECRET}"
+"#,
+                origin = extra.origin,
+                jwks = toml_path(&rs_jwks),
+            ));
+        }
+        let rs_config = RsConfig::from_toml(&rs_toml).unwrap();
+        let cs_config = CsConfig::from_toml(&cs_toml).unwrap();
+
+        let rs = cheq::resource::build_state(&rs_config, Arc::new(SystemClock))
+            .await
+            .unwrap();
+        let rs_server = cheq::resource::serve(rs_listener, rs.clone()).unwrap();
+        let rs_handle = rs_server.handle();
+        actix_web::rt::spawn(rs_server);
+
+        let cs = cheq::confirm::build_state(&cs_config, Arc::new(SystemClock))
+            .await
+            .unwrap();
+        cs.accounts
+            .put(&new_account("alice", None, ALICE_PW).unwrap(), false)
+            .unwrap();
+        let background = start_background(&cs, &cs_config.data_dir);
+        let cs_server = cheq::confirm::serve(cs_listener, cs.clone()).unwrap();
+        let cs_handle = cs_server.handle();
+        actix_web::rt::spawn(cs_server);
+
+        Env {
+            _dir: dir,
+            rs_url,
+            cs_origin,
+            cs_url,
+            cs_key_path,
+            rs_key,
+            cs_key,
+            rs,
+            cs,
+            rs_handle,
+            cs_handle,
+            background: Some(background),
+        }
+    }
+
+    fn browser(&self) -> Browser {
+        Browser::new(&self.cs_origin)
+    }
+
+    async fn invoke(&self) -> UriPack {
+        let pack = invoke_flight(&self.rs_url).await;
+        assert_eq!(pack.confirmation_uri, self.cs_url);
+        pack
+    }
+
+    fn add_user(&self, name: &str, password: &str) {
+        self.cs
+            .accounts
+            .put(&new_account(name, None, password).unwrap(), false)
+            .unwrap();
+    }
+
+    fn records(&self, user: &str) -> Vec<DecisionRecord> {
+        self.cs.cs.records().for_user(user, 100).unwrap()
+    }
+
+    /// The resource-signed CHEQ, fetched as the CS does (§3).
+    async fn fetch_cheq(&self, resource_uri: &str) -> (u16, String) {
+        let token = agent::get_token(&self.rs_url, "cs", CS_SECRET)
+            .await
+            .unwrap();
+        let res = reqwest::Client::new()
+            .get(resource_uri)
+            .header("accept", "application/jose+json")
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        (res.status().as_u16(), res.text().await.unwrap())
+    }
+
+    /// `POST <resource uri>?<decision>` as a CS would (§6).
+    async fn post_decision(&self, resource_uri: &str, decision: &str, doc: &str) -> (u16, Value) {
+        let token = agent::get_token(&self.rs_url, "cs", CS_SECRET)
+            .await
+            .unwrap();
+        let res = reqwest::Client::new()
+            .post(format!("{resource_uri}?{decision}"))
+            .header("content-type", "application/jose+json")
+            .bearer_auth(token)
+            .body(doc.to_owned())
+            .send()
+            .await
+            .unwrap();
+        let status = res.status().as_u16();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Trust in both servers' keys, as an offline verifier has it.
+    fn trust(&self) -> TrustStore {
+        let mut t = TrustStore::new();
+        t.add_resource_server(
+            &self.rs_url,
+            Jwks::new(vec![self.rs_key.public_key()]).unwrap(),
+        )
+        .unwrap();
+        t.add_confirmation_server(
+            &self.cs_origin,
+            Jwks::new(vec![self.cs_key.public_key()]).unwrap(),
+        )
+        .unwrap();
+        t
+    }
+
+    /// Invokes, opens the page as alice and decides; returns the pack, the
+    /// page path, the confirmation page and the outcome page.
+    async fn decided(&self, b: &mut Browser, decision: &str) -> (UriPack, String, Page, Page) {
+        let pack = self.invoke().await;
+        let (path, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        let outcome = b.decide(&path, &page, decision).await;
+        assert_eq!(outcome.status, 200, "{}", outcome.text);
+        (pack, path, page, outcome)
+    }
+
+    async fn stop(mut self) {
+        drop(self.background.take());
+        self.cs_handle.stop(true).await;
+        self.rs_handle.stop(true).await;
+    }
+}
+
+/// A listener that counts (and drops) every connection made to it.
+struct Counter {
+    port: u16,
+    count: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Counter {
+    fn start() -> Counter {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let count = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, s) = (count.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        c.fetch_add(1, Ordering::SeqCst);
+                        drop(stream);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Counter {
+            port,
+            count,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn origin(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Counter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A resource server that serves the real RS's CHEQs with their payload
+/// altered (its own origin in place of the real one, another flight).
+fn start_tampering_rs(listener: std::net::TcpListener, real: String, fake: String) -> ServerHandle {
+    let server = HttpServer::new(move || {
+        let (real, fake) = (real.clone(), fake.clone());
+        App::new()
+            .route(
+                "/oauth/token",
+                web::post().to(|| async {
+                    HttpResponse::Ok().json(json!({
+                        "access_token": "fake-token", "token_type": "Bearer", "expires_in": 3600
+                    }))
+                }),
+            )
+            .route(
+                "/cheq/confirmations/{id}",
+                web::get().to(move |id: web::Path<String>| {
+                    let (real, fake) = (real.clone(), fake.clone());
+                    async move {
+                        let token = agent::get_token(&real, "cs", CS_SECRET).await.unwrap();
+                        let doc = reqwest::Client::new()
+                            .get(format!("{real}/cheq/confirmations/{id}"))
+                            .header("accept", "application/jose+json")
+                            .bearer_auth(token)
+                            .send()
+                            .await
+                            .unwrap()
+                            .text()
+                            .await
+                            .unwrap();
+                        let mut v: Value = serde_json::from_str(&doc).unwrap();
+                        let payload =
+                            String::from_utf8(b64::decode(v["payload"].as_str().unwrap()).unwrap())
+                                .unwrap();
+                        let altered = payload
+                            .replace(&format!("{real}/"), &format!("{fake}/"))
+                            .replace("UA23", "UA99");
+                        assert_ne!(altered, payload);
+                        v["payload"] = b64::encode(altered.as_bytes()).into();
+                        HttpResponse::Ok()
+                            .content_type("application/jose+json")
+                            .body(v.to_string())
+                    }
+                }),
+            )
+    })
+    .workers(1)
+    .listen(listener)
+    .unwrap()
+    .run();
+    let handle = server.handle();
+    actix_web::rt::spawn(server);
+    handle
+}
+
+// ---------------------------------------------------------------------------
+// 1. The browser flow, accept and reject
+// ---------------------------------------------------------------------------
+
+#[actix_web::test]
+async fn accept_runs_the_operation_once() {
+    let env = Env::start(Options::default()).await;
+    let pack = env.invoke().await;
+    assert!(pack
+        .resource_uri
+        .starts_with(&format!("{}/cheq/", env.rs_url)));
+    assert_eq!(result_of(&pack.result_uri).await.0, 202);
+
+    let mut b = env.browser();
+    // Not signed in: §2 sends the user through login first.
+    let res = b
+        .post(START, &[("resource_uri", pack.resource_uri.as_str())])
+        .await;
+    assert_eq!(res.status, 303, "{}", res.text);
+    let to_login = res.location();
+    assert!(to_login.starts_with("/login?next="), "{to_login}");
+    let res = b.login_at(&to_login, "alice", ALICE_PW).await;
+    assert_eq!(res.status, 303, "{}", res.text);
+    let path = res.location();
+    assert!(path.starts_with("/c/"), "{path}");
+    let page = b.get(&path).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+
+    // What the page shows.
+    assert!(page.text.contains("UA23"), "{}", page.text);
+    assert!(page.text.contains("Book a flight"));
+    assert!(
+        page.text.contains(&format!(
+            "Requested by</dt><dd class=\"origin\">{}",
+            env.rs_url
+        )),
+        "the RS origin is shown: {}",
+        page.text
+    );
+    assert!(page.raw.contains("<html lang=\"en\">"), "{}", page.raw);
+    assert!(
+        page.text.contains(&format!(
+            "This page belongs to the confirmation service at <strong>{}</strong>, not to the AI agent.",
+            env.cs_origin
+        )),
+        "{}",
+        page.text
+    );
+    let (status, doc) = env.fetch_cheq(&pack.resource_uri).await;
+    assert_eq!(status, 200);
+    let expires =
+        chrono::DateTime::parse_from_rfc3339(payload_of(&doc)["expires"].as_str().unwrap())
+            .unwrap();
+    let shown = {
+        let marker = "<time datetime=\"";
+        let start = page.raw.find(marker).expect("a <time> element") + marker.len();
+        let end = page.raw[start..].find('"').unwrap() + start;
+        page.raw[start..end].to_owned()
+    };
+    assert_eq!(
+        chrono::DateTime::parse_from_rfc3339(&shown).unwrap(),
+        expires,
+        "the expiry shown is the CHEQ's"
+    );
+    assert!(page.text.contains(&format!(">{shown}</time>")));
+    assert_eq!(page.raw.matches("name=\"decision\"").count(), 2);
+    assert_eq!(env.rs.executions(), 0);
+
+    let outcome = b.decide(&path, &page, "accept").await;
+    assert_eq!(outcome.status, 200, "{}", outcome.text);
+    assert!(
+        outcome.text.contains("you chose to accept"),
+        "{}",
+        outcome.text
+    );
+    assert!(!outcome.text.contains("Already decided"));
+    assert!(outcome.text.contains("delivered"), "{}", outcome.text);
+    assert_eq!(env.rs.executions(), 1);
+
+    let (status, body) = result_of(&pack.result_uri).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "accepted");
+    let outputs = body["result"]["output_parameters"].as_array().unwrap();
+    assert!(outputs.contains(&json!({"name": "status", "value": "CONFIRMED"})));
+    assert!(outputs.contains(&json!({"name": "flight_number", "value": "UA23"})));
+    env.stop().await;
+}
+
+#[actix_web::test]
+async fn reject_runs_nothing() {
+    let env = Env::start(Options::default()).await;
+    let mut b = env.browser();
+    let (pack, _, page, outcome) = env.decided(&mut b, "reject").await;
+    assert!(page.text.contains("UA23"));
+    assert!(
+        outcome.text.contains("you chose to reject"),
+        "{}",
+        outcome.text
+    );
+    assert!(outcome.text.contains("delivered"), "{}", outcome.text);
+    assert_eq!(env.rs.executions(), 0);
+    let (status, body) = result_of(&pack.result_uri).await;
+    assert_eq!((status, body), (200, json!({"status": "rejected"})));
+    env.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// 2. A replayed URI pack shows the earlier decision; no second signature
+// ---------------------------------------------------------------------------
+
+#[actix_web::test]
+async fn replayed_uri_pack_shows_the_earlier_decision() {
+    let env = Env::start(Options::default()).await;
+    let mut b = env.browser();
+    let (pack, path, page, outcome) = env.decided(&mut b, "accept").await;
+    assert_eq!(env.rs.executions(), 1);
+    let evidence_link = outcome.link("/history/").expect("an evidence link");
+    let before = b.get(&evidence_link).await;
+    assert_eq!(before.status, 200);
+    let records_before = env.records("alice");
+    assert_eq!(records_before.len(), 1);
+
+    // The same URI pack again, as a (signed-in) user app would post it.
+    let res = b
+        .post(START, &[("resource_uri", pack.resource_uri.as_str())])
+        .await;
+    assert_eq!(res.status, 303);
+    assert_eq!(res.location(), path, "the same confirmation page");
+    let again = b.get(&path).await;
+    assert_eq!(again.status, 200, "{}", again.text);
+    assert!(again.text.contains("Already decided"), "{}", again.text);
+    assert!(again.text.contains("you chose to accept"));
+    assert!(
+        !again.raw.contains("name=\"decision\""),
+        "no new decision form"
+    );
+
+    // The old form re-posted with the opposite decision.
+    let replay = b.decide(&path, &page, "reject").await;
+    assert_eq!(replay.status, 200, "{}", replay.text);
+    assert!(replay.text.contains("Already decided"), "{}", replay.text);
+    assert!(replay.text.contains("you chose to accept"));
+    assert!(!replay.text.contains("you chose to reject"));
+
+    let after = b.get(&evidence_link).await;
+    assert_eq!(after.raw, before.raw, "the evidence is unchanged");
+    assert_eq!(
+        env.records("alice"),
+        records_before,
+        "the record is unchanged"
+    );
+    let history = b.get("/history").await;
+    assert_eq!(history.raw.matches("href=\"/history/").count(), 1);
+    assert_eq!(env.rs.executions(), 1);
+    let (_, body) = result_of(&pack.result_uri).await;
+    assert_eq!(body["status"], "accepted");
+    env.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// 3. A decided CHEQ with another confirmation signature: 409 at the RS
+// ---------------------------------------------------------------------------
+
+#[actix_web::test]
+async fn another_countersignature_of_a_decided_cheq_is_a_replay() {
+    let env = Env::start(Options::default()).await;
+    let mut b = env.browser();
+    let (pack, _, _, outcome) = env.decided(&mut b, "accept").await;
+    assert_eq!(env.rs.executions(), 1);
+    let evidence = b.get(&outcome.link("/history/").unwrap()).await;
+    assert_eq!(evidence.status, 200);
+    let decided = evidence.raw;
+
+    // Rebuild the resource-signed CHEQ and countersign it again, with the
+    // CS key read from the CS signing key file.
+    let payload_b64 = serde_json::from_str::<Value>(&decided).unwrap()["payload"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (protected, signature) = signature_of(&decided, 0);
+    let resource_signed = assemble(&payload_b64, &[(&protected, &signature)]);
+    let now = chrono::Utc::now();
+    let ctx = Context {
+        now,
+        resource_uri: Some(&pack.resource_uri),
+        confirmation_uri: Some(&env.cs_url),
+    };
+    let verified = verify_resource(resource_signed.as_bytes(), &env.trust(), &ctx).unwrap();
+    let cs_key = load_or_create_key(&env.cs_key_path, None, "cs").unwrap();
+    let amr = vec!["pwd".to_owned()];
+    let sign = |decision| {
+        countersign(
+            &verified,
+            &cs_key,
+            DecisionInput {
+                decision,
+                sub: "alice",
+                also_known_as: &[],
+                auth_time: now.timestamp() - 5,
+                amr: &amr,
+                channel: Channel::Html,
+                view_text: "another view",
+                collected: None,
+            },
+            now,
+        )
+        .unwrap()
+    };
+    for (decision, query) in [(Decision::Accept, "accept"), (Decision::Reject, "reject")] {
+        let doc = sign(decision);
+        assert_ne!(doc, decided);
+        // It is a well-signed decision in itself…
+        verify_decision(
+            doc.as_bytes(),
+            &env.trust(),
+            Some(decision),
+            &Context::at(now),
+        )
+        .unwrap();
+        // …but its nonce was decided.
+        let (status, body) = env.post_decision(&pack.resource_uri, query, &doc).await;
+        assert_eq!(status, 409, "{query}: {body}");
+        assert_eq!(body["error"], "replayed");
+    }
+    assert_eq!(env.rs.executions(), 1);
+    // The byte-identical delivery is answered as before, still without a run.
+    let (status, body) = env
+        .post_decision(&pack.resource_uri, "accept", &decided)
+        .await;
+    assert_eq!((status, body), (200, json!({"status": "accepted"})));
+    assert_eq!(env.rs.executions(), 1);
+    env.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// 4. A CHEQ that fails verification is shown as untrustworthy
+// ---------------------------------------------------------------------------
+
+fn assert_untrusted(page: &Page) {
+    assert_eq!(page.status, 502, "{}", page.text);
+    assert!(page.text.contains("Do not trust"), "{}", page.text);
+    assert!(page.text.contains("Nothing was signed"), "{}", page.text);
+    assert!(!page.raw.contains("name=\"decision\""), "{}", page.raw);
+    assert!(!page.text.contains("UA23") && !page.text.contains("UA99"));
+}
+
+#[actix_web::test]
+async fn a_cheq_that_does_not_verify_gets_no_accept_button() {
+    let fake_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let fake_origin = format!(
+        "http://127.0.0.1:{}",
+        fake_listener.local_addr().unwrap().port()
+    );
+    // The RS is registered with another key under its kid; a tampering RS is
+    // registered with the real RS's key.
+    let env = Env::start(Options {
+        wrong_rs_key: true,
+        extra: vec![ExtraRs {
+            origin: fake_origin.clone(),
+        }],
+    })
+    .await;
+    let fake = start_tampering_rs(fake_listener, env.rs_url.clone(), fake_origin.clone());
+    let mut b = env.browser();
+
+    // (a) Signed by a key the CS does not trust for that origin.
+    let pack = env.invoke().await;
+    let (path, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+    assert_untrusted(&page);
+    assert!(page.text.contains(&env.rs_url), "{}", page.text);
+    // Posting a decision anyway (with a valid CSRF token) signs nothing.
+    let csrf = b.get("/history").await.hidden("csrf").unwrap();
+    let res = b
+        .post(
+            &path,
+            &[("csrf", &csrf), ("view", "x"), ("decision", "accept")],
+        )
+        .await;
+    assert_untrusted(&res);
+
+    // (b) The payload altered on the way (a tampering RS).
+    let pack2 = env.invoke().await;
+    let path2 = pack2.resource_uri.replace(&env.rs_url, &fake_origin);
+    let (_, page) = b.open(START, &path2, "alice", ALICE_PW).await;
+    assert_untrusted(&page);
+    assert!(page.text.contains("rule 1"), "{}", page.text);
+
+    assert!(env.records("alice").is_empty());
+    assert_eq!(env.rs.executions(), 0);
+    assert_eq!(result_of(&pack.result_uri).await.0, 202);
+    assert_eq!(result_of(&pack2.result_uri).await.0, 202);
+    fake.stop(true).await;
+    env.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// 5. Unregistered resource URIs are refused without a request leaving the CS
+// ---------------------------------------------------------------------------
+
+#[actix_web::test]
+async fn unregistered_resource_uris_are_never_fetched() {
+    let registered = Counter::start();
+    let unregistered = Counter::start();
+    let env = Env::start(Options {
+        extra: vec![ExtraRs {
+            origin: registered.origin(),
+        }],
+        ..Options::default()
+    })
+    .await;
+    let reg = registered.origin();
+    let refused = [
+        format!("{}/cheq/confirmations/x", unregistered.origin()),
+        format!("http://localhost:{}/cheq/confirmations/x", registered.port),
+        format!("{reg}/admin"),
+        format!("{reg}/oauth/token"),
+        format!("{reg}/cheq/"),
+        format!("{reg}/cheq/../oauth/token"),
+        format!("{reg}/cheq/%2e%2e/oauth/token"),
+        format!("{}/tools/book_flight", env.rs_url),
+        format!("{}/cheq/../oauth/token", env.rs_url),
+        "file:///etc/passwd".to_owned(),
+    ];
+    let mut b = env.browser();
+    let mut signed_in = env.browser();
+    signed_in.sign_in("alice", ALICE_PW).await;
+    for uri in &refused {
+        for who in [&mut b, &mut signed_in] {
+            let page = who.post(START, &[("resource_uri", uri.as_str())]).await;
+            assert_eq!(page.status, 400, "{uri}: {}", page.text);
+            assert!(
+                page.text.contains("did not contact it"),
+                "{uri}: {}",
+                page.text
+            );
+            assert!(page.header("location").is_none());
+            // The same as a query parameter (the link an agent prints).
+            let q = serde_urlencoded::to_string([("resource_uri", uri)]).unwrap();
+            let page = who.get(&format!("{START}?{q}")).await;
+            assert_eq!(page.status, 400, "{uri} (query): {}", page.text);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        unregistered.count(),
+        0,
+        "a request reached an unregistered server"
+    );
+    assert_eq!(registered.count(), 0, "a request left for a refused URI");
+
+    // Control: a URI under the registered prefix is fetched (the counter
+    // counts), and its failure is shown as such.
+    let (_, page) = signed_in
+        .open(
+            START,
+            &format!("{reg}/cheq/confirmations/x"),
+            "alice",
+            ALICE_PW,
+        )
+        .await;
+    assert_eq!(page.status, 502, "{}", page.text);
+    assert!(!page.raw.contains("name=\"decision\""));
+    assert!(registered.count() > 0);
+    assert_eq!(unregistered.count(), 0);
+    env.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// 6. Another user's confirmation: 403
+// ---------------------------------------------------------------------------
+
+#[actix_web::test]
+async fn wrong_user_gets_403() {
+    let env = Env::start(Options::default()).await;
+    env.add_user("bob", BOB_PW);
+    let pack = env.invoke().await;
+
+    let mut bob = env.browser();
+    let (path, page) = bob.open(START, &pack.resource_uri, "bob", BOB_PW).await;
+    assert_eq!(page.status, 403, "{}", page.text);
+    assert!(
+        page.text
+            .contains("this request is for \"alice\", and you are signed in as \"bob\""),
+        "{}",
+        page.text
+    );
+    assert!(!page.raw.contains("name=\"decision\""));
+    assert!(!page.text.contains("UA23"));
+    // Bob posting a decision anyway.
+    let csrf = bob.get("/history").await.hidden("csrf").unwrap();
+    let res = bob
+        .post(
+            &path,
+            &[("csrf", &csrf), ("view", "x"), ("decision", "accept")],
+        )
+        .await;
+    assert_eq!(res.status, 403, "{}", res.text);
+    assert!(env.records("alice").is_empty() && env.records("bob").is_empty());
+    assert_eq!(env.rs.executions(), 0);
+    assert_eq!(result_of(&pack.result_uri).await.0, 202);
+
+    // Alice decides; bob still sees nothing of it.
+    let mut alice = env.browser();
+    let (path_a, page) = alice
+        .open(START, &pack.resource_uri, "alice", ALICE_PW)
+        .await;
+    assert_eq!(path_a, path);
+    assert_eq!(alice.decide(&path, &page, "accept").await.status, 200);
+    let page = bob.get(&path).await;
+    assert_eq!(page.status, 403, "{}", page.text);
+    assert!(page.text.contains("\"alice\""));
+    assert!(!bob.get("/history").await.raw.contains("href=\"/history/"));
+    assert_eq!(env.rs.executions(), 1);
+    env.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// 7. CSRF on the decision form and on the login form
+// ---------------------------------------------------------------------------
+
+#[actix_web::test]
+async fn csrf_missing_or_wrong_is_refused() {
+    let env = Env::start(Options::default()).await;
+    env.add_user("bob", BOB_PW);
+    let pack = env.invoke().await;
+
+    // The login form.
+    let mut b = env.browser();
+    let form = b.get("/login").await;
+    let pre_login_csrf = form.hidden("csrf").unwrap();
+    let mut other = env.browser();
+    let other_csrf = other.get("/login").await.hidden("csrf").unwrap();
+    assert_ne!(other_csrf, pre_login_csrf);
+    for csrf in [None, Some(""), Some("AAAA"), Some(other_csrf.as_str())] {
+        let mut fields = vec![
+            ("username", "alice"),
+            ("password", ALICE_PW),
+            ("next", "/history"),
+        ];
+        if let Some(c) = csrf {
+            fields.push(("csrf", c));
+        }
+        let res = b.post("/login", &fields).await;
+        assert_eq!(res.status, 403, "login with csrf {csrf:?}: {}", res.text);
+        assert!(res.text.contains("security token"), "{}", res.text);
+    }
+    // With no session at all.
+    let mut stranger = env.browser();
+    let res = stranger
+        .post(
+            "/login",
+            &[
+                ("username", "alice"),
+                ("password", ALICE_PW),
+                ("csrf", &pre_login_csrf),
+                ("next", "/history"),
+            ],
+        )
+        .await;
+    assert_eq!(res.status, 403, "{}", res.text);
+    // None of that signed in.
+    assert_eq!(b.get("/history").await.status, 303);
+
+    // The decision form.
+    let (path, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let view = page.hidden("view").unwrap();
+    let mut bob = env.browser();
+    bob.sign_in("bob", BOB_PW).await;
+    let bobs_csrf = bob.get("/history").await.hidden("csrf").unwrap();
+    for csrf in [
+        None,
+        Some(""),
+        Some("AAAA"),
+        Some(bobs_csrf.as_str()),
+        // The token of the session from before login (the id changed).
+        Some(pre_login_csrf.as_str()),
+    ] {
+        let mut fields = vec![("view", view.as_str()), ("decision", "accept")];
+        if let Some(c) = csrf {
+            fields.push(("csrf", c));
+        }
+        let res = b.post(&path, &fields).await;
+        assert_eq!(res.status, 403, "decision with csrf {csrf:?}: {}", res.text);
+        assert!(res.text.contains("security token"), "{}", res.text);
+    }
+    assert!(env.records("alice").is_empty(), "nothing was signed");
+    assert_eq!(env.rs.executions(), 0);
+    let (status, body) = result_of(&pack.result_uri).await;
+    assert_eq!((status, body), (202, json!({"status": "pending"})));
+
+    // Control: the right token works.
+    let res = b.decide(&path, &page, "accept").await;
+    assert_eq!(res.status, 200, "{}", res.text);
+    assert_eq!(env.rs.executions(), 1);
+    env.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// 8. Security headers and the session cookie
+// ---------------------------------------------------------------------------
+
+fn assert_security_headers(page: &Page, what: &str) {
+    let csp = page
+        .header("content-security-policy")
+        .unwrap_or_else(|| panic!("{what}: no CSP"));
+    assert!(csp.contains("frame-ancestors 'none'"), "{what}: {csp}");
+    assert!(!csp.contains("unsafe-inline"), "{what}: {csp}");
+    assert_eq!(
+        page.header("x-frame-options").as_deref(),
+        Some("DENY"),
+        "{what}"
+    );
+    assert_eq!(
+        page.header("referrer-policy").as_deref(),
+        Some("no-referrer"),
+        "{what}"
+    );
+    assert_eq!(
+        page.header("cache-control").as_deref(),
+        Some("no-store"),
+        "{what}"
+    );
+    assert_eq!(
+        page.headers.get_all("cache-control").iter().count(),
+        1,
+        "{what}"
+    );
+}
+
+#[actix_web::test]
+async fn security_headers_and_session_cookie() {
+    let env = Env::start(Options::default()).await;
+    let pack = env.invoke().await;
+    let mut b = env.browser();
+
+    let res = b
+        .post(START, &[("resource_uri", pack.resource_uri.as_str())])
+        .await;
+    let form = b.get(&res.location()).await;
+    assert_security_headers(&form, "login page");
+    let cookies = form.set_cookies();
+    assert_eq!(cookies.len(), 1, "{cookies:?}");
+    let cookie = &cookies[0];
+    assert!(cookie.starts_with("cheq_session="), "{cookie}");
+    assert!(cookie.contains("HttpOnly"), "{cookie}");
+    assert!(cookie.contains("SameSite=Lax"), "{cookie}");
+    assert!(cookie.contains("Path=/"), "{cookie}");
+    let before = b.session.clone().unwrap();
+
+    let res = b
+        .post(
+            "/login",
+            &[
+                ("username", "alice"),
+                ("password", ALICE_PW),
+                ("csrf", &form.hidden("csrf").unwrap()),
+                ("next", &form.hidden("next").unwrap()),
+            ],
+        )
+        .await;
+    assert_eq!(res.status, 303, "{}", res.text);
+    let cookie = res
+        .set_cookies()
+        .into_iter()
+        .find(|c| c.starts_with("cheq_session="))
+        .expect("a new session cookie at login");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Lax"),
+        "{cookie}"
+    );
+    let after = b.session.clone().unwrap();
+    assert_ne!(before, after, "the session id changes at login");
+    // The old id is dead.
+    let mut old = env.browser();
+    old.session = Some(before);
+    assert_eq!(old.get("/history").await.status, 303);
+
+    let page = b.get(&res.location()).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert_security_headers(&page, "confirmation page");
+
+    let error = b
+        .post(START, &[("resource_uri", "http://127.0.0.1:9/cheq/x")])
+        .await;
+    assert_eq!(error.status, 400);
+    assert_security_headers(&error, "error page");
+    let missing = b.get("/no/such/page").await;
+    assert_eq!(missing.status, 404);
+    assert_security_headers(&missing, "404 page");
+    let outcome = b.decide(&res.location(), &page, "reject").await;
+    assert_security_headers(&outcome, "outcome page");
+    env.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// 11. History and evidence
+// ---------------------------------------------------------------------------
+
+#[actix_web::test]
+async fn history_lists_decisions_and_evidence_verifies() {
+    let env = Env::start(Options::default()).await;
+    env.add_user("bob", BOB_PW);
+    let mut b = env.browser();
+    let (pack, _, page, outcome) = env.decided(&mut b, "accept").await;
+
+    let history = b.get("/history").await;
+    assert_eq!(history.status, 200);
+    let row = {
+        let start = history.text.find("<tbody>").expect("a table of decisions");
+        let end = history.text[start..].find("</tbody>").unwrap() + start;
+        history.text[start..end].to_owned()
+    };
+    assert_eq!(row.matches("<tr>").count(), 1, "{row}");
+    for fact in [
+        "Book a flight",
+        env.rs_url.as_str(),
+        ">accept<",
+        ">delivered<",
+    ] {
+        assert!(row.contains(fact), "{fact} missing from {row}");
+    }
+    let link = history.link("/history/").unwrap();
+    assert_eq!(Some(link.clone()), outcome.link("/history/"));
+
+    let evidence = b.get(&link).await;
+    assert_eq!(evidence.status, 200);
+    assert_eq!(
+        evidence.header("content-type").as_deref(),
+        Some("application/jose+json")
+    );
+    let doc = evidence.raw.clone();
+    let v: Value = serde_json::from_str(&doc).unwrap();
+    assert_eq!(v["signatures"].as_array().unwrap().len(), 2);
+    let nonce = payload_of(&doc)["nonce"].as_str().unwrap().to_owned();
+    assert_eq!(link, format!("/history/{nonce}.json"));
+
+    // With the keys each server publishes.
+    let mut trust = TrustStore::new();
+    for (url, cs) in [(&env.rs_url, false), (&env.cs_origin, true)] {
+        let bytes = reqwest::get(format!("{url}/.well-known/jwks.json"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        let jwks = Jwks::from_bytes(&bytes).unwrap();
+        if cs {
+            trust.add_confirmation_server(url, jwks).unwrap();
+        } else {
+            trust.add_resource_server(url, jwks).unwrap();
+        }
+    }
+    let ctx = Context {
+        now: chrono::Utc::now(),
+        resource_uri: Some(&pack.resource_uri),
+        confirmation_uri: None,
+    };
+    let verified = verify_decision(doc.as_bytes(), &trust, Some(Decision::Accept), &ctx).unwrap();
+    let claims = verified.claims();
+    assert_eq!(claims.sub, "alice");
+    assert_eq!(claims.channel, Channel::Html);
+    assert_eq!(claims.amr, vec!["pwd".to_owned()]);
+    assert_eq!(Some(claims.view.clone()), page.hidden("view"));
+    assert_eq!(verified.fields().nonce, nonce);
+    assert_eq!(verified.confirmation_kid(), env.cs_key.kid());
+    assert!(verify_decision(doc.as_bytes(), &trust, Some(Decision::Reject), &ctx).is_err());
+
+    // Another user's evidence link: 404, as for one that does not exist.
+    let mut bob = env.browser();
+    bob.sign_in("bob", BOB_PW).await;
+    let res = bob.get(&link).await;
+    assert_eq!(res.status, 404, "{}", res.text);
+    assert!(!res.raw.contains(&v["payload"].as_str().unwrap()[..20]));
+    assert_eq!(
+        bob.get("/history/AAAAAAAAAAAAAAAAAAAAAA.json").await.status,
+        404
+    );
+    let bob_history = bob.get("/history").await;
+    assert!(!bob_history.raw.contains(&link));
+    // Signed out: to the login page.
+    let res = env.browser().get(&link).await;
+    assert_eq!(res.status, 303);
+    assert!(res.location().starts_with("/login"));
+    env.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// 12. Failed logins are rate limited
+// ---------------------------------------------------------------------------
+
+#[actix_web::test]
+async fn wrong_passwords_lock_the_login() {
+    let env = Env::start(Options::default()).await;
+    let mut b = env.browser();
+    let form = b.get("/login").await;
+    let csrf = form.hidden("csrf").unwrap();
+    let attempt = |password: &'static str| {
+        [
+            ("username", "alice"),
+            ("password", password),
+            ("csrf", csrf.as_str()),
+            ("next", "/history"),
+        ]
+    };
+    for i in 0..6 {
+        let res = b.post("/login", &attempt("wrong-password")).await;
+        assert_eq!(res.status, 401, "attempt {i}: {}", res.text);
+        assert!(res.text.contains("The user name or password is wrong"));
+    }
+    let res = b.post("/login", &attempt(ALICE_PW)).await;
+    assert_eq!(res.status, 429, "{}", res.text);
+    let retry: u64 = res
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .unwrap();
+    assert!((1..=900).contains(&retry), "{retry}");
+    assert!(b.session.is_some());
+    assert_eq!(b.get("/history").await.status, 303, "still signed out");
+
+    // After the lock-out the right password works again.
+    tokio::time::sleep(Duration::from_secs(retry + 1)).await;
+    let res = b.post("/login", &attempt(ALICE_PW)).await;
+    assert_eq!(res.status, 303, "{}", res.text);
+    assert_eq!(b.get("/history").await.status, 200);
+    env.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// 9 and 10. Real processes: crash and restart, `cheq user add` while running
+// ---------------------------------------------------------------------------
+
+/// A child process killed (SIGKILL) when dropped.
+struct Proc {
+    name: String,
+    child: Option<std::process::Child>,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn spawn(name: &str, args: &[&str], log: &Path) -> Proc {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let err = out.try_clone().unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_cheq"))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap();
+        Proc {
+            name: name.to_owned(),
+            child: Some(child),
+            log: log.to_owned(),
+        }
+    }
+
+    fn exited(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => c.try_wait().unwrap().is_some(),
+            None => true,
+        }
+    }
+
+    /// SIGKILL, and reap.
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn log(&self) -> String {
+        format!(
+            "--- {} log ---\n{}",
+            self.name,
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        )
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Starts a server process and waits (bounded) until `/healthz` answers;
+/// retries when the process exits early (e.g. the port is not free yet).
+async fn start_server(name: &str, args: &[&str], log: &Path, base: &str) -> Proc {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let mut proc = Proc::spawn(name, args, log);
+    loop {
+        if let Ok(res) = http.get(format!("{base}/healthz")).send().await {
+            if res.status() == 200 {
+                return proc;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} did not become healthy:\n{}",
+            proc.log()
+        );
+        if proc.exited() {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            proc = Proc::spawn(name, args, log);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `cheq user add NAME --password-stdin <place...>`: (success, stdout+stderr).
+fn user_add(name: &str, password: &str, place: &[&str]) -> (bool, String) {
+    let mut args = vec!["user", "add", name, "--password-stdin"];
+    args.extend_from_slice(place);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cheq"))
+        .args(&args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{password}\n").as_bytes())
+        .unwrap();
+    // Bounded: the command must finish within 30 s.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut text = String::new();
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut text)
+                .unwrap();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut text)
+                .unwrap();
+            return (status.success(), text);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("cheq user add {name} did not finish");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Keys, JWKS files and both configurations, as `cheq demo` writes them.
+struct Setup {
+    dir: tempfile::TempDir,
+    rs_url: String,
+    cs_url: String,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let keys = root.join("keys");
+        let rs_key = load_or_create_key(&keys.join("rs.jwk"), None, "rs").unwrap();
+        let cs_key = load_or_create_key(&keys.join("cs.jwk"), None, "cs").unwrap();
+        std::fs::write(keys.join("rs.pub.jwks.json"), public_jwks(&rs_key)).unwrap();
+        std::fs::write(keys.join("cs.pub.jwks.json"), public_jwks(&cs_key)).unwrap();
+        let (rs_port, cs_port) = (free_port(), free_port());
+        let rs_url = format!("http://127.0.0.1:{rs_port}");
+        let cs_url = format!("http://127.0.0.1:{cs_port}");
+        let p = |name: &str| toml_path(&root.join(name));
+        let rs_toml = format!(
+            r#"
+listen = "127.0.0.1:{rs_port}"
+public_url = "{rs_url}"
+data_dir = "{rs_data}"
+signing_key = "{rs_key}"
+cheq_ttl_secs = 900
+retry_after_secs = 1
+
+[confirmation_server]
+uri = "{cs_url}"
+jwks_file = "{cs_jwks}"
+
+[[clients]]
+client_id = "cs"
+client_secret = "{CS_SECRET}"
+role = "cs"
+
+[[clients]]
+client_id = "agent"
+client_secret = "{AGENT_SECRET}"
+role = "agent"
+subject = "alice"
+"#,
+            rs_data = p("rs"),
+            rs_key = p("keys/rs.jwk"),
+            cs_jwks = p("keys/cs.pub.jwks.json"),
+        );
+        let cs_toml = format!(
+            r#"
+listen = "127.0.0.1:{cs_port}"
+public_url = "{cs_url}"
+data_dir = "{cs_data}"
+signing_key = "{cs_key}"
+
+[[resource_servers]]
+origin = "{rs_url}"
+path_prefix = "/cheq/"
+jwks = "{rs_jwks}"
+token_url = "{rs_url}/oauth/token"
+client_id = "cs"
+client_secret = "{CS_SECRET}"
+"#,
+            cs_data = p("cs"),
+            cs_key = p("keys/cs.jwk"),
+            rs_jwks = p("keys/rs.pub.jwks.json"),
+        );
+        std::fs::write(root.join("rs.toml"), rs_toml).unwrap();
+        std::fs::write(root.join("cs.toml"), cs_toml).unwrap();
+        Setup {
+            dir,
+            rs_url,
+            cs_url,
+        }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    async fn start_rs(&self) -> Proc {
+        let config = self.path("rs.toml");
+        let log = self.dir.path().join("rs.log");
+        start_server(
+            "RS",
+            &["resource-server", "--config", &config],
+            &log,
+            &self.rs_url,
+        )
+        .await
+    }
+
+    async fn start_cs(&self) -> Proc {
+        let config = self.path("cs.toml");
+        let log = self.dir.path().join("cs.log");
+        start_server("CS", &["serve", "--config", &config], &log, &self.cs_url).await
+    }
+}
+
+/// How many operations the RS ran, read from its database (RS stopped).
+fn executions_on_disk(rs_data: &Path) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match sled::Config::new().path(rs_data.join("rs.sled")).open() {
+            Ok(db) => return db.open_tree("rs.executions").unwrap().len(),
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "cannot open the RS database: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_decision_survives_crashes_of_both_servers() {
+    let setup = Setup::new();
+    let cs_data = setup.path("cs");
+    // A user before the first start (no server: the CLI opens the database).
+    let (ok, out) = user_add("alice", ALICE_PW, &["--data-dir", &cs_data]);
+    assert!(ok, "{out}");
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut rs = setup.start_rs().await;
+        let mut cs = setup.start_cs().await;
+
+        let pack = invoke_flight(&setup.rs_url).await;
+        assert_eq!(pack.confirmation_uri, setup.cs_url);
+        let mut b = Browser::new(&setup.cs_url);
+        let (path, page) = b.open("/", &pack.resource_uri, "alice", ALICE_PW).await;
+        assert_eq!(page.status, 200, "{}\n{}", page.text, cs.log());
+        assert!(page.text.contains("UA23"));
+
+        // The RS dies before the decision.
+        rs.kill();
+        let outcome = b.decide(&path, &page, "accept").await;
+        assert_eq!(outcome.status, 200, "{}", outcome.text);
+        assert!(
+            outcome.text.contains("you chose to accept"),
+            "{}",
+            outcome.text
+        );
+        assert!(
+            outcome.text.to_lowercase().contains("delivery pending"),
+            "{}",
+            outcome.text
+        );
+
+        // The CS dies too, and comes back; then the RS comes back.
+        cs.kill();
+        let mut cs = setup.start_cs().await;
+        let mut rs = setup.start_rs().await;
+
+        // No further user action: the decision arrives.
+        let deadline = Instant::now() + Duration::from_secs(40);
+        let body = loop {
+            let (status, body) = result_of(&pack.result_uri).await;
+            if status == 200 {
+                break body;
+            }
+            assert_eq!(status, 202, "{body}");
+            assert!(
+                Instant::now() < deadline,
+                "no decision at the RS within 40 s\nCS log:\n{}\nRS log:\n{}",
+                cs.log(),
+                rs.log()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        assert_eq!(body["status"], "accepted", "{body}");
+        let outputs = body["result"]["output_parameters"].as_array().unwrap();
+        assert!(outputs.contains(&json!({"name": "status", "value": "CONFIRMED"})));
+        assert!(outputs.contains(&json!({"name": "flight_number", "value": "UA23"})));
+
+        // The CS learns it was delivered (its page says so).
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let mut page = b.get(&path).await;
+            if page.status == 303 {
+                let res = b.login_at(&page.location(), "alice", ALICE_PW).await;
+                assert_eq!(res.status, 303, "{}", res.text);
+                page = b.get(&path).await;
+            }
+            assert_eq!(page.status, 200, "{}", page.text);
+            assert!(page.text.contains("Already decided"), "{}", page.text);
+            if page.text.contains(">delivered<") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{}", page.text);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+
+        // The operation ran once: one execution on the RS's disk, and the
+        // result is stable.
+        let (_, again) = result_of(&pack.result_uri).await;
+        assert_eq!(again, body);
+        rs.kill();
+        cs.kill();
+    });
+    assert_eq!(executions_on_disk(&setup.dir.path().join("rs")), 1);
+}
+
+#[test]
+fn user_add_works_while_the_server_runs() {
+    let setup = Setup::new();
+    let cs_config = setup.path("cs.toml");
+    let (ok, out) = user_add("alice", ALICE_PW, &["--config", &cs_config]);
+    assert!(ok, "before the first start: {out}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut cs = setup.start_cs().await;
+        let (ok, out) = user_add("carol", CAROL_PW, &["--config", &cs_config]);
+        assert!(ok, "{out}\n{}", cs.log());
+        assert!(out.contains("added user carol"), "{out}");
+        // Through the admin socket: adding her again is refused by the server.
+        let (ok, out) = user_add(
+            "carol",
+            "another-password",
+            &["--data-dir", &setup.path("cs")],
+        );
+        assert!(!ok, "{out}");
+        assert!(out.contains("already exists"), "{out}");
+
+        let mut b = Browser::new(&setup.cs_url);
+        let form = b.get("/login").await;
+        let res = b
+            .post(
+                "/login",
+                &[
+                    ("username", "carol"),
+                    ("password", "another-password"),
+                    ("csrf", &form.hidden("csrf").unwrap()),
+                    ("next", "/history"),
+                ],
+            )
+            .await;
+        assert_eq!(res.status, 401, "the first password stays");
+        b.sign_in("carol", CAROL_PW).await;
+        let history = b.get("/history").await;
+        assert_eq!(history.status, 200, "{}", history.text);
+        assert!(history.text.contains("Signed in as <strong>carol</strong>"));
+        // Alice, added before the first start, too.
+        let mut a = Browser::new(&setup.cs_url);
+        a.sign_in("alice", ALICE_PW).await;
+        cs.kill();
+    });
+}
