@@ -1028,7 +1028,7 @@ async fn wrong_user_gets_403() {
     assert_eq!(page.status, 403, "{}", page.text);
     assert!(
         page.text
-            .contains("this request is for \"alice\", and you are signed in as \"bob\""),
+            .contains("This request is for \"alice\", and you are signed in as \"bob\"."),
         "{}",
         page.text
     );

@@ -610,9 +610,19 @@ mod tests {
             assert_eq!(api.status.as_u16(), status, "{api}");
             assert!(!api.description.contains("secret detail"));
             let res = api.error_response();
-            assert_eq!(res.headers().get("content-type").unwrap(), "application/json");
+            assert_eq!(
+                res.headers().get("content-type").unwrap(),
+                "application/json"
+            );
         }
         let limited: ApiError = CsError::TooManyAttempts { retry_after: 3 }.into();
-        assert_eq!(limited.error_response().headers().get("retry-after").unwrap(), "3");
+        assert_eq!(
+            limited
+                .error_response()
+                .headers()
+                .get("retry-after")
+                .unwrap(),
+            "3"
+        );
     }
 }
