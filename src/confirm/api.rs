@@ -41,7 +41,7 @@ pub struct ApiError {
     pub code: &'static str,
     pub description: String,
     pub retry_after: Option<i64>,
-    pub extra: Option<Value>,
+    pub extra: Option<Box<Value>>,
 }
 
 impl ApiError {
@@ -544,7 +544,7 @@ async fn decide(
                     "already_decided",
                     format!("this confirmation was already decided: {}", record.decision),
                 );
-                e.extra = Some(answer);
+                e.extra = Some(Box::new(answer));
                 return Err(e);
             }
             Ok(HttpResponse::Ok().json(answer))
@@ -568,9 +568,11 @@ async fn decide(
                 .collect::<Vec<_>>()
                 .join("; ");
             let mut e = ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, description);
-            e.extra = Some(
-                json!({"problems": problems.iter().map(|(k, m)| json!({"parameter": k, "problem": m})).collect::<Vec<_>>()}),
-            );
+            let list: Vec<Value> = problems
+                .iter()
+                .map(|(k, m)| json!({"parameter": k, "problem": m}))
+                .collect();
+            e.extra = Some(Box::new(json!({ "problems": list })));
             Err(e)
         }
     }

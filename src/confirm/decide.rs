@@ -683,6 +683,9 @@ impl Cs {
     }
 }
 
+/// Problems with typed values: (parameter name, message).
+pub type Problems = Vec<(String, String)>;
+
 /// Seconds before the next delivery attempt: 1, 2, 4, … capped at 30.
 pub fn backoff(attempts: u32) -> i64 {
     (1i64 << attempts.min(5)).min(MAX_BACKOFF_SECS)
@@ -694,7 +697,7 @@ pub fn validate_collected(
     verified: &VerifiedCheq,
     decision: Decision,
     given: &IndexMap<String, String>,
-) -> Result<Option<IndexMap<String, String>>, Vec<(String, String)>> {
+) -> Result<Option<IndexMap<String, String>>, Problems> {
     if decision == Decision::Reject {
         return Ok(None);
     }

@@ -189,7 +189,7 @@ impl RsClient {
                 .bearer_auth(&token)
                 .send()
                 .await
-                .map_err(|e| classify(e))?;
+                .map_err(classify)?;
             let status = res.status().as_u16();
             if status == 401 && attempt == 0 {
                 // The RS may have restarted and forgotten our token.
@@ -231,7 +231,7 @@ impl RsClient {
                 .body(document.to_owned())
                 .send()
                 .await
-                .map_err(|e| classify(e))?;
+                .map_err(classify)?;
             let status = res.status().as_u16();
             if status == 401 && attempt == 0 {
                 self.forget_token();
@@ -272,7 +272,7 @@ async fn read_limited(mut res: reqwest::Response, limit: usize) -> Result<Vec<u8
         return Err(FetchError::TooLarge(limit));
     }
     let mut body = Vec::new();
-    while let Some(chunk) = res.chunk().await.map_err(|e| classify(e))? {
+    while let Some(chunk) = res.chunk().await.map_err(classify)? {
         if body.len() + chunk.len() > limit {
             return Err(FetchError::TooLarge(limit));
         }

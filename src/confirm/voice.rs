@@ -209,7 +209,7 @@ pub fn voice_view(v: &CheqView, warnings: &[Warning], cs_origin: &str) -> (Strin
         plain(format!("The operation is {}.", v.operation)),
     ];
     for p in &v.parameters {
-        let mut head = format!("{}", p.name);
+        let mut head = p.name.clone();
         if let Some(d) = &p.description {
             head.push_str(&format!(", {d}"));
         }
