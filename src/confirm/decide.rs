@@ -41,6 +41,9 @@ const LOCK_STRIPES: usize = 64;
 struct Entry {
     resource_uri: String,
     rs: usize,
+    /// When it was started (unix seconds); old entries are collected.
+    #[serde(default)]
+    created: i64,
     #[serde(default)]
     document: Option<String>,
 }
@@ -246,6 +249,7 @@ impl Cs {
             let entry = Entry {
                 resource_uri: resource_uri.to_owned(),
                 rs,
+                created: self.clock.now().timestamp(),
                 document: None,
             };
             let bytes = serde_json::to_vec(&entry).map_err(|e| CsError::Internal(e.to_string()))?;
@@ -624,6 +628,22 @@ impl Cs {
                 None
             }
         }
+    }
+
+    /// Removes started confirmations older than `keep_secs` (a CHEQ lives at
+    /// most 24 h, §4; decisions stay in the records). Returns how many.
+    pub fn collect_entries(&self, keep_secs: i64) -> Result<usize, CsError> {
+        let cutoff = self.clock.now().timestamp() - keep_secs;
+        let mut n = 0;
+        for item in self.confirmations.iter() {
+            let (k, v) = item?;
+            let old = serde_json::from_slice::<Entry>(&v).map_or(true, |e| e.created < cutoff);
+            if old {
+                self.confirmations.remove(k)?;
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     /// Wakes the delivery worker.

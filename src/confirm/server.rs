@@ -201,6 +201,11 @@ pub fn start_background(state: &web::Data<CsState>, data_dir: &std::path::Path) 
                     log::info!("collected {n} expired sessions");
                 }
             }
+            match st.cs.collect_entries(48 * 3600) {
+                Ok(n) if n > 0 => log::info!("collected {n} old confirmation entries"),
+                Err(e) => log::warn!("collecting old entries: {e}"),
+                _ => {}
+            }
         }
     });
     Background {
