@@ -341,6 +341,8 @@ pub fn open_view(id: &str, v: &CheqView) -> Value {
                     "max length": i.max_length,
                     "pattern": i.pattern,
                     "sensitive": i.sensitive,
+                    // What a voice gateway asks when it collects this value.
+                    "prompt": super::voice::input_prompt(&p.name, p.description.as_deref(), i),
                 })),
             })
         })

@@ -8,7 +8,7 @@
 //! dates read as dates. The plain text is what `cheq_view` hashes for a voice
 //! decision.
 
-use super::view::CheqView;
+use super::view::{CheqView, InputView};
 use super::warnings::Warning;
 use chrono::{DateTime, NaiveDate, Utc};
 
@@ -194,6 +194,25 @@ fn plain(t: String) -> Line {
         ssml: xml_escape(&t),
         text: t,
     }
+}
+
+/// The spoken prompt for a value the user must supply (§8).
+pub fn input_prompt(name: &str, description: Option<&str>, input: &InputView) -> String {
+    let what = match description {
+        Some(d) => format!("{name} ({d})"),
+        None => name.to_owned(),
+    };
+    let how = match input.kind {
+        "digits" => "Say or key in the digits, then press the hash key.",
+        "amount" => "Say the amount, for example two hundred and fifty point zero zero.",
+        _ => "Say the value.",
+    };
+    let privacy = if input.sensitive {
+        " It goes only to the resource server, not to the AI agent."
+    } else {
+        ""
+    };
+    format!("Please give the {what}. {how}{privacy}")
 }
 
 /// The voice view of a CHEQ: (plain text, SSML).
