@@ -151,8 +151,11 @@ pub struct Api {
     gateways: Vec<GatewayConfig>,
     tokens: Mutex<HashMap<[u8; 32], ApiToken>>,
     token_ttl: i64,
-    /// Failed PINs per user, failed secrets and PINs per gateway.
+    /// Failed PINs per user.
     pub limiter: RateLimiter,
+    /// Failed secrets and PINs per gateway: a gateway speaks for many users,
+    /// so it gets more room before a lock-out.
+    pub gateway_limiter: RateLimiter,
     clock: Arc<dyn Clock>,
 }
 
@@ -177,6 +180,7 @@ impl Api {
             tokens: Mutex::new(HashMap::new()),
             token_ttl,
             limiter: RateLimiter::new(5, 2, 900),
+            gateway_limiter: RateLimiter::new(20, 2, 300),
             clock,
         }
     }
@@ -185,13 +189,14 @@ impl Api {
         self.clock.now().timestamp()
     }
 
-    fn locked(&self, keys: &[&str]) -> Result<(), ApiError> {
+    fn locked(&self, user: Option<&str>, gateway: &str) -> Result<(), ApiError> {
         let now = self.now();
-        if let Some(left) = keys
-            .iter()
-            .filter_map(|k| self.limiter.locked(k, now))
-            .max()
-        {
+        let left = user
+            .and_then(|u| self.limiter.locked(u, now))
+            .into_iter()
+            .chain(self.gateway_limiter.locked(gateway, now))
+            .max();
+        if let Some(left) = left {
             return Err(CsError::TooManyAttempts { retry_after: left }.into());
         }
         Ok(())
@@ -223,14 +228,14 @@ impl Api {
             .map(|(_, v)| v.into_owned())
             .unwrap_or_default();
         let key = format!("gw:{id}");
-        self.locked(&[&key])?;
+        self.locked(None, &key)?;
         let ok = self
             .gateways
             .iter()
             .find(|g| g.client_id == id)
             .is_some_and(|g| verify_secret(&secret, &g.secret_hash));
         if !ok {
-            self.limiter.fail(&key, self.now());
+            self.gateway_limiter.fail(&key, self.now());
             log::info!("raw API: failed gateway authentication for {id:?}");
             return Err(invalid());
         }
@@ -250,16 +255,20 @@ impl Api {
         }
         let user_key = format!("user:{username}");
         let gw_key = format!("gw:{gateway}");
-        self.locked(&[&user_key, &gw_key])?;
+        self.locked(Some(&user_key), &gw_key)?;
         let account = self.accounts.get(username).map_err(CsError::from)?;
-        let ok = match &account {
-            Some(a) => a.pin_hash.as_deref().is_some_and(|h| verify_secret(pin, h)),
-            None => false,
-        };
+        // An unknown user (or one without a PIN) costs the same argon2 check,
+        // so timing does not tell which user names exist.
+        let hash = account
+            .as_ref()
+            .and_then(|a| a.pin_hash.clone())
+            .unwrap_or_else(|| super::auth::dummy_hash().to_owned());
+        let ok =
+            verify_secret(pin, &hash) && account.as_ref().is_some_and(|a| a.pin_hash.is_some());
         let now = self.now();
         let Some(account) = account.filter(|_| ok) else {
             self.limiter.fail(&user_key, now);
-            self.limiter.fail(&gw_key, now);
+            self.gateway_limiter.fail(&gw_key, now);
             log::info!("raw API: failed PIN for {username:?} via {gateway:?}");
             return Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,

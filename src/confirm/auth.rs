@@ -131,7 +131,7 @@ pub fn verify_secret(secret: &str, hash: &str) -> bool {
 
 /// A hash to compare against when the user does not exist, so that a login
 /// for an unknown name takes as long as one for a known name.
-fn dummy_hash() -> &'static str {
+pub(crate) fn dummy_hash() -> &'static str {
     static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     DUMMY.get_or_init(|| hash_secret("not a password of anyone").unwrap_or_default())
 }
@@ -324,17 +324,22 @@ impl Sessions {
 }
 
 /// Failed-attempt limiting with a doubling lock-out, per key (a user name, a
-/// client address, a gateway). In memory: a restart forgives, which is fine
-/// for a limiter whose job is to slow guessing down.
+/// client address, a gateway). Failures are forgotten after a quiet
+/// `window_secs`, so an honest key that fails now and then never ends up
+/// locked for good. In memory: a restart forgives, which is fine for a
+/// limiter whose job is to slow guessing down.
 #[derive(Debug, Default)]
 pub struct RateLimiter {
-    state: Mutex<HashMap<String, (u32, i64)>>,
+    /// key → (failures, locked until, last failure)
+    state: Mutex<HashMap<String, (u32, i64, i64)>>,
     /// Failures allowed before the first lock-out.
     pub free_failures: u32,
     /// First lock-out, in seconds; doubles with each further failure.
     pub base_lock_secs: i64,
     /// Longest lock-out.
     pub max_lock_secs: i64,
+    /// Failures are forgotten this long after the last one (once unlocked).
+    pub window_secs: i64,
 }
 
 impl RateLimiter {
@@ -344,6 +349,7 @@ impl RateLimiter {
             free_failures,
             base_lock_secs,
             max_lock_secs,
+            window_secs: 900,
         }
     }
 
@@ -352,17 +358,23 @@ impl RateLimiter {
         let guard = self.state.lock().ok()?;
         guard
             .get(key)
-            .map(|(_, until)| *until - now)
+            .map(|(_, until, _)| *until - now)
             .filter(|left| *left > 0)
     }
 
     /// Records a failure for `key`.
     pub fn fail(&self, key: &str, now: i64) {
         if let Ok(mut guard) = self.state.lock() {
+            let window = self.window_secs;
             if guard.len() > 100_000 {
-                guard.retain(|_, (_, until)| *until > now);
+                guard.retain(|_, (_, until, last)| *until > now || now - *last <= window);
             }
-            let entry = guard.entry(key.to_owned()).or_insert((0, 0));
+            let entry = guard.entry(key.to_owned()).or_insert((0, 0, now));
+            if entry.1 <= now && now - entry.2 > window {
+                // A quiet window since the last failure: start afresh.
+                entry.0 = 0;
+            }
+            entry.2 = now;
             entry.0 += 1;
             if entry.0 > self.free_failures {
                 let over = (entry.0 - self.free_failures - 1).min(20);
@@ -450,5 +462,20 @@ mod tests {
         r.succeed("u");
         r.fail("u", 100);
         assert_eq!(r.locked("u", 100), None);
+    }
+
+    #[test]
+    fn failures_are_forgotten_after_a_quiet_window() {
+        let mut r = RateLimiter::new(2, 2, 60);
+        r.window_secs = 100;
+        r.fail("g", 0);
+        r.fail("g", 50);
+        // 200 s of quiet: the next failure is the first again.
+        r.fail("g", 250);
+        assert_eq!(r.locked("g", 250), None);
+        r.fail("g", 260);
+        assert_eq!(r.locked("g", 260), None);
+        r.fail("g", 270);
+        assert_eq!(r.locked("g", 270), Some(2));
     }
 }

@@ -6,7 +6,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import net from 'node:net';
@@ -59,9 +59,57 @@ after(async () => {
 const cs = `http://127.0.0.1:${csPort}`;
 const rs = `http://127.0.0.1:${rsPort}`;
 
-function agent(...params) {
-  const out = execFileSync(cheq, ['agent', '--rs', rs, '--tool', 'book_flight', ...params.flatMap((p) => ['--param', p]), '--no-wait'], { encoding: 'utf8' });
+function agentTool(tool, ...params) {
+  const out = execFileSync(cheq, ['agent', '--rs', rs, '--tool', tool, ...params.flatMap((p) => ['--param', p]), '--no-wait'], { encoding: 'utf8' });
   return JSON.parse(out.split('\n')[0]);
+}
+
+function agent(...params) {
+  return agentTool('book_flight', ...params);
+}
+
+/** Every regular file under `dir`, recursively. */
+function filesUnder(dir) {
+  const out = [];
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, e.name);
+    if (e.isDirectory()) out.push(...filesUnder(path));
+    else if (e.isFile()) out.push(path);
+  }
+  return out;
+}
+
+/** `value` as it is, and as it reads inside base64 or base64url text (a JWS
+ * protected header is base64url), at each of the three alignments. */
+function encodingsOf(value) {
+  const forms = [value];
+  const bytes = Buffer.from(value, 'utf8');
+  for (let k = 0; k < 3; k++) {
+    const padded = Buffer.concat([Buffer.alloc(k), bytes]);
+    const from = Math.ceil((8 * k) / 6);
+    const to = Math.floor((8 * padded.length) / 6);
+    for (const enc of ['base64', 'base64url']) {
+      forms.push(padded.toString(enc).slice(from, to));
+    }
+  }
+  return [...new Set(forms)];
+}
+
+/** The files under `dir` that hold `value` (in clear or base64-encoded). */
+function filesHolding(dir, value) {
+  const forms = encodingsOf(value);
+  return filesUnder(dir).filter((f) => {
+    const bytes = readFileSync(f);
+    return forms.some((form) => bytes.includes(form));
+  });
+}
+
+async function signInIfAsked(page) {
+  if (await page.$('input[name=password]')) {
+    await page.fill('input[name=username]', 'alice');
+    await page.fill('input[name=password]', password);
+    await Promise.all([page.waitForNavigation(), page.click('button[type=submit], input[type=submit]')]);
+  }
 }
 
 async function pollResult(uri, ms = 30000) {
@@ -124,5 +172,48 @@ test('alice rejects in Chromium and the RS reports rejected', async () => {
   await Promise.all([page.waitForNavigation(), page.click('button[name=decision][value=reject]')]);
   const result = await pollResult(pack['result uri']);
   assert.equal(result.status, 'rejected');
+  await page.close();
+});
+
+test('alice types private values in Chromium; the CS keeps none of them', async () => {
+  await waitFor(`${cs}/healthz`).catch((e) => { throw new Error(`${e.message}\n${demoLog}`); });
+  const [from, to, amount] = ['12345678', '87654321', '250.00'];
+  const pack = agentTool('transfer_funds', 'payee=ACME');
+  const page = await browser.newPage();
+  await openPack(page, pack);
+  await signInIfAsked(page);
+
+  const text = await page.textContent('body');
+  assert.ok(text.includes('ACME'), 'the page shows the payee');
+  const fromInput = page.getByLabel('from account');
+  const toInput = page.getByLabel('to account');
+  const amountInput = page.getByLabel('amount');
+  assert.equal(await fromInput.getAttribute('type'), 'password');
+  assert.equal(await toInput.getAttribute('type'), 'password');
+  await fromInput.fill(from);
+  await toInput.fill(to);
+  await amountInput.fill(amount);
+  await page.screenshot({ path: join(shots, 'private-values.png'), fullPage: true });
+  await Promise.all([page.waitForNavigation(), page.click('button[name=decision][value=accept]')]);
+  const outcome = await page.content();
+  assert.match(outcome, /you chose to accept/i);
+  for (const v of [from, to]) assert.ok(!outcome.includes(v), `the outcome page shows ${v}`);
+
+  const result = await pollResult(pack['result uri']);
+  assert.equal(result.status, 'accepted');
+  const said = JSON.stringify(result);
+  assert.ok(said.includes('DONE'), `the values reached the RS: ${said}`);
+  for (const v of [from, to, amount]) assert.ok(!said.includes(v), `the result holds ${v}: ${said}`);
+
+  // Give the database's periodic flush time, then read every file the CS has.
+  await new Promise((ok) => setTimeout(ok, 1500));
+  const csData = join(dataDir, 'cs');
+  assert.ok(filesUnder(csData).length > 1, 'the CS data directory has files');
+  for (const v of [from, to]) {
+    assert.deepEqual(filesHolding(csData, v), [], `files under ${csData} hold ${v}`);
+  }
+  // Control: the scan reaches what the CS stored (the payee, not private, is
+  // in the kept CHEQ payload, base64url-encoded).
+  assert.notDeepEqual(filesHolding(csData, 'ACME'), [], 'the scan found not even the payee');
   await page.close();
 });

@@ -1,0 +1,1242 @@
+//! The harness shared by the integration tests of the confirmation server
+//! (CS): both servers (the CS and the reference RS) on real loopback sockets
+//! in this process ([`Env`]), a cookie-keeping [`Browser`], helpers for the
+//! raw API of voice gateways (§10), and real server processes ([`Proc`],
+//! [`Setup`]).
+//!
+//! Each test file declares `mod common;`; not every file uses every helper.
+#![allow(dead_code)]
+
+use actix_web::dev::ServerHandle;
+use actix_web::{web, App, HttpResponse, HttpServer};
+use cheq::cheq::UriPack;
+use cheq::confirm::auth::{hash_secret, new_account};
+use cheq::confirm::server::{start_background, Background};
+use cheq::confirm::{CsConfig, CsState};
+use cheq::keyfile::load_or_create_key;
+use cheq::resource::{agent, Clock, InvokeOutcome, ManualClock, RsConfig, RsState, SystemClock};
+use cheq::sign::{b64, Jwks, SigningKey, TrustStore};
+use cheq::store::records::DecisionRecord;
+use serde_json::{json, Map, Value};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const CS_SECRET: &str = "cs-client-secret-0123";
+pub const AGENT_SECRET: &str = "agent-secret-0123";
+pub const ALICE_PW: &str = "alice-password-1";
+pub const BOB_PW: &str = "bob-password-22";
+pub const CAROL_PW: &str = "carol-password-333";
+/// The CS start path of the in-process servers (a non-root confirmation URI).
+pub const START: &str = "/confirm";
+
+// ---------------------------------------------------------------------------
+// Small helpers
+// ---------------------------------------------------------------------------
+
+/// Undoes askama's HTML escaping.
+pub fn unescape(s: &str) -> String {
+    s.replace("&quot;", "\"")
+        .replace("&#x27;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&#x2f;", "/")
+        .replace("&amp;", "&")
+}
+
+pub fn public_jwks(key: &SigningKey) -> String {
+    json!({"keys": [key.public_jwk()]}).to_string()
+}
+
+pub fn toml_path(p: &Path) -> String {
+    p.display()
+        .to_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn flight_params() -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("flight_number".into(), json!("UA23"));
+    m.insert("flight_date".into(), json!("2026-12-08"));
+    m.insert("cabin_class".into(), json!("BUSINESS"));
+    m.insert("price_usd".into(), json!(1200));
+    m
+}
+
+/// Invokes book_flight above the threshold: 202 and a URI pack (§1).
+pub async fn invoke_flight(rs_url: &str) -> UriPack {
+    match agent::invoke(
+        rs_url,
+        "agent",
+        AGENT_SECRET,
+        "book_flight",
+        &flight_params(),
+    )
+    .await
+    .unwrap()
+    {
+        InvokeOutcome::NeedsConfirmation(pack) => pack,
+        other => panic!("expected 202 and a URI pack, got {other:?}"),
+    }
+}
+
+/// Invokes any tool as the agent: 202 and a URI pack (§1).
+pub async fn invoke_tool(rs_url: &str, tool: &str, params: &Map<String, Value>) -> UriPack {
+    match agent::invoke(rs_url, "agent", AGENT_SECRET, tool, params)
+        .await
+        .unwrap()
+    {
+        InvokeOutcome::NeedsConfirmation(pack) => pack,
+        other => panic!("expected 202 and a URI pack from {tool}, got {other:?}"),
+    }
+}
+
+/// The inputs of `transfer_funds` given by the agent (`payee`, `memo`).
+pub fn transfer_params(payee: Option<&str>, memo: Option<&str>) -> Map<String, Value> {
+    let mut m = Map::new();
+    if let Some(p) = payee {
+        m.insert("payee".into(), json!(p));
+    }
+    if let Some(memo) = memo {
+        m.insert("memo".into(), json!(memo));
+    }
+    m
+}
+
+/// `GET <result uri>`: (status, body).
+pub async fn result_of(result_uri: &str) -> (u16, Value) {
+    let res = reqwest::get(result_uri).await.unwrap();
+    let status = res.status().as_u16();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+/// The payload of a JWS document, as JSON.
+pub fn payload_of(doc: &str) -> Value {
+    let v: Value = serde_json::from_str(doc).unwrap();
+    let bytes = b64::decode(v["payload"].as_str().unwrap()).unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// `(protected_b64, signature_b64)` of signature `i` of a JWS document.
+pub fn signature_of(doc: &str, i: usize) -> (String, String) {
+    let v: Value = serde_json::from_str(doc).unwrap();
+    (
+        v["signatures"][i]["protected"].as_str().unwrap().to_owned(),
+        v["signatures"][i]["signature"].as_str().unwrap().to_owned(),
+    )
+}
+
+// ---------------------------------------------------------------------------
+// A browser: no redirects followed, the session cookie kept by hand
+// ---------------------------------------------------------------------------
+
+#[derive(Debug)]
+pub struct Page {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    /// The body as sent.
+    pub raw: String,
+    /// The body with HTML escapes undone (for text checks).
+    pub text: String,
+}
+
+impl Page {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    }
+
+    pub fn location(&self) -> String {
+        self.header("location")
+            .unwrap_or_else(|| panic!("no Location in a {} answer: {}", self.status, self.text))
+    }
+
+    pub fn set_cookies(&self) -> Vec<String> {
+        self.headers
+            .get_all("set-cookie")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// The value of the hidden field `name`.
+    pub fn hidden(&self, name: &str) -> Option<String> {
+        let marker = format!("name=\"{name}\" value=\"");
+        let start = self.raw.find(&marker)? + marker.len();
+        let end = self.raw[start..].find('"')? + start;
+        Some(unescape(&self.raw[start..end]))
+    }
+
+    /// The first `href` that starts with `prefix`.
+    pub fn link(&self, prefix: &str) -> Option<String> {
+        let marker = format!("href=\"{prefix}");
+        let start = self.raw.find(&marker)? + "href=\"".len();
+        let end = self.raw[start..].find('"')? + start;
+        Some(unescape(&self.raw[start..end]))
+    }
+}
+
+pub struct Browser {
+    pub http: reqwest::Client,
+    pub origin: String,
+    pub session: Option<String>,
+}
+
+impl Browser {
+    pub fn new(origin: &str) -> Self {
+        Browser {
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            origin: origin.trim_end_matches('/').to_owned(),
+            session: None,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        if path.starts_with("http://") || path.starts_with("https://") {
+            path.to_owned()
+        } else {
+            format!("{}{path}", self.origin)
+        }
+    }
+
+    pub async fn page(&mut self, req: reqwest::RequestBuilder) -> Page {
+        let req = match &self.session {
+            Some(s) => req.header("cookie", format!("cheq_session={s}")),
+            None => req,
+        };
+        let res = req.send().await.unwrap();
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        let raw = res.text().await.unwrap();
+        let page = Page {
+            status,
+            headers,
+            text: unescape(&raw),
+            raw,
+        };
+        for c in page.set_cookies() {
+            if let Some(rest) = c.strip_prefix("cheq_session=") {
+                let value = rest.split(';').next().unwrap_or("").trim();
+                let removal = value.is_empty() || c.to_ascii_lowercase().contains("max-age=0");
+                self.session = if removal {
+                    None
+                } else {
+                    Some(value.to_owned())
+                };
+            }
+        }
+        page
+    }
+
+    pub async fn get(&mut self, path: &str) -> Page {
+        let req = self.http.get(self.url(path));
+        self.page(req).await
+    }
+
+    pub async fn post(&mut self, path: &str, fields: &[(&str, &str)]) -> Page {
+        let req = self.http.post(self.url(path)).form(fields);
+        self.page(req).await
+    }
+
+    /// Follows a redirect to the login page and signs in there; returns the
+    /// answer to the login POST.
+    pub async fn login_at(&mut self, login_location: &str, user: &str, password: &str) -> Page {
+        let form = self.get(login_location).await;
+        assert_eq!(form.status, 200, "login form: {}", form.text);
+        let csrf = form.hidden("csrf").expect("csrf field on the login form");
+        let next = form.hidden("next").expect("next field on the login form");
+        self.post(
+            "/login",
+            &[
+                ("username", user),
+                ("password", password),
+                ("csrf", &csrf),
+                ("next", &next),
+            ],
+        )
+        .await
+    }
+
+    /// Signs in from the login page (next: /history).
+    pub async fn sign_in(&mut self, user: &str, password: &str) {
+        let res = self.login_at("/login", user, password).await;
+        assert_eq!(res.status, 303, "login as {user}: {}", res.text);
+    }
+
+    /// §2: POST the resource URI to the start path, through login when
+    /// needed, to the confirmation page. Returns the page's path and the page.
+    pub async fn open(
+        &mut self,
+        start: &str,
+        resource_uri: &str,
+        user: &str,
+        password: &str,
+    ) -> (String, Page) {
+        let res = self.post(start, &[("resource_uri", resource_uri)]).await;
+        assert_eq!(res.status, 303, "start: {}", res.text);
+        let mut location = res.location();
+        if location.starts_with("/login") {
+            let res = self.login_at(&location, user, password).await;
+            assert_eq!(res.status, 303, "login: {}", res.text);
+            location = res.location();
+        }
+        assert!(location.starts_with("/c/"), "{location}");
+        let page = self.get(&location).await;
+        (location, page)
+    }
+
+    /// Posts the decision form of a confirmation page.
+    pub async fn decide(&mut self, path: &str, page: &Page, decision: &str) -> Page {
+        let csrf = page.hidden("csrf").expect("csrf field");
+        let view = page.hidden("view").expect("view field");
+        self.post(
+            path,
+            &[("csrf", &csrf), ("view", &view), ("decision", decision)],
+        )
+        .await
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Both servers in this process
+// ---------------------------------------------------------------------------
+
+/// One more resource server registered at the CS (trust: the real RS's key).
+pub struct ExtraRs {
+    pub origin: String,
+}
+
+/// A voice gateway registered at the CS for the raw API (§10): its client
+/// id and its secret in clear (the CS configuration gets its argon2 hash).
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    pub client_id: String,
+    pub secret: String,
+}
+
+impl Gateway {
+    pub fn new(client_id: &str, secret: &str) -> Self {
+        Gateway {
+            client_id: client_id.to_owned(),
+            secret: secret.to_owned(),
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Options {
+    /// Register the RS at the CS with a different key under the same kid.
+    pub wrong_rs_key: bool,
+    pub extra: Vec<ExtraRs>,
+    /// One clock for both servers; the system clock when `None`.
+    pub clock: Option<Arc<ManualClock>>,
+    /// Voice gateways registered at the CS (`[[gateways]]`).
+    pub gateways: Vec<Gateway>,
+    /// The CS's `api_token_ttl_secs`; its default when `None`.
+    pub api_token_ttl_secs: Option<i64>,
+}
+
+pub struct Env {
+    pub _dir: tempfile::TempDir,
+    pub rs_url: String,
+    pub cs_origin: String,
+    /// The CS public URL, its confirmation URI (§1).
+    pub cs_url: String,
+    pub cs_key_path: PathBuf,
+    pub rs_key: SigningKey,
+    pub cs_key: SigningKey,
+    pub rs: web::Data<RsState>,
+    pub cs: web::Data<CsState>,
+    pub rs_handle: ServerHandle,
+    pub cs_handle: ServerHandle,
+    pub background: Option<Background>,
+    /// The CS data directory (its database, sealed-document keys, secrets).
+    pub cs_data: PathBuf,
+    /// The RS data directory.
+    pub rs_data: PathBuf,
+    /// The clock both servers use, when the test controls time.
+    pub clock: Option<Arc<ManualClock>>,
+    /// The CS's lifetime of a raw-API user token.
+    pub api_token_ttl_secs: i64,
+}
+
+impl Env {
+    pub async fn start(opts: Options) -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_owned();
+        let keys = root.join("keys");
+        // Keys first, so that each side's JWKS file exists.
+        let rs_key = load_or_create_key(&keys.join("rs.jwk"), None, "rs").unwrap();
+        let cs_key_path = keys.join("cs.jwk");
+        let cs_key = load_or_create_key(&cs_key_path, None, "cs").unwrap();
+        let rs_jwks = keys.join("rs.pub.jwks.json");
+        let cs_jwks = keys.join("cs.pub.jwks.json");
+        std::fs::write(&rs_jwks, public_jwks(&rs_key)).unwrap();
+        std::fs::write(&cs_jwks, public_jwks(&cs_key)).unwrap();
+        let cs_trusts_for_rs = if opts.wrong_rs_key {
+            let impostor = SigningKey::from_seed(rs_key.kid(), &rand::random()).unwrap();
+            let path = keys.join("impostor.pub.jwks.json");
+            std::fs::write(&path, public_jwks(&impostor)).unwrap();
+            path
+        } else {
+            rs_jwks.clone()
+        };
+
+        let rs_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let cs_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let rs_port = rs_listener.local_addr().unwrap().port();
+        let cs_port = cs_listener.local_addr().unwrap().port();
+        let rs_url = format!("http://127.0.0.1:{rs_port}");
+        let cs_origin = format!("http://127.0.0.1:{cs_port}");
+        let cs_url = format!("{cs_origin}{START}");
+
+        let rs_toml = format!(
+            r#"
+listen = "127.0.0.1:{rs_port}"
+public_url = "{rs_url}"
+data_dir = "{rs_data}"
+signing_key = "{rs_key}"
+cheq_ttl_secs = 900
+retry_after_secs = 1
+
+[confirmation_server]
+uri = "{cs_url}"
+jwks_file = "{cs_jwks}"
+
+[[clients]]
+client_id = "cs"
+client_secret = "{CS_SECRET}"
+role = "cs"
+
+[[clients]]
+client_id = "agent"
+client_secret = "{AGENT_SECRET}"
+role = "agent"
+subject = "alice"
+"#,
+            rs_data = toml_path(&root.join("rs")),
+            rs_key = toml_path(&keys.join("rs.jwk")),
+            cs_jwks = toml_path(&cs_jwks),
+        );
+        let mut cs_toml = format!(
+            r#"
+listen = "127.0.0.1:{cs_port}"
+public_url = "{cs_url}"
+data_dir = "{cs_data}"
+signing_key = "{cs_key}"
+
+[[resource_servers]]
+origin = "{rs_url}"
+path_prefix = "/cheq/"
+jwks = "{jwks}"
+token_url = "{rs_url}/oauth/token"
+client_id = "cs"
+client_secret = "{CS_SECRET}"
+"#,
+            cs_data = toml_path(&root.join("cs")),
+            cs_key = toml_path(&cs_key_path),
+            jwks = toml_path(&cs_trusts_for_rs),
+        );
+        for extra in &opts.extra {
+            cs_toml.push_str(&format!(
+                r#"
+[[resource_servers]]
+origin = "{origin}"
+path_prefix = "/cheq/"
+jwks = "{jwks}"
+token_url = "{origin}/oauth/token"
+client_id = "cs"
+client_secret = "{CS_SECRET}"
+"#,
+                origin = extra.origin,
+                jwks = toml_path(&rs_jwks),
+            ));
+        }
+        for gw in &opts.gateways {
+            cs_toml.push_str(&format!(
+                r#"
+[[gateways]]
+client_id = "{id}"
+secret_hash = "{hash}"
+"#,
+                id = gw.client_id,
+                hash = hash_secret(&gw.secret).unwrap(),
+            ));
+        }
+        if let Some(ttl) = opts.api_token_ttl_secs {
+            // A top-level key: it must come before the first table.
+            cs_toml = format!("api_token_ttl_secs = {ttl}\n{cs_toml}");
+        }
+        let rs_config = RsConfig::from_toml(&rs_toml).unwrap();
+        let cs_config = CsConfig::from_toml(&cs_toml).unwrap();
+        let clock: Arc<dyn Clock> = match &opts.clock {
+            Some(c) => c.clone(),
+            None => Arc::new(SystemClock),
+        };
+
+        let rs = cheq::resource::build_state(&rs_config, clock.clone())
+            .await
+            .unwrap();
+        let rs_server = cheq::resource::serve(rs_listener, rs.clone()).unwrap();
+        let rs_handle = rs_server.handle();
+        actix_web::rt::spawn(rs_server);
+
+        let cs = cheq::confirm::build_state(&cs_config, clock).await.unwrap();
+        cs.accounts
+            .put(&new_account("alice", None, ALICE_PW).unwrap(), false)
+            .unwrap();
+        let background = start_background(&cs, &cs_config.data_dir);
+        let cs_server = cheq::confirm::serve(cs_listener, cs.clone()).unwrap();
+        let cs_handle = cs_server.handle();
+        actix_web::rt::spawn(cs_server);
+
+        Env {
+            _dir: dir,
+            rs_url,
+            cs_origin,
+            cs_url,
+            cs_key_path,
+            rs_key,
+            cs_key,
+            rs,
+            cs,
+            rs_handle,
+            cs_handle,
+            background: Some(background),
+            cs_data: cs_config.data_dir.clone(),
+            rs_data: rs_config.data_dir.clone(),
+            clock: opts.clock,
+            api_token_ttl_secs: cs_config.api_token_ttl_secs,
+        }
+    }
+
+    pub fn browser(&self) -> Browser {
+        Browser::new(&self.cs_origin)
+    }
+
+    pub async fn invoke(&self) -> UriPack {
+        let pack = invoke_flight(&self.rs_url).await;
+        assert_eq!(pack.confirmation_uri, self.cs_url);
+        pack
+    }
+
+    pub fn add_user(&self, name: &str, password: &str) {
+        self.cs
+            .accounts
+            .put(&new_account(name, None, password).unwrap(), false)
+            .unwrap();
+    }
+
+    /// Gives `user` a voice PIN (its argon2 hash, as `Account.pin_hash`).
+    pub fn set_pin(&self, user: &str, pin: &str) {
+        let mut account = self.cs.accounts.get(user).unwrap().expect("no such user");
+        account.pin_hash = Some(hash_secret(pin).unwrap());
+        self.cs.accounts.put(&account, true).unwrap();
+    }
+
+    /// Invokes any tool as the agent; it must answer 202 and a URI pack.
+    pub async fn invoke_tool(&self, tool: &str, params: &Map<String, Value>) -> UriPack {
+        let pack = invoke_tool(&self.rs_url, tool, params).await;
+        assert_eq!(pack.confirmation_uri, self.cs_url);
+        pack
+    }
+
+    /// The clock both servers use (only with `Options::clock`).
+    pub fn clock(&self) -> &ManualClock {
+        self.clock
+            .as_deref()
+            .expect("this test needs Options { clock: Some(..) }")
+    }
+
+    /// Moves both servers' clock forward by `secs` seconds.
+    pub fn advance(&self, secs: i64) {
+        self.clock().advance(chrono::Duration::seconds(secs));
+    }
+
+    /// A voice gateway client of the raw API, with `gw`'s credentials.
+    pub fn voice(&self, gw: &Gateway) -> VoiceClient {
+        VoiceClient::new(&self.cs_origin, &gw.client_id, &gw.secret)
+    }
+
+    pub fn records(&self, user: &str) -> Vec<DecisionRecord> {
+        self.cs.cs.records().for_user(user, 100).unwrap()
+    }
+
+    /// The resource-signed CHEQ, fetched as the CS does (§3).
+    pub async fn fetch_cheq(&self, resource_uri: &str) -> (u16, String) {
+        let token = agent::get_token(&self.rs_url, "cs", CS_SECRET)
+            .await
+            .unwrap();
+        let res = reqwest::Client::new()
+            .get(resource_uri)
+            .header("accept", "application/jose+json")
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        (res.status().as_u16(), res.text().await.unwrap())
+    }
+
+    /// `POST <resource uri>?<decision>` as a CS would (§6).
+    pub async fn post_decision(
+        &self,
+        resource_uri: &str,
+        decision: &str,
+        doc: &str,
+    ) -> (u16, Value) {
+        let token = agent::get_token(&self.rs_url, "cs", CS_SECRET)
+            .await
+            .unwrap();
+        let res = reqwest::Client::new()
+            .post(format!("{resource_uri}?{decision}"))
+            .header("content-type", "application/jose+json")
+            .bearer_auth(token)
+            .body(doc.to_owned())
+            .send()
+            .await
+            .unwrap();
+        let status = res.status().as_u16();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Trust in both servers' keys, as an offline verifier has it.
+    pub fn trust(&self) -> TrustStore {
+        let mut t = TrustStore::new();
+        t.add_resource_server(
+            &self.rs_url,
+            Jwks::new(vec![self.rs_key.public_key()]).unwrap(),
+        )
+        .unwrap();
+        t.add_confirmation_server(
+            &self.cs_origin,
+            Jwks::new(vec![self.cs_key.public_key()]).unwrap(),
+        )
+        .unwrap();
+        t
+    }
+
+    /// Invokes, opens the page as alice and decides; returns the pack, the
+    /// page path, the confirmation page and the outcome page.
+    pub async fn decided(&self, b: &mut Browser, decision: &str) -> (UriPack, String, Page, Page) {
+        let pack = self.invoke().await;
+        let (path, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        let outcome = b.decide(&path, &page, decision).await;
+        assert_eq!(outcome.status, 200, "{}", outcome.text);
+        (pack, path, page, outcome)
+    }
+
+    pub async fn stop(mut self) {
+        drop(self.background.take());
+        self.cs_handle.stop(true).await;
+        self.rs_handle.stop(true).await;
+    }
+}
+
+/// A listener that counts (and drops) every connection made to it.
+pub struct Counter {
+    pub port: u16,
+    pub count: Arc<AtomicUsize>,
+    pub stop: Arc<AtomicBool>,
+    pub thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Counter {
+    pub fn start() -> Counter {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let count = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, s) = (count.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        c.fetch_add(1, Ordering::SeqCst);
+                        drop(stream);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Counter {
+            port,
+            count,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn origin(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Counter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A resource server that serves the real RS's CHEQs with their payload
+/// altered (its own origin in place of the real one, another flight).
+pub fn start_tampering_rs(
+    listener: std::net::TcpListener,
+    real: String,
+    fake: String,
+) -> ServerHandle {
+    let server = HttpServer::new(move || {
+        let (real, fake) = (real.clone(), fake.clone());
+        App::new()
+            .route(
+                "/oauth/token",
+                web::post().to(|| async {
+                    HttpResponse::Ok().json(json!({
+                        "access_token": "fake-token", "token_type": "Bearer", "expires_in": 3600
+                    }))
+                }),
+            )
+            .route(
+                "/cheq/confirmations/{id}",
+                web::get().to(move |id: web::Path<String>| {
+                    let (real, fake) = (real.clone(), fake.clone());
+                    async move {
+                        let token = agent::get_token(&real, "cs", CS_SECRET).await.unwrap();
+                        let doc = reqwest::Client::new()
+                            .get(format!("{real}/cheq/confirmations/{id}"))
+                            .header("accept", "application/jose+json")
+                            .bearer_auth(token)
+                            .send()
+                            .await
+                            .unwrap()
+                            .text()
+                            .await
+                            .unwrap();
+                        let mut v: Value = serde_json::from_str(&doc).unwrap();
+                        let payload =
+                            String::from_utf8(b64::decode(v["payload"].as_str().unwrap()).unwrap())
+                                .unwrap();
+                        let altered = payload
+                            .replace(&format!("{real}/"), &format!("{fake}/"))
+                            .replace("UA23", "UA99");
+                        assert_ne!(altered, payload);
+                        v["payload"] = b64::encode(altered.as_bytes()).into();
+                        HttpResponse::Ok()
+                            .content_type("application/jose+json")
+                            .body(v.to_string())
+                    }
+                }),
+            )
+    })
+    .workers(1)
+    .listen(listener)
+    .unwrap()
+    .run();
+    let handle = server.handle();
+    actix_web::rt::spawn(server);
+    handle
+}
+
+// ---------------------------------------------------------------------------
+// 9 and 10. Real processes: crash and restart, `cheq user add` while running
+// ---------------------------------------------------------------------------
+
+/// A child process killed (SIGKILL) when dropped.
+pub struct Proc {
+    pub name: String,
+    pub child: Option<std::process::Child>,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, args: &[&str], log: &Path) -> Proc {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let err = out.try_clone().unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_cheq"))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap();
+        Proc {
+            name: name.to_owned(),
+            child: Some(child),
+            log: log.to_owned(),
+        }
+    }
+
+    pub fn exited(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => c.try_wait().unwrap().is_some(),
+            None => true,
+        }
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn log(&self) -> String {
+        format!(
+            "--- {} log ---\n{}",
+            self.name,
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        )
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Starts a server process and waits (bounded) until `/healthz` answers;
+/// retries when the process exits early (e.g. the port is not free yet).
+pub async fn start_server(name: &str, args: &[&str], log: &Path, base: &str) -> Proc {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let mut proc = Proc::spawn(name, args, log);
+    loop {
+        if let Ok(res) = http.get(format!("{base}/healthz")).send().await {
+            if res.status() == 200 {
+                return proc;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} did not become healthy:\n{}",
+            proc.log()
+        );
+        if proc.exited() {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            proc = Proc::spawn(name, args, log);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `cheq user add NAME --password-stdin <place...>`: (success, stdout+stderr).
+pub fn user_add(name: &str, password: &str, place: &[&str]) -> (bool, String) {
+    let mut args = vec!["user", "add", name, "--password-stdin"];
+    args.extend_from_slice(place);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cheq"))
+        .args(&args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{password}\n").as_bytes())
+        .unwrap();
+    // Bounded: the command must finish within 30 s.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut text = String::new();
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut text)
+                .unwrap();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut text)
+                .unwrap();
+            return (status.success(), text);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("cheq user add {name} did not finish");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Keys, JWKS files and both configurations, as `cheq demo` writes them.
+pub struct Setup {
+    pub dir: tempfile::TempDir,
+    pub rs_url: String,
+    pub cs_url: String,
+}
+
+impl Setup {
+    pub fn new() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let keys = root.join("keys");
+        let rs_key = load_or_create_key(&keys.join("rs.jwk"), None, "rs").unwrap();
+        let cs_key = load_or_create_key(&keys.join("cs.jwk"), None, "cs").unwrap();
+        std::fs::write(keys.join("rs.pub.jwks.json"), public_jwks(&rs_key)).unwrap();
+        std::fs::write(keys.join("cs.pub.jwks.json"), public_jwks(&cs_key)).unwrap();
+        let (rs_port, cs_port) = (free_port(), free_port());
+        let rs_url = format!("http://127.0.0.1:{rs_port}");
+        let cs_url = format!("http://127.0.0.1:{cs_port}");
+        let p = |name: &str| toml_path(&root.join(name));
+        let rs_toml = format!(
+            r#"
+listen = "127.0.0.1:{rs_port}"
+public_url = "{rs_url}"
+data_dir = "{rs_data}"
+signing_key = "{rs_key}"
+cheq_ttl_secs = 900
+retry_after_secs = 1
+
+[confirmation_server]
+uri = "{cs_url}"
+jwks_file = "{cs_jwks}"
+
+[[clients]]
+client_id = "cs"
+client_secret = "{CS_SECRET}"
+role = "cs"
+
+[[clients]]
+client_id = "agent"
+client_secret = "{AGENT_SECRET}"
+role = "agent"
+subject = "alice"
+"#,
+            rs_data = p("rs"),
+            rs_key = p("keys/rs.jwk"),
+            cs_jwks = p("keys/cs.pub.jwks.json"),
+        );
+        let cs_toml = format!(
+            r#"
+listen = "127.0.0.1:{cs_port}"
+public_url = "{cs_url}"
+data_dir = "{cs_data}"
+signing_key = "{cs_key}"
+
+[[resource_servers]]
+origin = "{rs_url}"
+path_prefix = "/cheq/"
+jwks = "{rs_jwks}"
+token_url = "{rs_url}/oauth/token"
+client_id = "cs"
+client_secret = "{CS_SECRET}"
+"#,
+            cs_data = p("cs"),
+            cs_key = p("keys/cs.jwk"),
+            rs_jwks = p("keys/rs.pub.jwks.json"),
+        );
+        std::fs::write(root.join("rs.toml"), rs_toml).unwrap();
+        std::fs::write(root.join("cs.toml"), cs_toml).unwrap();
+        Setup {
+            dir,
+            rs_url,
+            cs_url,
+        }
+    }
+
+    pub fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    pub async fn start_rs(&self) -> Proc {
+        let config = self.path("rs.toml");
+        let log = self.dir.path().join("rs.log");
+        start_server(
+            "RS",
+            &["resource-server", "--config", &config],
+            &log,
+            &self.rs_url,
+        )
+        .await
+    }
+
+    pub async fn start_cs(&self) -> Proc {
+        let config = self.path("cs.toml");
+        let log = self.dir.path().join("cs.log");
+        start_server("CS", &["serve", "--config", &config], &log, &self.cs_url).await
+    }
+}
+
+/// How many operations the RS ran, read from its database (RS stopped).
+pub fn executions_on_disk(rs_data: &Path) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match sled::Config::new().path(rs_data.join("rs.sled")).open() {
+            Ok(db) => return db.open_tree("rs.executions").unwrap().len(),
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "cannot open the RS database: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The raw API for voice gateways (§10)
+// ---------------------------------------------------------------------------
+
+/// One answer of the raw API.
+#[derive(Debug)]
+pub struct ApiAnswer {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    /// The body as JSON (`Null` when it is not JSON).
+    pub body: Value,
+    /// The body as sent.
+    pub raw: String,
+}
+
+impl ApiAnswer {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    }
+
+    /// The `error` member of a JSON error.
+    pub fn error(&self) -> &str {
+        self.body["error"].as_str().unwrap_or("")
+    }
+
+    /// Asserts the status and, for an error, that the body is a §10 error.
+    pub fn expect(&self, status: u16, what: &str) -> &Self {
+        assert_eq!(self.status, status, "{what}: {}", self.raw);
+        if status >= 400 {
+            assert!(
+                self.body["error"].is_string() && self.body["error_description"].is_string(),
+                "{what}: not a JSON error: {}",
+                self.raw
+            );
+        }
+        self
+    }
+}
+
+/// A voice gateway talking to the CS raw API.
+pub struct VoiceClient {
+    pub http: reqwest::Client,
+    pub origin: String,
+    pub client_id: String,
+    pub secret: String,
+}
+
+impl VoiceClient {
+    pub fn new(origin: &str, client_id: &str, secret: &str) -> Self {
+        VoiceClient {
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            origin: origin.trim_end_matches('/').to_owned(),
+            client_id: client_id.to_owned(),
+            secret: secret.to_owned(),
+        }
+    }
+
+    pub async fn send(&self, req: reqwest::RequestBuilder) -> ApiAnswer {
+        let res = req.send().await.unwrap();
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        let raw = res.text().await.unwrap();
+        ApiAnswer {
+            status,
+            headers,
+            body: serde_json::from_str(&raw).unwrap_or(Value::Null),
+            raw,
+        }
+    }
+
+    /// `POST /api/v1/token` with explicit gateway credentials (`None`: no
+    /// Authorization header) and form fields.
+    pub async fn token_with(
+        &self,
+        credentials: Option<(&str, &str)>,
+        form: &[(&str, &str)],
+    ) -> ApiAnswer {
+        let mut req = self
+            .http
+            .post(format!("{}/api/v1/token", self.origin))
+            .form(form);
+        if let Some((id, secret)) = credentials {
+            req = req.basic_auth(id, Some(secret));
+        }
+        self.send(req).await
+    }
+
+    /// `POST /api/v1/token` as this gateway, for `username` with `pin`.
+    pub async fn token(&self, username: &str, pin: &str) -> ApiAnswer {
+        self.token_with(
+            Some((&self.client_id, &self.secret)),
+            &[("username", username), ("pin", pin)],
+        )
+        .await
+    }
+
+    /// A user token; the answer must be a §10 token answer.
+    pub async fn user_token(&self, username: &str, pin: &str) -> String {
+        let a = self.token(username, pin).await;
+        a.expect(200, &format!("token for {username}"));
+        assert_eq!(a.body["token_type"], "Bearer", "{}", a.raw);
+        assert!(a.body["expires_in"].as_i64().unwrap_or(0) > 0, "{}", a.raw);
+        a.body["access_token"].as_str().unwrap().to_owned()
+    }
+
+    fn bearer(req: reqwest::RequestBuilder, token: Option<&str>) -> reqwest::RequestBuilder {
+        match token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
+    }
+
+    /// `POST /api/v1/confirmations` `{"resource uri": …}`.
+    pub async fn create(&self, token: Option<&str>, resource_uri: &str) -> ApiAnswer {
+        let req = self
+            .http
+            .post(format!("{}/api/v1/confirmations", self.origin))
+            .json(&json!({ "resource uri": resource_uri }));
+        self.send(Self::bearer(req, token)).await
+    }
+
+    /// `GET /api/v1/confirmations/{id}`.
+    pub async fn get(&self, token: Option<&str>, id: &str) -> ApiAnswer {
+        let req = self
+            .http
+            .get(format!("{}/api/v1/confirmations/{id}", self.origin));
+        self.send(Self::bearer(req, token)).await
+    }
+
+    /// `POST /api/v1/confirmations/{id}/decision` with `body`.
+    pub async fn decide(&self, token: Option<&str>, id: &str, body: &Value) -> ApiAnswer {
+        let req = self
+            .http
+            .post(format!(
+                "{}/api/v1/confirmations/{id}/decision",
+                self.origin
+            ))
+            .json(body);
+        self.send(Self::bearer(req, token)).await
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Looking for private values on disk
+// ---------------------------------------------------------------------------
+
+/// Every regular file under `dir`, recursively (symbolic links not followed).
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let entry = entry.unwrap();
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                todo.push(entry.path());
+            } else if kind.is_file() {
+                out.push(entry.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The forms in which `value` could sit in a file: as it is, and inside any
+/// base64 or base64url text (a JWS protected header is base64url), at each of
+/// the three alignments.
+pub fn encodings_of(value: &str) -> Vec<Vec<u8>> {
+    use base64::Engine;
+    let bytes = value.as_bytes();
+    let mut out = vec![bytes.to_vec()];
+    for k in 0..3usize {
+        let mut padded = vec![0u8; k];
+        padded.extend_from_slice(bytes);
+        // The characters made only of `value`'s bits.
+        let from = (8 * k).div_ceil(6);
+        let to = 8 * padded.len() / 6;
+        for engine in [
+            base64::engine::general_purpose::URL_SAFE_NO_PAD,
+            base64::engine::general_purpose::STANDARD_NO_PAD,
+        ] {
+            let enc = engine.encode(&padded);
+            if to > from + 4 {
+                out.push(enc.as_bytes()[from..to].to_vec());
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// `haystack` contains `needle`.
+pub fn contains_bytes(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Does `text` hold `value`, in clear or base64(url)-encoded?
+pub fn holds(text: &[u8], value: &str) -> bool {
+    encodings_of(value).iter().any(|e| contains_bytes(text, e))
+}
+
+/// Asserts that no file under `dir` holds any of `values` (raw bytes, in
+/// clear or base64(url)-encoded). Returns how many files were read.
+pub fn assert_no_file_holds(dir: &Path, values: &[&str]) -> usize {
+    let files = files_under(dir);
+    assert!(!files.is_empty(), "no files under {}", dir.display());
+    for f in &files {
+        let bytes = std::fs::read(f).unwrap();
+        for v in values {
+            assert!(
+                !holds(&bytes, v),
+                "{} holds the private value {v:?}",
+                f.display()
+            );
+        }
+    }
+    files.len()
+}
