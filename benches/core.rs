@@ -108,6 +108,13 @@ fn bench(c: &mut Criterion) {
             black_box(countersign(&v, &cs, input(), now).unwrap())
         })
     });
+    // Its two halves, to see where the time goes.
+    g.bench_function("cheq/part_verify_resource", |b| {
+        b.iter(|| black_box(verify_resource(black_box(signed.as_bytes()), &trust, &ctx).unwrap()))
+    });
+    g.bench_function("cheq/part_countersign_only", |b| {
+        b.iter(|| black_box(countersign(&verified, &cs, input(), now).unwrap()))
+    });
     g.finish();
 
     let mut g = c.benchmark_group("verify_decision");

@@ -111,13 +111,18 @@ impl<'de> Visitor<'de> for StrictValue {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            if out.contains_key(&key) {
-                return Err(de::Error::custom(format_args!(
-                    "{DUP_MARKER}{key}{DUP_MARKER}"
-                )));
+            // One lookup per member: the entry says whether the name was seen.
+            match out.entry(key) {
+                serde_json::map::Entry::Occupied(seen) => {
+                    return Err(de::Error::custom(format_args!(
+                        "{DUP_MARKER}{}{DUP_MARKER}",
+                        seen.key()
+                    )));
+                }
+                serde_json::map::Entry::Vacant(slot) => {
+                    slot.insert(map.next_value_seed(StrictValue)?);
+                }
             }
-            let v = map.next_value_seed(StrictValue)?;
-            out.insert(key, v);
         }
         Ok(Value::Object(out))
     }
