@@ -15,9 +15,8 @@
 //! `CHEQ_BENCH_FLOWS` (default 2000) and `CHEQ_BENCH_CONCURRENCY` (default 32)
 //! set the size of the run.
 
-use cheq::resource::{agent, InvokeOutcome};
 use reqwest::header;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -151,25 +150,40 @@ fn main() {
             .pool_max_idle_per_host(concurrency * 2)
             .build()
             .expect("client");
-        // Untimed: the agent asks for the confirmations.
+        // Untimed: the agent asks for the confirmations (one token, one client).
         let started = Instant::now();
-        let mut params = Map::new();
-        params.insert("flight_number".into(), Value::from("UA23"));
-        params.insert("flight_date".into(), Value::from("2026-12-08"));
-        params.insert("cabin_class".into(), Value::from("BUSINESS"));
-        params.insert("price_usd".into(), Value::from(1200));
-        let params = Arc::new(params);
+        let token: Value = http
+            .post(format!("{rs}/oauth/token"))
+            .basic_auth("demo-agent", Some("demo-agent-secret"))
+            .form(&[("grant_type", "client_credentials")])
+            .send()
+            .await
+            .expect("agent token")
+            .json()
+            .await
+            .expect("agent token body");
+        let token = Arc::new(token["access_token"].as_str().expect("access_token").to_owned());
+        let body = Arc::new(serde_json::json!({"name": "book_flight", "input_parameters": [
+            {"name": "flight_number", "value": "UA23"},
+            {"name": "flight_date", "value": "2026-12-08"},
+            {"name": "cabin_class", "value": "BUSINESS"},
+            {"name": "price_usd", "value": 1200}]}));
         let mut uris = Vec::with_capacity(flows);
         let mut pending = Vec::new();
         for _ in 0..flows {
-            let (rs, params) = (rs.clone(), params.clone());
+            let (http, rs, token, body) = (http.clone(), rs.clone(), token.clone(), body.clone());
             pending.push(tokio::spawn(async move {
-                match agent::invoke(&rs, "demo-agent", "demo-agent-secret", "book_flight", &params).await {
-                    Ok(InvokeOutcome::NeedsConfirmation(pack)) => Some(pack.resource_uri),
-                    _ => None,
-                }
+                let res = http
+                    .post(format!("{rs}/tools/book_flight:invoke"))
+                    .bearer_auth(token.as_str())
+                    .json(body.as_ref())
+                    .send()
+                    .await
+                    .ok()?;
+                let pack: Value = res.json().await.ok()?;
+                pack["resource uri"].as_str().map(str::to_owned)
             }));
-            if pending.len() >= 16 {
+            if pending.len() >= 64 {
                 for p in pending.drain(..) {
                     uris.extend(p.await.ok().flatten());
                 }

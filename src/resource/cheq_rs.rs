@@ -37,8 +37,9 @@
 //! idempotent per key: the demo tools write their effect and its result under
 //! that key in one sled insert and return the stored result when the key is
 //! already present; a real API passes the key on as its own idempotency key.
-//! All decisions are serialised by one lock, so two concurrent deliveries of the
-//! same document cannot both run the operation.
+//! Decisions on one confirmation are serialised by a lock (striped by id), so
+//! two concurrent deliveries of the same document cannot both run the
+//! operation, while different confirmations proceed in parallel.
 //!
 //! # Expiry
 //!
@@ -71,6 +72,9 @@ pub const ID_BYTES: usize = 16;
 pub const NONCE_BYTES: usize = 24;
 /// Longest TTL of a CHEQ (§4).
 pub const MAX_TTL_SECS: i64 = 24 * 3600;
+
+/// Stripes of the per-confirmation decision lock.
+const LOCK_STRIPES: usize = 64;
 
 const CONFIRMATIONS_TREE: &str = "rs.confirmations";
 const RESULTS_TREE: &str = "rs.results";
@@ -215,7 +219,10 @@ pub struct CheqRs {
     confirmation_uri: String,
     clock: Arc<dyn Clock>,
     operation: Arc<dyn Operation>,
-    lock: Mutex<()>,
+    /// Decisions are serialised per confirmation (striped by id): the
+    /// at-most-once steps of one record never interleave, while different
+    /// confirmations proceed in parallel.
+    locks: Vec<Mutex<()>>,
 }
 
 impl std::fmt::Debug for CheqRs {
@@ -272,7 +279,7 @@ impl CheqRs {
             confirmation_uri: confirmation_uri.to_owned(),
             clock,
             operation,
-            lock: Mutex::new(()),
+            locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
         })
     }
 
@@ -377,6 +384,11 @@ impl CheqRs {
         Ok(())
     }
 
+    fn stripe(&self, id: &str) -> &Mutex<()> {
+        let i = Sha256::digest(id.as_bytes())[0] as usize % self.locks.len().max(1);
+        &self.locks[i]
+    }
+
     /// The resource-signed document of confirmation `id`, for the CS (§3).
     pub fn fetch(&self, id: &str) -> Result<String, CheqRsError> {
         let record = self.load(id)?.ok_or(CheqRsError::NotFound)?;
@@ -397,7 +409,7 @@ impl CheqRs {
         decision: Decision,
         body: &[u8],
     ) -> Result<DecisionAnswer, CheqRsError> {
-        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = self.stripe(id).lock().unwrap_or_else(|e| e.into_inner());
         let record = self.load(id)?.ok_or(CheqRsError::NotFound)?;
         let digest = digest_b64(body);
         let now = self.clock.now();
@@ -443,7 +455,7 @@ impl CheqRs {
         if now > record.expires_at() + Duration::seconds(CLOCK_SKEW_SECS) {
             return Err(CheqRsError::Expired);
         }
-        self.verify(&record, body, Some(decision), now)?;
+        let verified = self.verify(&record, body, Some(decision), now)?;
 
         let mut digest_bytes = [0u8; 32];
         digest_bytes.copy_from_slice(&Sha256::digest(body));
@@ -454,7 +466,7 @@ impl CheqRs {
         };
         match self.nonces.record(&record.nonce, &entry)? {
             RecordOutcome::Fresh | RecordOutcome::SameAsBefore(_) => {
-                self.complete(record, body, now)
+                self.complete_verified(record, body, verified)
             }
             RecordOutcome::Conflict(_) => Err(CheqRsError::Replayed),
         }
@@ -499,18 +511,31 @@ impl CheqRs {
     /// Steps 2–4 of the module docs, for a body whose nonce is recorded.
     fn complete(
         &self,
-        mut record: Record,
+        record: Record,
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<DecisionAnswer, CheqRsError> {
-        let digest = digest_b64(body);
         if let State::Done { decision, .. } = &record.state {
             return answer(decision, &record.id);
         }
         // The body was verified when first delivered; verify again to read it,
         // at a time it was valid (it may be re-delivered after expiry).
         let at = now.min(record.expires_at());
-        let (decision, collected) = self.verify(&record, body, None, at)?;
+        let verified = self.verify(&record, body, None, at)?;
+        self.complete_verified(record, body, verified)
+    }
+
+    /// Steps 2–4 for a body just verified (`verified` is what it says).
+    fn complete_verified(
+        &self,
+        mut record: Record,
+        body: &[u8],
+        (decision, collected): (Decision, IndexMap<String, String>),
+    ) -> Result<DecisionAnswer, CheqRsError> {
+        let digest = digest_b64(body);
+        if let State::Done { decision, .. } = &record.state {
+            return answer(decision, &record.id);
+        }
         if record.state == State::Pending {
             record.state = State::Decided {
                 decision: decision.as_str().to_owned(),
@@ -540,7 +565,12 @@ impl CheqRs {
     /// records (with their results) whose CHEQ expired more than `keep` ago.
     /// Returns how many nonces and records were removed.
     pub fn collect_expired(&self, keep: Duration) -> Result<(usize, usize), CheqRsError> {
-        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        // Every stripe, in order: no decision runs while entries go.
+        let _guards: Vec<_> = self
+            .locks
+            .iter()
+            .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()))
+            .collect();
         let now = self.clock.now();
         let nonces = self.nonces.collect_expired(now.timestamp())?;
         let cutoff = (now - keep).timestamp() - CLOCK_SKEW_SECS;

@@ -3,9 +3,8 @@
 //! status, plus the indexes the CS needs (by resource URI, by user, and the
 //! deliveries still pending).
 //!
-//! [`Records::claim`] writes a new record and its indexes in one sled
-//! transaction, only if no record exists for that nonce, and flushes before it
-//! returns: a decision is stored before it is delivered, and a nonce is never
+//! [`Records::claim`] writes a new record and its indexes, only if no record
+//! exists for that nonce (compare-and-swap), and flushes before it returns: a decision is stored before it is delivered, and a nonce is never
 //! countersigned twice.
 
 use serde::{Deserialize, Serialize};
@@ -104,15 +103,6 @@ impl From<sled::Error> for RecordsError {
     }
 }
 
-impl From<sled::transaction::TransactionError<RecordsError>> for RecordsError {
-    fn from(e: sled::transaction::TransactionError<RecordsError>) -> Self {
-        match e {
-            sled::transaction::TransactionError::Abort(e) => e,
-            sled::transaction::TransactionError::Storage(e) => e.into(),
-        }
-    }
-}
-
 /// The CS records, on sled.
 #[derive(Debug, Clone)]
 pub struct Records {
@@ -155,40 +145,46 @@ impl Records {
     }
 
     /// Stores `record` if its nonce has no record yet, with its indexes, flushed.
+    ///
+    /// No sled transaction: in sled 0.34 one transaction makes every later
+    /// operation of the process take a global lock (see `store::sled_store`).
+    /// The indexes are written first and the record is then swapped in only
+    /// if absent, which is the atomic claim; a crash or a lost race leaves at
+    /// worst an index entry pointing at no record (or at the winner's), which
+    /// every reader skips.
     pub fn claim(&self, record: &DecisionRecord) -> Result<Claim, RecordsError> {
-        use sled::transaction::{ConflictableTransactionError, Transactional};
         let bytes = serde_json::to_vec(record).map_err(|e| RecordsError::Db(e.to_string()))?;
         let nonce = record.nonce.as_bytes();
-        let existing = (
-            &self.decisions,
-            &self.by_resource,
-            &self.by_user,
-            &self.pending,
-        )
-            .transaction(|(decisions, by_resource, by_user, pending)| {
-                if let Some(old) = decisions.get(nonce)? {
-                    return Ok(Some(old));
-                }
-                decisions.insert(nonce, bytes.as_slice())?;
-                by_resource.insert(record.resource_uri.as_bytes(), nonce)?;
-                by_user.insert(
-                    user_key(&record.user, record.decided_at, &record.nonce),
-                    nonce,
-                )?;
-                if record.delivery.is_pending() {
-                    pending.insert(nonce, &[])?;
-                }
-                Ok::<_, ConflictableTransactionError<RecordsError>>(None)
-            })?;
-        match existing {
-            Some(old) => Ok(Claim::Existing(Box::new(Self::decode(
+        if let Some(old) = self.decisions.get(nonce)? {
+            return Ok(Claim::Existing(Box::new(Self::decode(
                 &record.nonce,
                 &old,
-            )?))),
-            None => {
+            )?)));
+        }
+        if record.delivery.is_pending() {
+            self.pending.insert(nonce, &[])?;
+        }
+        self.by_resource
+            .insert(record.resource_uri.as_bytes(), nonce)?;
+        self.by_user.insert(
+            user_key(&record.user, record.decided_at, &record.nonce),
+            nonce,
+        )?;
+        match self
+            .decisions
+            .compare_and_swap(nonce, None as Option<&[u8]>, Some(bytes))?
+        {
+            Ok(()) => {
                 self.db.flush()?;
                 Ok(Claim::Fresh)
             }
+            Err(e) => match e.current {
+                Some(old) => Ok(Claim::Existing(Box::new(Self::decode(
+                    &record.nonce,
+                    &old,
+                )?))),
+                None => Err(RecordsError::Corrupt(record.nonce.clone())),
+            },
         }
     }
 
