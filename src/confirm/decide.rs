@@ -376,7 +376,7 @@ impl Cs {
     /// durably, then delivers. Returns the record (its delivery status says
     /// whether the RS has it yet).
     pub async fn decide(
-        &self,
+        self: &Arc<Self>,
         id: &str,
         who: &Identity,
         request: DecisionRequest,
@@ -415,7 +415,14 @@ impl Cs {
                     .to_owned(),
             )]));
         }
-        let decided = self.sign_and_record(&verified, &view, &entry, who, &request, collected)?;
+        // Signing and the flushed record run off the async worker.
+        let cs = self.clone();
+        let who2 = who.clone();
+        let decided = tokio::task::spawn_blocking(move || {
+            cs.sign_and_record(&verified, &view, &entry, &who2, &request, collected)
+        })
+        .await
+        .map_err(|_| CsError::Internal("the signing task failed".into()))??;
         if decided.earlier || !decided.record.delivery.is_pending() {
             return Ok(decided);
         }
@@ -531,7 +538,7 @@ impl Cs {
     }
 
     /// One delivery attempt of a pending decision; returns the updated record.
-    pub async fn deliver(&self, nonce: &str) -> Option<DecisionRecord> {
+    pub async fn deliver(self: &Arc<Self>, nonce: &str) -> Option<DecisionRecord> {
         let record = self.records.get(nonce).ok().flatten()?;
         let Delivery::Pending { attempts, .. } = record.delivery else {
             return Some(record);
@@ -547,14 +554,15 @@ impl Cs {
                         reason: e.to_string(),
                         at: now,
                     };
-                    return self.finish(record, refused, None);
+                    return self.finish_blocking(record, refused, None).await;
                 }
             }
         } else {
             record.document.clone()
         };
         if now > record.expires + CLOCK_SKEW_SECS {
-            return self.finish(record, Delivery::Expired { at: now }, Some(&document));
+            let expired = Delivery::Expired { at: now };
+            return self.finish_blocking(record, expired, Some(document)).await;
         }
         let rs = self.registry.find(&record.resource_uri).ok()?;
         let client = self.clients.get(rs)?;
@@ -596,7 +604,21 @@ impl Cs {
             ),
             other => log::info!("delivery to {}: {}", record.resource_origin, other.label()),
         }
-        self.finish(record, delivery, Some(&document))
+        self.finish_blocking(record, delivery, Some(document)).await
+    }
+
+    /// [`Cs::finish`] off the async worker (it flushes).
+    async fn finish_blocking(
+        self: &Arc<Self>,
+        record: DecisionRecord,
+        delivery: Delivery,
+        clear: Option<String>,
+    ) -> Option<DecisionRecord> {
+        let cs = self.clone();
+        tokio::task::spawn_blocking(move || cs.finish(record, delivery, clear.as_deref()))
+            .await
+            .ok()
+            .flatten()
     }
 
     /// Stores a new delivery status. When it is final and the document was
@@ -611,17 +633,32 @@ impl Cs {
         let done = !delivery.is_pending();
         record.delivery = delivery;
         if done && record.sealed {
-            if let Err(e) = self.sealer.shred(&record.nonce) {
-                log::error!("cannot delete a sealed-document key: {e}");
-                return None;
-            }
+            // The redacted record is made durable first, then the key goes;
+            // a crash in between leaves a key whose record no longer needs
+            // it, which `sweep_keys` deletes at the next start.
             record.document = match clear {
                 Some(d) => redact(d, &record.collected_sha256),
                 None => "{\"redacted\":\"the sealed document could not be opened\"}".to_owned(),
             };
             record.sealed = false;
+            if let Err(e) = self.records.put(&record) {
+                log::error!("cannot store a delivery status: {e}");
+                return None;
+            }
+            if let Err(e) = self.sealer.shred(&record.nonce) {
+                log::error!("cannot delete a sealed-document key: {e}");
+            }
+            return Some(record);
         }
-        match self.records.put(&record) {
+        // A lost "delivered" is harmless (the next start delivers the same
+        // bytes again and the RS answers the same), so no flush here; a
+        // still-pending status is worth keeping.
+        let stored = if done {
+            self.records.put_lazily(&record)
+        } else {
+            self.records.put(&record)
+        };
+        match stored {
             Ok(()) => Some(record),
             Err(e) => {
                 log::error!("cannot store a delivery status: {e}");
@@ -644,6 +681,13 @@ impl Cs {
             }
         }
         Ok(n)
+    }
+
+    /// Deletes sealed-document keys whose records no longer need them (left
+    /// by a crash between storing redacted evidence and deleting the key).
+    pub fn sweep_keys(&self) -> Result<usize, CsError> {
+        let keep: Vec<String> = self.records.sealed()?;
+        Ok(self.sealer.sweep(&keep))
     }
 
     /// Wakes the delivery worker.

@@ -5,10 +5,11 @@
 //! overwritten value can stay in its files long after. So such a document is
 //! never written in clear: it is sealed (ChaCha20-Poly1305) under a key of its
 //! own, kept in a small file beside the database (mode 0600). Once the
-//! delivery is final, the key file is deleted first — which makes every copy
-//! of the ciphertext unreadable — and the record is replaced by redacted
-//! evidence: the resource-signed CHEQ, a digest of the confirmation signature
-//! and header, and the SHA-256 of each collected value.
+//! delivery is final, the record is replaced by redacted evidence (the
+//! resource-signed CHEQ, a digest of the confirmation signature and header,
+//! and the SHA-256 of each collected value), flushed, and then the key file is
+//! deleted, which makes every copy of the ciphertext unreadable. Keys a crash
+//! left behind are swept at the next start.
 
 use crate::sign::b64;
 use chacha20poly1305::aead::{Aead, KeyInit};
@@ -93,6 +94,29 @@ impl Sealer {
             Err(e) => return Err(SealError::Io(path.display().to_string(), e)),
         }
         sync_dir(&self.dir).map_err(|e| SealError::Io(self.dir.display().to_string(), e))
+    }
+}
+
+impl Sealer {
+    /// Deletes every key file except those of `keep` (nonces); returns how many.
+    pub fn sweep(&self, keep: &[String]) -> usize {
+        let wanted: std::collections::HashSet<PathBuf> =
+            keep.iter().map(|n| self.key_path(n)).collect();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let mut n = 0;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let is_key = path.extension().is_some_and(|e| e == "key");
+            if is_key && !wanted.contains(&path) && std::fs::remove_file(&path).is_ok() {
+                n += 1;
+            }
+        }
+        if n > 0 {
+            let _ = sync_dir(&self.dir);
+        }
+        n
     }
 }
 

@@ -181,6 +181,11 @@ impl Drop for Background {
 
 /// Starts the background jobs.
 pub fn start_background(state: &web::Data<CsState>, data_dir: &std::path::Path) -> Background {
+    match state.cs.sweep_keys() {
+        Ok(n) if n > 0 => log::info!("deleted {n} sealed-document keys no longer needed"),
+        Err(e) => log::warn!("sweeping sealed-document keys: {e}"),
+        _ => {}
+    }
     let cs = state.cs.clone();
     let deliveries = tokio::spawn(cs.run_deliveries());
     let accounts = state.accounts.clone();

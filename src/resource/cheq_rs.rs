@@ -15,8 +15,10 @@
 //!
 //! # Exactly once, across crashes
 //!
-//! A decision goes through these durable steps (each one flushed to disk
-//! before the next starts):
+//! A decision goes through these steps (the nonce is flushed before anything
+//! else happens; the operation's effect and the final record are flushed
+//! before the answer; step 2's write is covered by step 4's flush, since the
+//! nonce of step 1 already stands for the decision):
 //!
 //! 1. the nonce is recorded in the [`NonceStore`] with the SHA-256 of the exact
 //!    body bytes (§6: "records the nonce durably before it answers");
@@ -376,11 +378,18 @@ impl CheqRs {
         }
     }
 
+    /// Writes a record and flushes it (and every earlier write) to disk.
     fn save(&self, record: &Record) -> Result<(), CheqRsError> {
+        self.write(record)?;
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// Writes a record without waiting for the disk.
+    fn write(&self, record: &Record) -> Result<(), CheqRsError> {
         let bytes =
             serde_json::to_vec(record).map_err(|_| CheqRsError::Corrupt(record.id.clone()))?;
         self.confirmations.insert(record.id.as_bytes(), bytes)?;
-        self.db.flush()?;
         Ok(())
     }
 
@@ -541,7 +550,9 @@ impl CheqRs {
                 decision: decision.as_str().to_owned(),
                 digest: digest.clone(),
             };
-            self.save(&record)?;
+            // Not flushed on its own: the flushed nonce of step 1 already
+            // stands for the decision, and step 4's flush covers this write.
+            self.write(&record)?;
         }
         let result = match decision {
             Decision::Accept => Some(

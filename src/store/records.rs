@@ -206,6 +206,14 @@ impl Records {
 
     /// Rewrites an existing record (and the pending index), flushed.
     pub fn put(&self, record: &DecisionRecord) -> Result<(), RecordsError> {
+        self.put_lazily(record)?;
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// Rewrites an existing record without waiting for the disk (sled
+    /// flushes within half a second). For changes a crash may lose safely.
+    pub fn put_lazily(&self, record: &DecisionRecord) -> Result<(), RecordsError> {
         let bytes = serde_json::to_vec(record).map_err(|e| RecordsError::Db(e.to_string()))?;
         let nonce = record.nonce.as_bytes();
         self.decisions.insert(nonce, bytes)?;
@@ -214,7 +222,6 @@ impl Records {
         } else {
             self.pending.remove(nonce)?;
         }
-        self.db.flush()?;
         Ok(())
     }
 
@@ -234,6 +241,19 @@ impl Records {
         }
         self.put(&record)?;
         Ok(Some(record))
+    }
+
+    /// The nonces of records still holding a sealed document.
+    pub fn sealed(&self) -> Result<Vec<String>, RecordsError> {
+        let mut out = Vec::new();
+        for item in self.decisions.iter() {
+            let (k, v) = item?;
+            let key = String::from_utf8_lossy(&k).into_owned();
+            if Self::decode(&key, &v)?.sealed {
+                out.push(key);
+            }
+        }
+        Ok(out)
     }
 
     /// The nonces whose delivery is still pending.
