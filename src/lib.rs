@@ -10,6 +10,7 @@
 //!   countersigning and verification (§5, §9). No I/O.
 //! - [`store`]: the durable replay store (§6).
 //! - [`confirm`]: the confirmation server (§2–§6, §8).
+//! - [`configfile`]: reading TOML configuration, errors naming the key.
 //! - [`keyfile`]: private key and secret files (0600, generated when missing).
 //! - [`resource`]: the reference resource server and agent client (§1, §3, §6, §7).
 //! - [`cli`]: the `cheq` command line.
@@ -18,6 +19,7 @@
 
 pub mod cheq;
 pub mod cli;
+pub mod configfile;
 pub mod confirm;
 pub mod keyfile;
 pub mod resource;

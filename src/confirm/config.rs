@@ -34,27 +34,8 @@ use crate::sign::trust::origin_of;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
-/// Why `cheq.toml` is not usable. Every message names the key at fault.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Toml { path: String, message: String },
-    #[error("config key `{key}`: {message}")]
-    Invalid { key: String, message: String },
-}
-
-fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        key: key.into(),
-        message: message.into(),
-    }
-}
+use crate::configfile::invalid;
+pub use crate::configfile::ConfigError;
 
 /// One resource server this CS works for (§2, §3).
 #[derive(Clone, Deserialize)]
@@ -163,14 +144,7 @@ impl std::fmt::Debug for CsConfig {
 impl CsConfig {
     /// Reads a TOML file, applies the environment overrides and checks it.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let mut config: CsConfig = toml::from_str(&text).map_err(|e| ConfigError::Toml {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
+        let mut config: CsConfig = crate::configfile::read_toml(path)?;
         config.apply_env(|k| std::env::var(k).ok());
         config.validate()?;
         Ok(config)
@@ -178,10 +152,7 @@ impl CsConfig {
 
     /// Parses and checks TOML text (no environment).
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let config: CsConfig = toml::from_str(text).map_err(|e| ConfigError::Toml {
-            path: "cheq.toml".to_owned(),
-            message: e.to_string(),
-        })?;
+        let config: CsConfig = crate::configfile::parse_toml(text, "cheq.toml")?;
         config.validate()?;
         Ok(config)
     }

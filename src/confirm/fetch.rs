@@ -178,38 +178,47 @@ impl RsClient {
         Ok(token)
     }
 
-    /// `GET <resource uri>` (§3): the resource-signed CHEQ's bytes.
-    pub async fn fetch_cheq(&self, resource_uri: &str) -> Result<Vec<u8>, FetchError> {
+    /// Sends a request made by `make` with a bearer token; a 401 (the RS may
+    /// have restarted and forgotten our token) is retried once with a new one.
+    async fn send(
+        &self,
+        make: impl Fn(&str) -> reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, FetchError> {
         for attempt in 0..2 {
             let token = self.token().await?;
-            let res = self
-                .http
-                .get(resource_uri)
-                .header(header::ACCEPT, "application/jose+json")
-                .bearer_auth(&token)
-                .send()
-                .await
-                .map_err(classify)?;
-            let status = res.status().as_u16();
-            if status == 401 && attempt == 0 {
-                // The RS may have restarted and forgotten our token.
+            let res = make(&token).send().await.map_err(classify)?;
+            if res.status() == reqwest::StatusCode::UNAUTHORIZED && attempt == 0 {
                 self.forget_token();
                 continue;
             }
-            let body = read_limited(res, MAX_CHEQ_BODY).await?;
-            return match status {
-                200 => Ok(body),
-                300..=399 => Err(FetchError::Redirected("elsewhere".into())),
-                401 | 403 => Err(FetchError::Unauthorized(format!("HTTP {status}"))),
-                404 => Err(FetchError::NotFound),
-                410 => Err(FetchError::Gone),
-                _ => Err(FetchError::Status {
-                    status,
-                    body: snippet(&body),
-                }),
-            };
+            return Ok(res);
         }
         Err(FetchError::Unauthorized("HTTP 401".into()))
+    }
+
+    /// `GET <resource uri>` (§3): the resource-signed CHEQ's bytes.
+    pub async fn fetch_cheq(&self, resource_uri: &str) -> Result<Vec<u8>, FetchError> {
+        let res = self
+            .send(|token| {
+                self.http
+                    .get(resource_uri)
+                    .header(header::ACCEPT, "application/jose+json")
+                    .bearer_auth(token)
+            })
+            .await?;
+        let status = res.status().as_u16();
+        let body = read_limited(res, MAX_CHEQ_BODY).await?;
+        match status {
+            200 => Ok(body),
+            300..=399 => Err(FetchError::Redirected("elsewhere".into())),
+            401 | 403 => Err(FetchError::Unauthorized(format!("HTTP {status}"))),
+            404 => Err(FetchError::NotFound),
+            410 => Err(FetchError::Gone),
+            _ => Err(FetchError::Status {
+                status,
+                body: snippet(&body),
+            }),
+        }
     }
 
     /// `POST <resource uri>?accept|reject` (§6) with the two-signature document.
@@ -221,48 +230,40 @@ impl RsClient {
     ) -> Result<DecisionAnswer, FetchError> {
         let sep = if resource_uri.contains('?') { '&' } else { '?' };
         let url = format!("{resource_uri}{sep}{decision}");
-        for attempt in 0..2 {
-            let token = self.token().await?;
-            let res = self
-                .http
-                .post(&url)
-                .header(header::CONTENT_TYPE, "application/jose+json")
-                .bearer_auth(&token)
-                .body(document.to_owned())
-                .send()
-                .await
-                .map_err(classify)?;
-            let status = res.status().as_u16();
-            if status == 401 && attempt == 0 {
-                self.forget_token();
-                continue;
-            }
-            let body = read_limited(res, MAX_ANSWER_BODY).await?;
-            if status >= 500 || status == 429 || (300..400).contains(&status) {
-                return Err(FetchError::Status {
-                    status,
-                    body: snippet(&body),
-                });
-            }
-            let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-            let text = |k: &str| {
-                json.get(k)
-                    .and_then(|v| v.as_str())
-                    .unwrap_or("")
-                    .to_owned()
-            };
-            let code = if status == 200 {
-                text("status")
-            } else {
-                text("error")
-            };
-            return Ok(DecisionAnswer {
+        let res = self
+            .send(|token| {
+                self.http
+                    .post(&url)
+                    .header(header::CONTENT_TYPE, "application/jose+json")
+                    .bearer_auth(token)
+                    .body(document.to_owned())
+            })
+            .await?;
+        let status = res.status().as_u16();
+        let body = read_limited(res, MAX_ANSWER_BODY).await?;
+        if status >= 500 || status == 429 || (300..400).contains(&status) {
+            return Err(FetchError::Status {
                 status,
-                code,
-                description: text("error_description"),
+                body: snippet(&body),
             });
         }
-        Err(FetchError::Unauthorized("HTTP 401".into()))
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let text = |k: &str| {
+            json.get(k)
+                .and_then(|v| v.as_str())
+                .unwrap_or("")
+                .to_owned()
+        };
+        let code = if status == 200 {
+            text("status")
+        } else {
+            text("error")
+        };
+        Ok(DecisionAnswer {
+            status,
+            code,
+            description: text("error_description"),
+        })
     }
 }
 

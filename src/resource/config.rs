@@ -35,27 +35,8 @@ use serde::Deserialize;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-/// Why `rs.toml` is not usable. Every message names the key at fault.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Toml { path: String, message: String },
-    #[error("config key `{key}`: {message}")]
-    Invalid { key: String, message: String },
-}
-
-fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        key: key.into(),
-        message: message.into(),
-    }
-}
+use crate::configfile::invalid;
+pub use crate::configfile::ConfigError;
 
 /// What a registered client may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -160,25 +141,14 @@ pub struct RsConfig {
 impl RsConfig {
     /// Reads and checks a TOML file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Self::from_toml(&text).map_err(|e| match e {
-            ConfigError::Toml { message, .. } => ConfigError::Toml {
-                path: path.display().to_string(),
-                message,
-            },
-            other => other,
-        })
+        let config: RsConfig = crate::configfile::read_toml(path)?;
+        config.validate()?;
+        Ok(config)
     }
 
     /// Parses and checks TOML text.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let config: RsConfig = toml::from_str(text).map_err(|e| ConfigError::Toml {
-            path: "rs.toml".to_owned(),
-            message: e.to_string(),
-        })?;
+        let config: RsConfig = crate::configfile::parse_toml(text, "rs.toml")?;
         config.validate()?;
         Ok(config)
     }
