@@ -175,4 +175,15 @@ mod tests {
         assert!(s.open("n1", &sealed).is_err());
         s.shred("n1").unwrap();
     }
+
+    #[test]
+    fn sweep_keeps_only_the_keys_still_needed() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Sealer::new(dir.path());
+        let a = s.seal("a", "private a").unwrap();
+        let b = s.seal("b", "private b").unwrap();
+        assert_eq!(s.sweep(&["a".to_owned()]), 1);
+        assert_eq!(s.open("a", &a).unwrap(), "private a");
+        assert!(s.open("b", &b).is_err());
+    }
 }
