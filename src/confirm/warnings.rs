@@ -34,6 +34,11 @@ pub fn is_bidi_control(c: char) -> bool {
 /// Is `c` invisible (a default-ignorable code point, or another format or
 /// control character a reader cannot see)?
 pub fn is_invisible(c: char) -> bool {
+    if c.is_ascii() {
+        // Printable ASCII is never hidden; of ASCII controls, only a line
+        // break is harmless.
+        return c.is_ascii_control() && c != '\n';
+    }
     if is_bidi_control(c) {
         return false;
     }
@@ -71,6 +76,10 @@ fn codes(chars: impl Iterator<Item = char>) -> String {
 /// The warnings for one piece of text, reported under `parameter`.
 pub fn check(parameter: &str, text: &str) -> Vec<Warning> {
     let mut out = Vec::new();
+    if text.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        // Printable ASCII: nothing hidden, one script, nothing confusable.
+        return out;
+    }
     let shown = visible(parameter);
     let bidi: Vec<char> = text.chars().filter(|c| is_bidi_control(*c)).collect();
     if !bidi.is_empty() {
@@ -101,6 +110,10 @@ pub fn check(parameter: &str, text: &str) -> Vec<Warning> {
     let mut mixed = Vec::new();
     let mut confusable = Vec::new();
     for word in words {
+        if word.is_ascii() {
+            // One script, and nothing to be confused with ASCII.
+            continue;
+        }
         if !word.is_single_script() {
             mixed.push(word.to_owned());
         }
