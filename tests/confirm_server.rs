@@ -40,7 +40,7 @@ async fn accept_runs_the_operation_once() {
     assert!(to_login.starts_with("/login?next="), "{to_login}");
     let res = b.login_at(&to_login, "alice", ALICE_PW).await;
     assert_eq!(res.status, 303, "{}", res.text);
-    let path = res.location();
+    let path = b.after_login(res.location()).await;
     assert!(path.starts_with("/c/"), "{path}");
     let page = b.get(&path).await;
     assert_eq!(page.status, 200, "{}", page.text);
@@ -596,7 +596,8 @@ async fn security_headers_and_session_cookie() {
     old.session = Some(before);
     assert_eq!(old.get("/history").await.status, 303);
 
-    let page = b.get(&res.location()).await;
+    let path = b.after_login(res.location()).await;
+    let page = b.get(&path).await;
     assert_eq!(page.status, 200, "{}", page.text);
     assert_security_headers(&page, "confirmation page");
 
@@ -608,7 +609,7 @@ async fn security_headers_and_session_cookie() {
     let missing = b.get("/no/such/page").await;
     assert_eq!(missing.status, 404);
     assert_security_headers(&missing, "404 page");
-    let outcome = b.decide(&res.location(), &page, "reject").await;
+    let outcome = b.decide(&path, &page, "reject").await;
     assert_security_headers(&outcome, "outcome page");
     env.stop().await;
 }

@@ -31,20 +31,34 @@ fn server(e: impl std::fmt::Display) -> CliError {
     CliError::Server(e.to_string())
 }
 
-/// Writes a file that holds secrets, mode 0600.
+/// Writes a file that holds secrets: created with mode 0600 (never readable
+/// by others, not even for a moment), replaced if it exists.
 fn write_0600(path: &Path, text: &str) -> Result<(), CliError> {
     let write_err = |source| CliError::Write {
         path: path.display().to_string(),
         source,
     };
-    std::fs::write(path, text).map_err(write_err)?;
+    let _ = std::fs::remove_file(path);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
     #[cfg(unix)]
     {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .map_err(write_err)?;
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
     }
-    Ok(())
+    let mut file = options.open(path).map_err(write_err)?;
+    file.write_all(text.as_bytes()).map_err(write_err)
+}
+
+/// A TOML basic string's content: backslashes and quotes escaped, control
+/// characters refused (they cannot come from a sane secret or path).
+fn toml_str(s: &str) -> Result<String, CliError> {
+    if s.chars().any(char::is_control) {
+        return Err(CliError::Server(format!(
+            "{s:?} holds a control character and cannot go into a configuration file"
+        )));
+    }
+    Ok(s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
 fn set_pin(accounts: &crate::confirm::auth::Accounts, pin: &str) -> Result<(), CliError> {
@@ -61,11 +75,8 @@ fn set_pin(accounts: &crate::confirm::auth::Accounts, pin: &str) -> Result<(), C
     accounts.put(&alice, true).map_err(server)
 }
 
-fn toml_path(p: &Path) -> String {
-    p.display()
-        .to_string()
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
+fn toml_path(p: &Path) -> Result<String, CliError> {
+    toml_str(&p.display().to_string())
 }
 
 pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
@@ -104,8 +115,10 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         }
     };
     let gateway_hash = crate::confirm::auth::hash_secret(&gateway_secret).map_err(server)?;
-    let agent_secret = std::env::var("CHEQ_AGENT_SECRET")
-        .unwrap_or_else(|_| super::agent::DEMO_AGENT_SECRET.to_owned());
+    let agent_secret = toml_str(
+        &std::env::var("CHEQ_AGENT_SECRET")
+            .unwrap_or_else(|_| super::agent::DEMO_AGENT_SECRET.to_owned()),
+    )?;
     let rs_toml = format!(
         r#"# Written by `cheq demo`: the reference resource server.
 listen = "127.0.0.1:{rs_port}"
@@ -131,9 +144,9 @@ role = "agent"
 subject = "alice"
 "#,
         rs_port = args.rs_port,
-        rs_data = toml_path(&dir.join("rs")),
-        rs_key = toml_path(&keys.join("rs.jwk")),
-        cs_jwks = toml_path(&cs_jwks),
+        rs_data = toml_path(&dir.join("rs"))?,
+        rs_key = toml_path(&keys.join("rs.jwk"))?,
+        cs_jwks = toml_path(&cs_jwks)?,
     );
     let cs_toml = format!(
         r#"# Written by `cheq demo`: the confirmation server.
@@ -155,9 +168,9 @@ client_id = "voice-gw"
 secret_hash = "{gateway_hash}"
 "#,
         cs_port = args.cs_port,
-        cs_data = toml_path(&dir.join("cs")),
-        cs_key = toml_path(&keys.join("cs.jwk")),
-        rs_jwks = toml_path(&rs_jwks),
+        cs_data = toml_path(&dir.join("cs"))?,
+        cs_key = toml_path(&keys.join("cs.jwk"))?,
+        rs_jwks = toml_path(&rs_jwks)?,
     );
     write_0600(&dir.join("rs.toml"), &rs_toml)?;
     write_0600(&dir.join("cs.toml"), &cs_toml)?;
@@ -175,7 +188,12 @@ secret_hash = "{gateway_hash}"
 
         let password_line = match std::env::var("CHEQ_DEMO_PASSWORD") {
             Ok(p) => {
-                let account = new_account("alice", None, &p).map_err(server)?;
+                // A new password; a PIN or e-mail set earlier is kept.
+                let mut account = new_account("alice", None, &p).map_err(server)?;
+                if let Some(old) = cs_state.accounts.get("alice").map_err(server)? {
+                    account.email = old.email;
+                    account.pin_hash = old.pin_hash;
+                }
                 cs_state.accounts.put(&account, true).map_err(server)?;
                 "the password from CHEQ_DEMO_PASSWORD".to_owned()
             }

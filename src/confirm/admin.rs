@@ -17,9 +17,10 @@ pub fn db_path(data_dir: &Path) -> PathBuf {
     data_dir.join("cs.sled")
 }
 
-/// The admin socket inside a data directory.
+/// The admin socket inside a data directory (in a 0700 folder of its own,
+/// so that no one else can reach it even before its own mode is set).
 pub fn socket_path(data_dir: &Path) -> PathBuf {
-    data_dir.join("admin.sock")
+    data_dir.join("admin").join("admin.sock")
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -65,6 +66,14 @@ fn apply(accounts: &Accounts, request: Request) -> Result<(), String> {
 /// Serves the admin socket until the task is dropped.
 pub async fn listen(data_dir: &Path, accounts: Accounts) -> std::io::Result<()> {
     let path = socket_path(data_dir);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+    }
     // A stale socket from an earlier run: we hold the database, so no other
     // server can be using it.
     let _ = std::fs::remove_file(&path);
@@ -82,8 +91,10 @@ pub async fn listen(data_dir: &Path, accounts: Accounts) -> std::io::Result<()> 
             let (read, mut write) = stream.into_split();
             let mut line = String::new();
             let mut reader = tokio::io::BufReader::new(read.take_limit());
-            if reader.read_line(&mut line).await.is_err() {
-                return;
+            let read = reader.read_line(&mut line);
+            match tokio::time::timeout(std::time::Duration::from_secs(5), read).await {
+                Ok(Ok(_)) => {}
+                _ => return,
             }
             let answer = match serde_json::from_str::<Request>(&line) {
                 Ok(request) => {

@@ -6,7 +6,7 @@
 //! | `POST /api/v1/token` | gateway (HTTP Basic) + `username` + `pin` → a short-lived user token |
 //! | `POST /api/v1/confirmations` | `{"resource uri"}` → `201` and a confirmation view |
 //! | `GET /api/v1/confirmations/{id}` | the confirmation view |
-//! | `POST /api/v1/confirmations/{id}/decision` | `{"decision","collected","acknowledge_warnings"}` |
+//! | `POST /api/v1/confirmations/{id}/decision` | `{"decision","collected","acknowledge_warnings","view"}` |
 //!
 //! Errors are `{"error","error_description"}` ([`ApiError`], this front end's
 //! only `ResponseError`). A token stands for one user and one gateway; a user
@@ -69,6 +69,7 @@ impl From<CsError> for ApiError {
             CsError::NotRegistered(_) => (StatusCode::BAD_REQUEST, "unregistered_resource_server"),
             CsError::BadRequest(_) | CsError::Csrf => (StatusCode::BAD_REQUEST, "invalid_request"),
             CsError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
+            CsError::UnknownAtRs { .. } => (StatusCode::NOT_FOUND, "unknown_at_resource_server"),
             CsError::WrongUser { .. } => (StatusCode::FORBIDDEN, "forbidden"),
             CsError::Unreachable { .. } => (StatusCode::BAD_GATEWAY, "resource_server_unreachable"),
             CsError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "resource_server_timeout"),
@@ -180,7 +181,8 @@ impl Api {
             tokens: Mutex::new(HashMap::new()),
             token_ttl,
             limiter: RateLimiter::new(5, 2, 900),
-            gateway_limiter: RateLimiter::new(20, 2, 300),
+            // A busy gateway fails now and then for honest users.
+            gateway_limiter: RateLimiter::new(20, 2, 300).with_window(600),
             clock,
         }
     }
@@ -229,16 +231,25 @@ impl Api {
             .unwrap_or_default();
         let key = format!("gw:{id}");
         self.locked(None, &key)?;
-        let ok = self
+        // Reserved before hashing, so concurrent guesses all count.
+        self.gateway_limiter.fail(&key, self.now());
+        let hash = self
             .gateways
             .iter()
             .find(|g| g.client_id == id)
-            .is_some_and(|g| verify_secret(&secret, &g.secret_hash));
+            .map(|g| g.secret_hash.clone());
+        let ok = match &hash {
+            Some(h) => verify_secret(&secret, h),
+            None => {
+                verify_secret(&secret, super::auth::dummy_hash());
+                false
+            }
+        };
         if !ok {
-            self.gateway_limiter.fail(&key, self.now());
             log::info!("raw API: failed gateway authentication for {id:?}");
             return Err(invalid());
         }
+        self.gateway_limiter.forgive_one(&key, self.now());
         Ok(id)
     }
 
@@ -256,6 +267,10 @@ impl Api {
         let user_key = format!("user:{username}");
         let gw_key = format!("gw:{gateway}");
         self.locked(Some(&user_key), &gw_key)?;
+        let now = self.now();
+        // Reserved before hashing, so concurrent guesses all count.
+        self.limiter.fail(&user_key, now);
+        self.gateway_limiter.fail(&gw_key, now);
         let account = self.accounts.get(username).map_err(CsError::from)?;
         // An unknown user (or one without a PIN) costs the same argon2 check,
         // so timing does not tell which user names exist.
@@ -265,10 +280,7 @@ impl Api {
             .unwrap_or_else(|| super::auth::dummy_hash().to_owned());
         let ok =
             verify_secret(pin, &hash) && account.as_ref().is_some_and(|a| a.pin_hash.is_some());
-        let now = self.now();
         let Some(account) = account.filter(|_| ok) else {
-            self.limiter.fail(&user_key, now);
-            self.gateway_limiter.fail(&gw_key, now);
             log::info!("raw API: failed PIN for {username:?} via {gateway:?}");
             return Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
@@ -277,6 +289,7 @@ impl Api {
             ));
         };
         self.limiter.succeed(&user_key);
+        self.gateway_limiter.forgive_one(&gw_key, now);
         let token = crate::sign::b64::encode(rand::random::<[u8; 32]>());
         let entry = ApiToken {
             identity: Identity {
@@ -315,10 +328,19 @@ impl Api {
     }
 }
 
-#[derive(Debug, serde::Deserialize)]
+#[derive(serde::Deserialize)]
 struct TokenForm {
     username: Option<String>,
     pin: Option<String>,
+}
+
+impl std::fmt::Debug for TokenForm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenForm")
+            .field("username", &self.username)
+            .field("pin", &"<redacted>")
+            .finish()
+    }
 }
 
 fn auth(req: &HttpRequest) -> Option<&str> {
@@ -366,7 +388,9 @@ pub fn open_view(id: &str, v: &CheqView) -> Value {
         "expires": v.expires,
         "language": v.language,
         "parameters": parameters,
-        "voice": {"text": v.voice_text, "ssml": v.voice_ssml},
+        // `digest` is `cheq_view` for a voice decision: send it back as
+        // "view" with the decision to bind it to what was read out.
+        "voice": {"text": v.voice_text, "ssml": v.voice_ssml, "digest": v.voice_digest},
         "warnings": v.warnings,
     })
 }
@@ -455,9 +479,9 @@ async fn token(
     })?;
     let authorization = auth(&req).map(str::to_owned);
     let api2 = api.clone();
-    let answer = web::block(move || api2.issue(authorization.as_deref(), &form))
+    let answer = super::auth::hashing(move || api2.issue(authorization.as_deref(), &form))
         .await
-        .map_err(|_| ApiError::from(CsError::Internal("worker failed".into())))??;
+        .map_err(ApiError::from)??;
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(answer))
@@ -535,10 +559,15 @@ async fn decide(
         .get("acknowledge_warnings")
         .and_then(Value::as_bool)
         .unwrap_or(false);
+    let view_digest = match body.get("view") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(d)) => Some(d.clone()),
+        Some(_) => return Err(bad("invalid_request", "\"view\" must be a string")),
+    };
     let request = DecisionRequest {
         decision,
         channel: Channel::Voice,
-        view_digest: None,
+        view_digest,
         collected: Collected::ByName(collected),
         warnings_acknowledged: acknowledged,
     };
@@ -548,7 +577,18 @@ async fn decide(
             let answer = json!({
                 "status": decided_status(&record),
                 "decided_at": rfc3339(record.decided_at),
+                "delivery": record.delivery.label(),
             });
+            if let Delivery::Refused { reason, .. } = &record.delivery {
+                // Never "accepted" for something the RS will not carry out.
+                let mut e = ApiError::new(
+                    StatusCode::CONFLICT,
+                    "refused_by_resource_server",
+                    format!("the resource server refused the decision: {reason}"),
+                );
+                e.extra = Some(Box::new(answer));
+                return Err(e);
+            }
             if earlier && record.decision != decision.as_str() {
                 let mut e = ApiError::new(
                     StatusCode::CONFLICT,

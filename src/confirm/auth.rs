@@ -37,6 +37,8 @@ pub enum AuthError {
     Exists(String),
     #[error("no user {0:?}")]
     NoSuchUser(String),
+    #[error("{0:?} already names another account (as its user name or e-mail)")]
+    Ambiguous(String),
     #[error("accounts database: {0}")]
     Db(String),
     #[error("password hashing: {0}")]
@@ -85,7 +87,11 @@ pub struct Identity {
 impl Identity {
     /// Is `subject` (a CHEQ's) this user?
     pub fn is(&self, subject: &str) -> bool {
-        self.sub == subject || self.also_known_as.iter().any(|a| a == subject)
+        self.sub == subject
+            || self
+                .also_known_as
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(subject))
     }
 }
 
@@ -136,6 +142,25 @@ pub(crate) fn dummy_hash() -> &'static str {
     DUMMY.get_or_init(|| hash_secret("not a password of anyone").unwrap_or_default())
 }
 
+/// Password, PIN and secret checks (argon2, about 19 MiB and tens of
+/// milliseconds each) run at most this many at once.
+pub const HASHING_PERMITS: usize = 2;
+
+/// Runs an argon2 check on the blocking pool, at most [`HASHING_PERMITS`] at
+/// a time, so that a burst of logins cannot exhaust memory or the pool.
+pub async fn hashing<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, crate::confirm::CsError> {
+    static PERMITS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(HASHING_PERMITS);
+    let _permit = PERMITS
+        .acquire()
+        .await
+        .map_err(|_| crate::confirm::CsError::Internal("hashing closed".into()))?;
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|_| crate::confirm::CsError::Internal("the hashing task failed".into()))
+}
+
 /// Builds a new account record (the hashing is done by the caller's process).
 pub fn new_account(
     username: &str,
@@ -176,9 +201,31 @@ impl Accounts {
         })
     }
 
-    /// Adds an account; with `replace`, an existing one is overwritten.
+    /// Adds an account; with `replace`, an existing one is overwritten. A
+    /// CHEQ's `subject` must name one account only, so no user name may be
+    /// another account's e-mail and no e-mail may be taken twice.
     pub fn put(&self, account: &Account, replace: bool) -> Result<(), AuthError> {
         check_username(&account.username)?;
+        for item in self.users.iter() {
+            let (_, bytes) = item?;
+            let Ok(other) = serde_json::from_slice::<Account>(&bytes) else {
+                continue;
+            };
+            if other.username == account.username {
+                continue;
+            }
+            let other_email = other.email.as_deref().unwrap_or("");
+            if other_email.eq_ignore_ascii_case(&account.username) {
+                return Err(AuthError::Ambiguous(account.username.clone()));
+            }
+            if let Some(email) = &account.email {
+                if other.username.eq_ignore_ascii_case(email)
+                    || other_email.eq_ignore_ascii_case(email)
+                {
+                    return Err(AuthError::Ambiguous(email.clone()));
+                }
+            }
+        }
         let bytes = serde_json::to_vec(account).map_err(|e| AuthError::Db(e.to_string()))?;
         let key = account.username.as_bytes();
         if replace {
@@ -338,7 +385,8 @@ pub struct RateLimiter {
     pub base_lock_secs: i64,
     /// Longest lock-out.
     pub max_lock_secs: i64,
-    /// Failures are forgotten this long after the last one (once unlocked).
+    /// Failures are forgotten this long after the last one (once unlocked);
+    /// longer than the longest lock-out, so the doubling can escalate.
     pub window_secs: i64,
 }
 
@@ -349,8 +397,14 @@ impl RateLimiter {
             free_failures,
             base_lock_secs,
             max_lock_secs,
-            window_secs: 900,
+            window_secs: 6 * 3600,
         }
+    }
+
+    /// The same limiter, forgetting failures after `secs` of quiet.
+    pub fn with_window(mut self, secs: i64) -> Self {
+        self.window_secs = secs;
+        self
     }
 
     /// Seconds until `key` may try again, if it is locked out.
@@ -380,6 +434,19 @@ impl RateLimiter {
                 let over = (entry.0 - self.free_failures - 1).min(20);
                 let lock = (self.base_lock_secs << over).min(self.max_lock_secs);
                 entry.1 = now + lock;
+            }
+        }
+    }
+
+    /// Takes back one failure counted in advance for `key` (the attempt it
+    /// reserved succeeded, but `key` speaks for others too): the count goes
+    /// down and the lock-out that failure may have started is lifted (the
+    /// attempt was only made because `key` was not locked).
+    pub fn forgive_one(&self, key: &str, now: i64) {
+        if let Ok(mut guard) = self.state.lock() {
+            if let Some(entry) = guard.get_mut(key) {
+                entry.0 = entry.0.saturating_sub(1);
+                entry.1 = entry.1.min(now);
             }
         }
     }
@@ -425,6 +492,19 @@ mod tests {
         assert!(new_account("bob", Some("nope"), "long enough").is_err());
         assert!(new_account("bob", None, "short").is_err());
         assert!(!format!("{a:?}").contains("argon2"));
+        // A subject must name one account only.
+        let bob = new_account("alice@example.com", None, "long enough").unwrap();
+        assert!(matches!(
+            accounts.put(&bob, false),
+            Err(AuthError::Ambiguous(_))
+        ));
+        let carol = new_account("carol", Some("ALICE@example.com"), "long enough").unwrap();
+        assert!(matches!(
+            accounts.put(&carol, false),
+            Err(AuthError::Ambiguous(_))
+        ));
+        let dave = new_account("dave", Some("dave@example.com"), "long enough").unwrap();
+        accounts.put(&dave, false).unwrap();
     }
 
     #[test]
@@ -477,5 +557,19 @@ mod tests {
         assert_eq!(r.locked("g", 260), None);
         r.fail("g", 270);
         assert_eq!(r.locked("g", 270), Some(2));
+    }
+
+    #[test]
+    fn a_reserved_failure_that_succeeds_is_taken_back() {
+        let r = RateLimiter::new(1, 2, 60);
+        r.fail("g", 0);
+        // Reserved before an attempt that then succeeds.
+        r.fail("g", 10);
+        assert_eq!(r.locked("g", 10), Some(2));
+        r.forgive_one("g", 10);
+        assert_eq!(r.locked("g", 10), None);
+        // The count went back to one failure: the next one locks again.
+        r.fail("g", 11);
+        assert_eq!(r.locked("g", 11), Some(2));
     }
 }

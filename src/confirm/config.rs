@@ -222,8 +222,11 @@ impl CsConfig {
                     "must be an origin (scheme://host[:port]) with no path",
                 ));
             }
-            if !rs.path_prefix.starts_with('/') {
-                return Err(invalid(key("path_prefix"), "must start with '/'"));
+            if !rs.path_prefix.starts_with('/') || !rs.path_prefix.ends_with('/') {
+                return Err(invalid(
+                    key("path_prefix"),
+                    "must start and end with '/' (\"/cheq/\"), so that it matches whole path segments",
+                ));
             }
             match (&rs.jwks, &rs.jwks_uri) {
                 (Some(_), None) => {}
@@ -332,6 +335,10 @@ client_secret = "s3cret-s3cret"
             ),
             (
                 GOOD.replace("path_prefix = \"/cheq/\"", "path_prefix = \"cheq\""),
+                "resource_servers[0].path_prefix",
+            ),
+            (
+                GOOD.replace("path_prefix = \"/cheq/\"", "path_prefix = \"/cheq\""),
                 "resource_servers[0].path_prefix",
             ),
             (

@@ -35,12 +35,13 @@ pub const PAGE_DEADLINE: Duration = Duration::from_secs(12);
 /// Longest wait between two delivery attempts.
 pub const MAX_BACKOFF_SECS: i64 = 30;
 const LOCK_STRIPES: usize = 64;
+/// Deliveries the worker starts at once (the rest wait for the next round).
+const MAX_DELIVERIES_PER_ROUND: usize = 32;
 
 /// A started confirmation: which resource URI, and the document last fetched.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Entry {
     resource_uri: String,
-    rs: usize,
     /// When it was started (unix seconds); old entries are collected.
     #[serde(default)]
     created: i64,
@@ -98,14 +99,29 @@ impl Decided {
 /// The key of the "acknowledge the warnings" problem in [`DecideError::Input`].
 pub const WARNINGS_KEY: &str = "#warnings";
 
-/// Values the user typed (§8).
-#[derive(Debug, Clone)]
+/// Values the user typed (§8). Its `Debug` shows no value.
+#[derive(Clone)]
 pub enum Collected {
     /// By parameter name (the raw API).
     ByName(IndexMap<String, String>),
     /// By parameter position (the HTML form, whose field names must not
     /// depend on text that may hold hidden characters).
     ByIndex(Vec<(usize, String)>),
+}
+
+impl std::fmt::Debug for Collected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Collected::ByName(m) => {
+                write!(f, "ByName({:?} = <redacted>)", m.keys().collect::<Vec<_>>())
+            }
+            Collected::ByIndex(v) => write!(
+                f,
+                "ByIndex({:?} = <redacted>)",
+                v.iter().map(|(i, _)| i).collect::<Vec<_>>()
+            ),
+        }
+    }
 }
 
 impl Collected {
@@ -173,6 +189,7 @@ pub struct Cs {
     confirmations: sled::Tree,
     clock: Arc<dyn Clock>,
     locks: Vec<Mutex<()>>,
+    delivery_locks: Vec<tokio::sync::Mutex<()>>,
     wake: tokio::sync::Notify,
     sealer: Sealer,
 }
@@ -213,6 +230,9 @@ impl Cs {
             confirmations: db.open_tree(CONFIRMATIONS)?,
             clock,
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            delivery_locks: (0..LOCK_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
             wake: tokio::sync::Notify::new(),
             sealer,
         })
@@ -236,19 +256,22 @@ impl Cs {
         serde_json::json!({"keys": [self.key.public_jwk()]})
     }
 
+    /// §2: refuses a resource URI that is not under a registered RS.
+    pub fn check_registered(&self, resource_uri: &str) -> Result<usize, CsError> {
+        self.registry
+            .find(resource_uri.trim())
+            .map_err(|e| CsError::NotRegistered(e.to_string()))
+    }
+
     /// §2: accepts a resource URI of a registered RS and returns the id of its
     /// confirmation page. Nothing is fetched here.
     pub fn start(&self, resource_uri: &str) -> Result<String, CsError> {
-        let rs = self
-            .registry
-            .find(resource_uri.trim())
-            .map_err(|e| CsError::NotRegistered(e.to_string()))?;
+        self.check_registered(resource_uri)?;
         let resource_uri = resource_uri.trim();
         let id = id_for(resource_uri);
         if self.confirmations.get(id.as_bytes())?.is_none() {
             let entry = Entry {
                 resource_uri: resource_uri.to_owned(),
-                rs,
                 created: self.clock.now().timestamp(),
                 document: None,
             };
@@ -274,9 +297,12 @@ impl Cs {
         Ok(())
     }
 
+    /// The client of the RS a resource URI belongs to, looked up in the
+    /// registry every time (the configuration may have changed since).
     fn client(&self, entry: &Entry) -> Result<&RsClient, CsError> {
+        let rs = self.check_registered(&entry.resource_uri)?;
         self.clients
-            .get(entry.rs)
+            .get(rs)
             .ok_or_else(|| CsError::Internal("resource server no longer configured".into()))
     }
 
@@ -291,13 +317,13 @@ impl Cs {
         .map_err(|_| CsError::Timeout {
             origin: origin.clone(),
         })?;
+        if let Err(e @ FetchError::Status { .. }) = &fetched {
+            log::warn!("fetching a CHEQ from {origin}: {e:?}");
+        }
         fetched.map_err(|e| match e {
             FetchError::Timeout => CsError::Timeout { origin },
             FetchError::Gone => CsError::Gone,
-            FetchError::NotFound => CsError::Untrusted {
-                origin,
-                reason: "the resource server does not know this request".into(),
-            },
+            FetchError::NotFound => CsError::UnknownAtRs { origin },
             e => CsError::Unreachable {
                 origin,
                 detail: e.to_string(),
@@ -426,10 +452,18 @@ impl Cs {
         if decided.earlier || !decided.record.delivery.is_pending() {
             return Ok(decided);
         }
-        let record = match self.deliver(&decided.record.nonce).await {
-            Some(r) => r,
-            None => decided.record,
-        };
+        // The user hears back within the page deadline; a slower RS is left
+        // to the worker (the record says "delivery pending").
+        let record =
+            match tokio::time::timeout(PAGE_DEADLINE, self.deliver(&decided.record.nonce)).await {
+                Ok(Some(r)) => r,
+                _ => self
+                    .records
+                    .get(&decided.record.nonce)
+                    .ok()
+                    .flatten()
+                    .unwrap_or(decided.record),
+            };
         Ok(Decided {
             record,
             earlier: false,
@@ -487,9 +521,9 @@ impl Cs {
                     p.input.as_ref().is_some_and(|i| i.sensitive) && c.contains_key(&p.name)
                 })
             });
-        let collected_sha256 = collected
+        let collected_hmac = collected
             .as_ref()
-            .map(collected_digests)
+            .map(|c| collected_digests(self.sealer.evidence_key(), c))
             .unwrap_or_default();
         let document = if sensitive {
             self.sealer
@@ -500,7 +534,7 @@ impl Cs {
         };
         let record = DecisionRecord {
             sealed: sensitive,
-            collected_sha256,
+            collected_hmac,
             nonce: nonce.clone(),
             user: who.sub.clone(),
             resource_uri: entry.resource_uri.clone(),
@@ -539,6 +573,10 @@ impl Cs {
 
     /// One delivery attempt of a pending decision; returns the updated record.
     pub async fn deliver(self: &Arc<Self>, nonce: &str) -> Option<DecisionRecord> {
+        // One delivery of a decision at a time: the immediate one and the
+        // worker's must not overwrite each other's outcome.
+        let stripe = Sha256::digest(nonce.as_bytes())[0] as usize % LOCK_STRIPES;
+        let _guard = self.delivery_locks[stripe].lock().await;
         let record = self.records.get(nonce).ok().flatten()?;
         let Delivery::Pending { attempts, .. } = record.delivery else {
             return Some(record);
@@ -560,11 +598,18 @@ impl Cs {
         } else {
             record.document.clone()
         };
-        if now > record.expires + CLOCK_SKEW_SECS {
-            let expired = Delivery::Expired { at: now };
-            return self.finish_blocking(record, expired, Some(document)).await;
-        }
-        let rs = self.registry.find(&record.resource_uri).ok()?;
+        // Past expiry one more try is still made: the RS may have recorded
+        // the decision before a crash here lost the word of it, and then it
+        // answers the same again.
+        let late = now > record.expires + CLOCK_SKEW_SECS;
+        let Ok(rs) = self.registry.find(&record.resource_uri) else {
+            let gone = Delivery::Refused {
+                status: 0,
+                reason: "the resource server is no longer registered".into(),
+                at: now,
+            };
+            return self.finish_blocking(record, gone, Some(document)).await;
+        };
         let client = self.clients.get(rs)?;
         let answer = client
             .deliver(&record.resource_uri, &record.decision, &document)
@@ -576,6 +621,7 @@ impl Cs {
                 at: now,
             },
             Ok(a) if a.status == 410 => Delivery::Expired { at: now },
+            _ if late => Delivery::Expired { at: now },
             Ok(a) if a.status == 401 || a.status == 403 => Delivery::Pending {
                 attempts: attempts + 1,
                 next_try: now + backoff(attempts + 1),
@@ -637,7 +683,7 @@ impl Cs {
             // a crash in between leaves a key whose record no longer needs
             // it, which `sweep_keys` deletes at the next start.
             record.document = match clear {
-                Some(d) => redact(d, &record.collected_sha256),
+                Some(d) => redact(self.sealer.evidence_key(), d, &record.collected_hmac),
                 None => "{\"redacted\":\"the sealed document could not be opened\"}".to_owned(),
             };
             record.sealed = false;
@@ -710,6 +756,7 @@ impl Cs {
                         matches!(r.delivery, Delivery::Pending { next_try, .. } if next_try <= now)
                     })
                 })
+                .take(MAX_DELIVERIES_PER_ROUND)
                 .collect();
             let tasks: Vec<_> = due
                 .into_iter()
@@ -739,7 +786,11 @@ impl Cs {
                     .sealer
                     .open(nonce, &r.document)
                     .map_err(|e| CsError::Internal(e.to_string()))?;
-                Ok(redact(&clear, &r.collected_sha256))
+                Ok(redact(
+                    self.sealer.evidence_key(),
+                    &clear,
+                    &r.collected_hmac,
+                ))
             }
             Some(r) if r.user == who.sub => Ok(r.document),
             _ => Err(CsError::NotFound),

@@ -33,6 +33,10 @@ pub enum CsError {
     Expired(String),
     #[error("the resource server says this request has expired or was already decided")]
     Gone,
+    #[error(
+        "{origin} does not know this request: it may have been withdrawn, or the link is wrong"
+    )]
+    UnknownAtRs { origin: String },
     #[error("the request changed since it was shown to you")]
     Changed,
     #[error("too many failed attempts; try again in {retry_after} s")]
@@ -87,6 +91,7 @@ impl CsError {
             CsError::NotCountersignable(_) => "This request cannot be confirmed",
             CsError::Expired(_) => "Request expired",
             CsError::Gone => "Request no longer open",
+            CsError::UnknownAtRs { .. } => "Unknown request",
             CsError::Changed => "The request changed",
             CsError::TooManyAttempts { .. } => "Too many attempts",
             CsError::MethodNotAllowed => "Method not allowed",
@@ -127,7 +132,7 @@ impl ResponseError for CsError {
     fn status_code(&self) -> StatusCode {
         match self {
             CsError::NotRegistered(_) | CsError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            CsError::NotFound => StatusCode::NOT_FOUND,
+            CsError::NotFound | CsError::UnknownAtRs { .. } => StatusCode::NOT_FOUND,
             CsError::Csrf | CsError::WrongUser { .. } => StatusCode::FORBIDDEN,
             CsError::Unreachable { .. } | CsError::Untrusted { .. } => StatusCode::BAD_GATEWAY,
             CsError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -234,6 +239,13 @@ mod tests {
                 "expired",
             ),
             (CsError::Gone, 410, "already decided"),
+            (
+                CsError::UnknownAtRs {
+                    origin: "http://rs".into(),
+                },
+                404,
+                "does not know this request",
+            ),
             (CsError::Changed, 409, "Review it again"),
             (CsError::TooManyAttempts { retry_after: 8 }, 429, "8 s"),
             (CsError::MethodNotAllowed, 405, "Method not allowed"),

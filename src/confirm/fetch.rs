@@ -6,7 +6,7 @@
 //!
 //! What comes back is bounded: a connect timeout, a total timeout per request
 //! (so a user gets an answer within 15 s even from an RS that never answers),
-//! a cap on the body read, and no redirect followed to another origin.
+//! a cap on the body read, and no redirect followed at all.
 
 use oauth2::basic::BasicClient;
 use oauth2::{ClientId, ClientSecret, Scope, TokenResponse, TokenUrl};
@@ -43,7 +43,8 @@ pub enum FetchError {
     NotFound,
     #[error("the resource server says this confirmation has expired or was already decided")]
     Gone,
-    #[error("the resource server answered HTTP {status}: {body}")]
+    /// An unexpected status; `body` (its start) is for the log, not for users.
+    #[error("the resource server answered HTTP {status}")]
     Status { status: u16, body: String },
 }
 
@@ -107,17 +108,9 @@ impl RsClient {
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::custom(|attempt| {
-                let same_origin = attempt
-                    .previous()
-                    .first()
-                    .is_some_and(|first| first.origin() == attempt.url().origin());
-                if same_origin && attempt.previous().len() < 3 {
-                    attempt.follow()
-                } else {
-                    attempt.stop()
-                }
-            }))
+            // No redirect is followed: a CHEQ lives at its resource URI, and
+            // a redirect could lead outside the registered prefix with our token.
+            .redirect(reqwest::redirect::Policy::none())
             .pool_max_idle_per_host(64)
             .build()
             .map_err(|e| e.to_string())?;

@@ -54,14 +54,20 @@ impl std::fmt::Debug for CsState {
     }
 }
 
-/// The headers every response carries (clickjacking, referrer, sniffing).
-pub fn security_headers() -> DefaultHeaders {
-    DefaultHeaders::new()
+/// The headers every response carries (clickjacking, referrer, sniffing);
+/// over https also HSTS.
+pub fn security_headers(https: bool) -> DefaultHeaders {
+    let headers = DefaultHeaders::new()
         .add((header::CONTENT_SECURITY_POLICY, CSP))
         .add((header::X_FRAME_OPTIONS, "DENY"))
         .add((header::REFERRER_POLICY, "no-referrer"))
         .add((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
-        .add((header::CACHE_CONTROL, "no-store"))
+        .add((header::CACHE_CONTROL, "no-store"));
+    if https {
+        headers.add((header::STRICT_TRANSPORT_SECURITY, "max-age=31536000"))
+    } else {
+        headers
+    }
 }
 
 /// Registers the routes and the state (used by the server and by tests).
@@ -161,6 +167,14 @@ fn current(
     Ok(state.sessions.get(&id, now(state))?.map(|s| (id, s)))
 }
 
+/// The value of the session cookie, whether or not it names a stored session
+/// (before login it is only what the login form's CSRF token is bound to).
+fn pre_login_id(req: &HttpRequest) -> Option<String> {
+    req.cookie(SESSION_COOKIE)
+        .map(|c| c.value().to_owned())
+        .filter(|v| v.len() >= 32 && v.len() <= 64)
+}
+
 /// The signed-in user, or a redirect through login back to this page.
 fn signed_in(
     state: &CsState,
@@ -182,8 +196,16 @@ fn to_login(next: &str) -> HttpResponse {
 
 /// Only local paths are followed after login (no open redirect).
 fn safe_next(next: Option<&str>) -> String {
+    // A local path of plain URL characters only: browsers drop tabs and line
+    // breaks before parsing, so "/\t/evil.example" would become "//evil…".
+    let plain = |n: &str| {
+        n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/_.~%?=&-+:@!$'()*,;".contains(&b))
+    };
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_owned(),
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && plain(n) && n.len() <= 4096 => {
+            n.to_owned()
+        }
         _ => "/history".to_owned(),
     }
 }
@@ -354,14 +376,16 @@ async fn start_confirmation(
 
 /// §2: a registered resource URI → 303 to its page, through login if needed.
 fn begin(state: &CsState, req: &HttpRequest, uri: &str) -> Result<HttpResponse, CsError> {
-    let id = state.cs.start(uri)?;
-    let page = format!("/c/{id}");
     let logged_in = current(state, req)?.is_some_and(|(_, s)| s.identity.is_some());
-    Ok(if logged_in {
-        see_other(&page)
-    } else {
-        to_login(&page)
-    })
+    if !logged_in {
+        // Refuse an unregistered URI at once, but store nothing for a
+        // visitor who has not signed in: come back here after login.
+        state.cs.check_registered(uri)?;
+        let query = serde_urlencoded::to_string([("resource_uri", uri.trim())]).unwrap_or_default();
+        return Ok(to_login(&format!("{}?{query}", state.start_path)));
+    }
+    let id = state.cs.start(uri)?;
+    Ok(see_other(&format!("/c/{id}")))
 }
 
 #[derive(serde::Deserialize)]
@@ -375,10 +399,14 @@ async fn login_form(
     q: web::Query<NextQuery>,
 ) -> Result<HttpResponse, CsError> {
     let next = safe_next(q.next.as_deref());
-    let (id, fresh) = match current(&state, &req)? {
-        Some((_, s)) if s.identity.is_some() => return Ok(see_other(&next)),
-        Some((id, _)) => (id, false),
-        None => (state.sessions.create(None, now(&state))?, true),
+    if current(&state, &req)?.is_some_and(|(_, s)| s.identity.is_some()) {
+        return Ok(see_other(&next));
+    }
+    // Before login nothing is stored: the cookie holds a random value the
+    // form's CSRF token is bound to (a double-submit token under our HMAC).
+    let (id, fresh) = match pre_login_id(&req) {
+        Some(id) => (id, false),
+        None => (crate::sign::b64::encode(rand::random::<[u8; 32]>()), true),
     };
     let page = LoginPage {
         next: &next,
@@ -409,8 +437,8 @@ async fn login(
 ) -> Result<HttpResponse, CsError> {
     let form = form.into_inner();
     let next = safe_next(form.next.as_deref());
-    let Some((old_id, _)) = current(&state, &req)? else {
-        // No session: the form did not come from our login page.
+    let Some(old_id) = pre_login_id(&req) else {
+        // No cookie: the form did not come from our login page.
         return Err(CsError::Csrf);
     };
     check_csrf(&state, &old_id, form.csrf.as_deref())?;
@@ -431,14 +459,14 @@ async fn login(
     if let Some(retry_after) = locked {
         return Err(CsError::TooManyAttempts { retry_after });
     }
+    // Counted as a failure before hashing, so that a burst of concurrent
+    // guesses cannot all pass the check above; a success forgets it.
+    state.login_limiter.fail(&user_key, t);
+    state.login_limiter.fail(&ip, t);
     let accounts = state.accounts.clone();
     let (u, p) = (username.clone(), password);
-    let checked = web::block(move || accounts.check_password(&u, &p))
-        .await
-        .map_err(|_| CsError::Internal("worker failed".into()))??;
+    let checked = super::auth::hashing(move || accounts.check_password(&u, &p)).await??;
     let Some(account) = checked else {
-        state.login_limiter.fail(&user_key, t);
-        state.login_limiter.fail(&ip, t);
         log::info!("failed login for {username:?}");
         let page = LoginPage {
             next: &next,
@@ -461,6 +489,9 @@ async fn login(
     };
     // A new session id at login (no session fixation).
     state.sessions.remove(&old_id)?;
+    if let Some((stored, _)) = current(&state, &req)? {
+        state.sessions.remove(&stored)?;
+    }
     let id = state.sessions.create(Some(identity), t)?;
     let mut res = see_other(&next);
     res.add_cookie(&session_cookie(&state, &id))
@@ -656,4 +687,33 @@ async fn style() -> HttpResponse {
         .content_type("text/css; charset=utf-8")
         .insert_header((header::CACHE_CONTROL, "max-age=3600"))
         .body(include_str!("../../templates/style.css"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_local_paths_are_followed_after_login() {
+        for ok in [
+            "/c/abc",
+            "/history",
+            "/?resource_uri=http%3A%2F%2F127.0.0.1%3A8081%2Fcheq%2Fx",
+        ] {
+            assert_eq!(safe_next(Some(ok)), ok);
+        }
+        for bad in [
+            "//evil.example",
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/\\evil.example",
+            "https://evil.example/",
+            "evil",
+            "/caf\u{e9}",
+            "",
+        ] {
+            assert_eq!(safe_next(Some(bad)), "/history", "{bad:?}");
+        }
+        assert_eq!(safe_next(None), "/history");
+    }
 }

@@ -6,8 +6,9 @@
 //! never written in clear: it is sealed (ChaCha20-Poly1305) under a key of its
 //! own, kept in a small file beside the database (mode 0600). Once the
 //! delivery is final, the record is replaced by redacted evidence (the
-//! resource-signed CHEQ, a digest of the confirmation signature and header,
-//! and the SHA-256 of each collected value), flushed, and then the key file is
+//! resource-signed CHEQ, and keyed digests — HMAC-SHA256 under a secret kept
+//! in a 0600 file beside the database — of the confirmation header and of
+//! each collected value), flushed, and then the key file is
 //! deleted, which makes every copy of the ciphertext unreadable. Keys a crash
 //! left behind are swept at the next start.
 
@@ -16,7 +17,7 @@ use chacha20poly1305::aead::{Aead, KeyInit};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use indexmap::IndexMap;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 use std::path::{Path, PathBuf};
 
 /// Why sealing or unsealing failed.
@@ -28,17 +29,33 @@ pub enum SealError {
     Open,
 }
 
-/// The key files, one per sealed decision.
-#[derive(Debug, Clone)]
+/// The key files, one per sealed decision, and the evidence key.
+#[derive(Clone)]
 pub struct Sealer {
     dir: PathBuf,
+    evidence_key: Vec<u8>,
+}
+
+impl std::fmt::Debug for Sealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sealer")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Sealer {
-    pub fn new(dir: &Path) -> Self {
+    /// Key files live in `dir`; `evidence_key` keys the digests kept after.
+    pub fn new(dir: &Path, evidence_key: Vec<u8>) -> Self {
         Sealer {
             dir: dir.to_owned(),
+            evidence_key,
         }
+    }
+
+    /// The key of the digests in redacted evidence.
+    pub fn evidence_key(&self) -> &[u8] {
+        &self.evidence_key
     }
 
     fn key_path(&self, nonce: &str) -> PathBuf {
@@ -125,16 +142,36 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// The SHA-256 (base64url) of each collected value.
-pub fn collected_digests(collected: &IndexMap<String, String>) -> IndexMap<String, String> {
+/// HMAC-SHA256 under `key`, base64url.
+pub fn keyed_digest(key: &[u8], data: &[u8]) -> String {
+    use hmac::{Hmac, Mac};
+    match <Hmac<Sha256> as Mac>::new_from_slice(key) {
+        Ok(mut mac) => {
+            mac.update(data);
+            b64::encode(mac.finalize().into_bytes())
+        }
+        Err(_) => String::new(),
+    }
+}
+
+/// A keyed digest (HMAC-SHA256 under the CS's evidence key, base64url) of
+/// each collected value. Keyed, because a private value is often a short
+/// number whose plain hash could be reversed by trying them all.
+pub fn collected_digests(
+    key: &[u8],
+    collected: &IndexMap<String, String>,
+) -> IndexMap<String, String> {
     collected
         .iter()
-        .map(|(k, v)| (k.clone(), b64::sha256(v.as_bytes())))
+        .map(|(k, v)| (k.clone(), keyed_digest(key, v.as_bytes())))
         .collect()
 }
 
 /// Redacted evidence of a delivered decision document (see the module docs).
-pub fn redact(document: &str, collected_sha256: &IndexMap<String, String>) -> String {
+/// Nothing in it lets a guess at a private value be checked without the
+/// evidence key: the confirmation signature (which would verify a guessed
+/// header) is left out, and the header is kept as a keyed digest.
+pub fn redact(key: &[u8], document: &str, collected_hmac: &IndexMap<String, String>) -> String {
     let doc: Value = serde_json::from_str(document).unwrap_or(Value::Null);
     let payload = doc.get("payload").cloned().unwrap_or(Value::Null);
     let sigs = doc
@@ -144,17 +181,12 @@ pub fn redact(document: &str, collected_sha256: &IndexMap<String, String>) -> St
         .unwrap_or_default();
     let resource = sigs.first().cloned().unwrap_or(Value::Null);
     let confirmation = sigs.get(1).cloned().unwrap_or(Value::Null);
-    let digest = |v: &Value| {
-        v.as_str()
-            .map(|s| b64::encode(Sha256::digest(s.as_bytes())))
-            .unwrap_or_default()
-    };
+    let protected = confirmation["protected"].as_str().unwrap_or_default();
     json!({
-        "redacted": "the confirmation signature carried values the user marked private; the confirmation service keeps only their SHA-256",
+        "redacted": "the confirmation signature carried values the user marked private; the confirmation service keeps only keyed digests (HMAC-SHA256) of them",
         "resource_signed": {"payload": payload, "signatures": [resource]},
-        "confirmation_protected_sha256": digest(&confirmation["protected"]),
-        "confirmation_signature": confirmation["signature"],
-        "collected_sha256": collected_sha256,
+        "confirmation_protected_hmac_sha256": keyed_digest(key, protected.as_bytes()),
+        "collected_hmac_sha256": collected_hmac,
     })
     .to_string()
 }
@@ -166,7 +198,7 @@ mod tests {
     #[test]
     fn sealed_documents_open_until_shredded() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Sealer::new(&dir.path().join("keys"));
+        let s = Sealer::new(&dir.path().join("keys"), vec![7; 32]);
         let sealed = s.seal("n1", "account 12345678").unwrap();
         assert!(!sealed.contains("12345678"));
         assert_eq!(s.open("n1", &sealed).unwrap(), "account 12345678");
@@ -179,7 +211,7 @@ mod tests {
     #[test]
     fn sweep_keeps_only_the_keys_still_needed() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Sealer::new(dir.path());
+        let s = Sealer::new(dir.path(), vec![7; 32]);
         let a = s.seal("a", "private a").unwrap();
         let b = s.seal("b", "private b").unwrap();
         assert_eq!(s.sweep(&["a".to_owned()]), 1);

@@ -121,7 +121,10 @@ pub async fn build_state(
         clients,
         records,
         clock.clone(),
-        super::seal::Sealer::new(&config.data_dir.join("sealed")),
+        super::seal::Sealer::new(
+            &config.data_dir.join("sealed"),
+            load_or_create_secret(&config.data_dir.join("evidence.secret"))?,
+        ),
     )
     .map_err(|e| db_err(e.to_string()))?;
     let cs = Arc::new(cs);
@@ -148,10 +151,11 @@ pub fn serve(
     listener: std::net::TcpListener,
     state: web::Data<CsState>,
 ) -> Result<actix_web::dev::Server, ServerError> {
+    let https = state.secure_cookies;
     let server = HttpServer::new(move || {
         let state = state.clone();
         App::new()
-            .wrap(security_headers())
+            .wrap(security_headers(https))
             .configure(move |c| configure(c, state))
     })
     .workers(2)

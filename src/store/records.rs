@@ -74,9 +74,9 @@ pub struct DecisionRecord {
     pub delivery: Delivery,
     #[serde(default)]
     pub sealed: bool,
-    /// SHA-256 (base64url) of each value the user typed (§8).
+    /// Keyed digest (HMAC-SHA256, base64url) of each value the user typed (§8).
     #[serde(default)]
-    pub collected_sha256: indexmap::IndexMap<String, String>,
+    pub collected_hmac: indexmap::IndexMap<String, String>,
 }
 
 /// What [`Records::claim`] found.
@@ -303,7 +303,7 @@ mod tests {
                 last_error: None,
             },
             sealed: false,
-            collected_sha256: Default::default(),
+            collected_hmac: Default::default(),
         }
     }
 

@@ -279,6 +279,18 @@ impl Browser {
         assert_eq!(res.status, 303, "login as {user}: {}", res.text);
     }
 
+    /// Where login sent us, followed to the confirmation page's path: nothing
+    /// is stored before login, so the CS sends the signed-in user back to the
+    /// start, which then leads to the page.
+    pub async fn after_login(&mut self, location: String) -> String {
+        if location.starts_with("/c/") {
+            return location;
+        }
+        let res = self.get(&location).await;
+        assert_eq!(res.status, 303, "start after login: {}", res.text);
+        res.location()
+    }
+
     /// §2: POST the resource URI to the start path, through login when
     /// needed, to the confirmation page. Returns the page's path and the page.
     pub async fn open(
@@ -294,7 +306,7 @@ impl Browser {
         if location.starts_with("/login") {
             let res = self.login_at(&location, user, password).await;
             assert_eq!(res.status, 303, "login: {}", res.text);
-            location = res.location();
+            location = self.after_login(res.location()).await;
         }
         assert!(location.starts_with("/c/"), "{location}");
         let page = self.get(&location).await;
