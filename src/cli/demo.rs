@@ -79,6 +79,104 @@ fn toml_path(p: &Path) -> Result<String, CliError> {
     toml_str(&p.display().to_string())
 }
 
+/// A confirmation server and a reference resource server on loopback that
+/// trust each other: their two configurations (the demo's, and the tests').
+#[derive(Debug, Clone)]
+pub struct LoopbackPair {
+    /// Holds the data directories `rs/` and `cs/`.
+    pub dir: PathBuf,
+    pub rs_port: u16,
+    pub cs_port: u16,
+    /// The path of the confirmation URI ("" for the root).
+    pub cs_path: String,
+    pub rs_key: PathBuf,
+    pub cs_key: PathBuf,
+    /// The RS public keys the CS trusts.
+    pub rs_jwks: PathBuf,
+    /// The CS public keys the RS trusts.
+    pub cs_jwks: PathBuf,
+    /// The CS's client secret at the RS.
+    pub cs_secret: String,
+    pub agent_id: String,
+    pub agent_secret: String,
+}
+
+impl LoopbackPair {
+    pub fn rs_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.rs_port)
+    }
+
+    /// The confirmation URI.
+    pub fn cs_url(&self) -> String {
+        format!("http://127.0.0.1:{}{}", self.cs_port, self.cs_path)
+    }
+
+    /// The RS configuration: the CS as its confirmation server, the CS and the
+    /// agent (acting for alice) as its clients.
+    pub fn rs_toml(&self) -> Result<String, CliError> {
+        Ok(format!(
+            r#"listen = "127.0.0.1:{rs_port}"
+public_url = "{rs_url}"
+data_dir = "{rs_data}"
+signing_key = "{rs_key}"
+cheq_ttl_secs = 900
+retry_after_secs = 1
+
+[confirmation_server]
+uri = "{cs_url}"
+jwks_file = "{cs_jwks}"
+
+[[clients]]
+client_id = "cs"
+client_secret = "{cs_secret}"
+role = "cs"
+
+[[clients]]
+client_id = "{agent_id}"
+client_secret = "{agent_secret}"
+role = "agent"
+subject = "alice"
+"#,
+            rs_port = self.rs_port,
+            rs_url = self.rs_url(),
+            rs_data = toml_path(&self.dir.join("rs"))?,
+            rs_key = toml_path(&self.rs_key)?,
+            cs_url = self.cs_url(),
+            cs_jwks = toml_path(&self.cs_jwks)?,
+            cs_secret = toml_str(&self.cs_secret)?,
+            agent_id = toml_str(&self.agent_id)?,
+            agent_secret = toml_str(&self.agent_secret)?,
+        ))
+    }
+
+    /// The CS configuration: the RS as its one registered resource server.
+    /// Further tables (`[[gateways]]`, more resource servers) may follow.
+    pub fn cs_toml(&self) -> Result<String, CliError> {
+        Ok(format!(
+            r#"listen = "127.0.0.1:{cs_port}"
+public_url = "{cs_url}"
+data_dir = "{cs_data}"
+signing_key = "{cs_key}"
+
+[[resource_servers]]
+origin = "{rs_url}"
+path_prefix = "/cheq/"
+jwks = "{rs_jwks}"
+token_url = "{rs_url}/oauth/token"
+client_id = "cs"
+client_secret = "{cs_secret}"
+"#,
+            cs_port = self.cs_port,
+            cs_url = self.cs_url(),
+            cs_data = toml_path(&self.dir.join("cs"))?,
+            cs_key = toml_path(&self.cs_key)?,
+            rs_url = self.rs_url(),
+            rs_jwks = toml_path(&self.rs_jwks)?,
+            cs_secret = toml_str(&self.cs_secret)?,
+        ))
+    }
+}
+
 pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     super::servers::init_logging();
     let dir = &args.data_dir;
@@ -87,8 +185,6 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         path: keys.display().to_string(),
         source,
     })?;
-    let cs_url = format!("http://127.0.0.1:{}", args.cs_port);
-    let rs_url = format!("http://127.0.0.1:{}", args.rs_port);
 
     // Keys: generated once, kept in the data directory.
     let rs_key =
@@ -115,62 +211,29 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         }
     };
     let gateway_hash = crate::confirm::auth::hash_secret(&gateway_secret).map_err(server)?;
-    let agent_secret = toml_str(
-        &std::env::var("CHEQ_AGENT_SECRET")
-            .unwrap_or_else(|_| super::agent::DEMO_AGENT_SECRET.to_owned()),
-    )?;
+    let agent_secret = std::env::var("CHEQ_AGENT_SECRET")
+        .unwrap_or_else(|_| super::agent::DEMO_AGENT_SECRET.to_owned());
+    let pair = LoopbackPair {
+        dir: dir.clone(),
+        rs_port: args.rs_port,
+        cs_port: args.cs_port,
+        cs_path: String::new(),
+        rs_key: keys.join("rs.jwk"),
+        cs_key: keys.join("cs.jwk"),
+        rs_jwks: rs_jwks.clone(),
+        cs_jwks: cs_jwks.clone(),
+        cs_secret,
+        agent_id: DEMO_AGENT_ID.to_owned(),
+        agent_secret,
+    };
+    let (cs_url, rs_url) = (pair.cs_url(), pair.rs_url());
     let rs_toml = format!(
-        r#"# Written by `cheq demo`: the reference resource server.
-listen = "127.0.0.1:{rs_port}"
-public_url = "{rs_url}"
-data_dir = "{rs_data}"
-signing_key = "{rs_key}"
-cheq_ttl_secs = 900
-retry_after_secs = 1
-
-[confirmation_server]
-uri = "{cs_url}"
-jwks_file = "{cs_jwks}"
-
-[[clients]]
-client_id = "cs"
-client_secret = "{cs_secret}"
-role = "cs"
-
-[[clients]]
-client_id = "{DEMO_AGENT_ID}"
-client_secret = "{agent_secret}"
-role = "agent"
-subject = "alice"
-"#,
-        rs_port = args.rs_port,
-        rs_data = toml_path(&dir.join("rs"))?,
-        rs_key = toml_path(&keys.join("rs.jwk"))?,
-        cs_jwks = toml_path(&cs_jwks)?,
+        "# Written by `cheq demo`: the reference resource server.\n{}",
+        pair.rs_toml()?
     );
     let cs_toml = format!(
-        r#"# Written by `cheq demo`: the confirmation server.
-listen = "127.0.0.1:{cs_port}"
-public_url = "{cs_url}"
-data_dir = "{cs_data}"
-signing_key = "{cs_key}"
-
-[[resource_servers]]
-origin = "{rs_url}"
-path_prefix = "/cheq/"
-jwks = "{rs_jwks}"
-token_url = "{rs_url}/oauth/token"
-client_id = "cs"
-client_secret = "{cs_secret}"
-
-[[gateways]]
-client_id = "voice-gw"
-secret_hash = "{gateway_hash}"
-"#,
-        cs_port = args.cs_port,
-        cs_data = toml_path(&dir.join("cs"))?,
-        cs_key = toml_path(&keys.join("cs.jwk"))?,
-        rs_jwks = toml_path(&rs_jwks)?,
+        "# Written by `cheq demo`: the confirmation server.\n{}\n[[gateways]]\nclient_id = \"voice-gw\"\nsecret_hash = \"{gateway_hash}\"\n",
+        pair.cs_toml()?
     );
     write_0600(&dir.join("rs.toml"), &rs_toml)?;
     write_0600(&dir.join("cs.toml"), &cs_toml)?;

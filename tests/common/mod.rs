@@ -10,6 +10,7 @@
 use actix_web::dev::ServerHandle;
 use actix_web::{web, App, HttpResponse, HttpServer};
 use cheq::cheq::UriPack;
+use cheq::cli::demo::LoopbackPair;
 use cheq::confirm::auth::{hash_secret, new_account};
 use cheq::confirm::server::{start_background, Background};
 use cheq::confirm::{CsConfig, CsState};
@@ -418,53 +419,21 @@ impl Env {
         let cs_origin = format!("http://127.0.0.1:{cs_port}");
         let cs_url = format!("{cs_origin}{START}");
 
-        let rs_toml = format!(
-            r#"
-listen = "127.0.0.1:{rs_port}"
-public_url = "{rs_url}"
-data_dir = "{rs_data}"
-signing_key = "{rs_key}"
-cheq_ttl_secs = 900
-retry_after_secs = 1
-
-[confirmation_server]
-uri = "{cs_url}"
-jwks_file = "{cs_jwks}"
-
-[[clients]]
-client_id = "cs"
-client_secret = "{CS_SECRET}"
-role = "cs"
-
-[[clients]]
-client_id = "agent"
-client_secret = "{AGENT_SECRET}"
-role = "agent"
-subject = "alice"
-"#,
-            rs_data = toml_path(&root.join("rs")),
-            rs_key = toml_path(&keys.join("rs.jwk")),
-            cs_jwks = toml_path(&cs_jwks),
-        );
-        let mut cs_toml = format!(
-            r#"
-listen = "127.0.0.1:{cs_port}"
-public_url = "{cs_url}"
-data_dir = "{cs_data}"
-signing_key = "{cs_key}"
-
-[[resource_servers]]
-origin = "{rs_url}"
-path_prefix = "/cheq/"
-jwks = "{jwks}"
-token_url = "{rs_url}/oauth/token"
-client_id = "cs"
-client_secret = "{CS_SECRET}"
-"#,
-            cs_data = toml_path(&root.join("cs")),
-            cs_key = toml_path(&cs_key_path),
-            jwks = toml_path(&cs_trusts_for_rs),
-        );
+        let pair = LoopbackPair {
+            dir: root.to_owned(),
+            rs_port,
+            cs_port,
+            cs_path: START.to_owned(),
+            rs_key: keys.join("rs.jwk"),
+            cs_key: cs_key_path.clone(),
+            rs_jwks: cs_trusts_for_rs.clone(),
+            cs_jwks: cs_jwks.clone(),
+            cs_secret: CS_SECRET.to_owned(),
+            agent_id: "agent".to_owned(),
+            agent_secret: AGENT_SECRET.to_owned(),
+        };
+        let rs_toml = pair.rs_toml().unwrap();
+        let mut cs_toml = pair.cs_toml().unwrap();
         for extra in &opts.extra {
             cs_toml.push_str(&format!(
                 r#"
@@ -929,54 +898,20 @@ impl Setup {
         let (rs_port, cs_port) = (free_port(), free_port());
         let rs_url = format!("http://127.0.0.1:{rs_port}");
         let cs_url = format!("http://127.0.0.1:{cs_port}");
-        let p = |name: &str| toml_path(&root.join(name));
-        let rs_toml = format!(
-            r#"
-listen = "127.0.0.1:{rs_port}"
-public_url = "{rs_url}"
-data_dir = "{rs_data}"
-signing_key = "{rs_key}"
-cheq_ttl_secs = 900
-retry_after_secs = 1
-
-[confirmation_server]
-uri = "{cs_url}"
-jwks_file = "{cs_jwks}"
-
-[[clients]]
-client_id = "cs"
-client_secret = "{CS_SECRET}"
-role = "cs"
-
-[[clients]]
-client_id = "agent"
-client_secret = "{AGENT_SECRET}"
-role = "agent"
-subject = "alice"
-"#,
-            rs_data = p("rs"),
-            rs_key = p("keys/rs.jwk"),
-            cs_jwks = p("keys/cs.pub.jwks.json"),
-        );
-        let cs_toml = format!(
-            r#"
-listen = "127.0.0.1:{cs_port}"
-public_url = "{cs_url}"
-data_dir = "{cs_data}"
-signing_key = "{cs_key}"
-
-[[resource_servers]]
-origin = "{rs_url}"
-path_prefix = "/cheq/"
-jwks = "{rs_jwks}"
-token_url = "{rs_url}/oauth/token"
-client_id = "cs"
-client_secret = "{CS_SECRET}"
-"#,
-            cs_data = p("cs"),
-            cs_key = p("keys/cs.jwk"),
-            rs_jwks = p("keys/rs.pub.jwks.json"),
-        );
+        let pair = LoopbackPair {
+            dir: root.to_owned(),
+            rs_port,
+            cs_port,
+            cs_path: String::new(),
+            rs_key: keys.join("rs.jwk"),
+            cs_key: keys.join("cs.jwk"),
+            rs_jwks: keys.join("rs.pub.jwks.json"),
+            cs_jwks: keys.join("cs.pub.jwks.json"),
+            cs_secret: CS_SECRET.to_owned(),
+            agent_id: "agent".to_owned(),
+            agent_secret: AGENT_SECRET.to_owned(),
+        };
+        let (rs_toml, cs_toml) = (pair.rs_toml().unwrap(), pair.cs_toml().unwrap());
         std::fs::write(root.join("rs.toml"), rs_toml).unwrap();
         std::fs::write(root.join("cs.toml"), cs_toml).unwrap();
         Setup {
