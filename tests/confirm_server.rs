@@ -882,3 +882,41 @@ fn user_add_works_while_the_server_runs() {
         cs.kill();
     });
 }
+
+// ---------------------------------------------------------------------------
+// 13. A resource server that never answers
+// ---------------------------------------------------------------------------
+
+#[actix_web::test]
+async fn a_silent_resource_server_gets_the_user_an_answer_in_time() {
+    // Bound but never accepting: the kernel completes the handshake, the
+    // request goes out, and no answer ever comes back.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin = format!("http://127.0.0.1:{}", silent.local_addr().unwrap().port());
+    let env = Env::start(Options {
+        extra: vec![ExtraRs {
+            origin: origin.clone(),
+        }],
+        ..Options::default()
+    })
+    .await;
+    let mut b = env.browser();
+    b.sign_in("alice", ALICE_PW).await;
+    let uri = format!("{origin}/cheq/confirmations/never-answers");
+    let start = b.post(START, &[("resource_uri", uri.as_str())]).await;
+    assert_eq!(start.status, 303, "{}", start.text);
+    let began = Instant::now();
+    let page = b.get(&start.location()).await;
+    let took = began.elapsed();
+    assert_eq!(page.status, 504, "{}", page.text);
+    assert!(
+        page.text.contains("did not answer in time"),
+        "{}",
+        page.text
+    );
+    assert!(!page.raw.contains("name=\"decision\""));
+    // The promise to the user (issue 3): an answer within 15 s.
+    assert!(took < Duration::from_secs(15), "the page took {took:?}");
+    drop(silent);
+    env.stop().await;
+}
