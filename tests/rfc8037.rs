@@ -3,9 +3,8 @@
 
 use cheq::sign::{assemble, b64, sign_entry, PublicKey, SigningKey};
 
-const JWK: &str = r#"{"kty":"OKP","crv":"Ed25519","kid":"rfc8037",
- "d":"nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A",
- "x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}"#;
+/// The published key of RFC 8037 Appendix A.1 (a test vector, not a secret).
+const JWK: &str = include_str!("fixtures/rfc8037/key.json");
 const PROTECTED: &str = "eyJhbGciOiJFZERTQSJ9";
 const PAYLOAD: &str = "RXhhbXBsZSBvZiBFZDI1NTE5IHNpZ25pbmc";
 const SIGNATURE: &str =
