@@ -903,3 +903,78 @@ async fn private_values_through_the_html_form() {
     assert_private_values_gone(&env, &pack).await;
     env.stop().await;
 }
+
+// ---------------------------------------------------------------------------
+// 6. A decision the RS refuses is never reported as accepted
+// ---------------------------------------------------------------------------
+
+#[actix_web::test]
+async fn a_decision_the_rs_refuses_is_not_reported_accepted() {
+    use cheq::sign::{countersign, verify_resource, Channel, Context, Decision, DecisionInput};
+    let env = start(None).await;
+    let pack = env.invoke().await;
+    let gw = env.voice(&Gateway::new(GW, GW_SECRET));
+    let token = gw.user_token("alice", ALICE_PIN).await;
+    let created = gw.create(Some(&token), &pack.resource_uri).await;
+    created.expect(201, "create");
+    let id = created.body["id"].as_str().unwrap().to_owned();
+
+    // Another countersignature of the same CHEQ reaches the RS first, so the
+    // RS refuses the CS's own as a replay (409).
+    let (status, resource_signed) = env.fetch_cheq(&pack.resource_uri).await;
+    assert_eq!(status, 200);
+    let now = Utc::now();
+    let ctx = Context {
+        now,
+        resource_uri: Some(&pack.resource_uri),
+        confirmation_uri: Some(&env.cs_url),
+    };
+    let verified = verify_resource(resource_signed.as_bytes(), &env.trust(), &ctx).unwrap();
+    let cs_key = cheq::keyfile::load_or_create_key(&env.cs_key_path, None, "cs").unwrap();
+    let amr = vec!["pin".to_owned()];
+    let other = countersign(
+        &verified,
+        &cs_key,
+        DecisionInput {
+            decision: Decision::Accept,
+            sub: "alice",
+            also_known_as: &[],
+            auth_time: now.timestamp(),
+            amr: &amr,
+            channel: Channel::Voice,
+            view_text: "something else",
+            collected: None,
+        },
+        now,
+    )
+    .unwrap();
+    let (status, _) = env
+        .post_decision(&pack.resource_uri, "accept", &other)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(env.rs.executions(), 1);
+
+    let answer = gw
+        .decide(Some(&token), &id, &json!({"decision": "accept"}))
+        .await;
+    answer.expect(409, "a decision the RS refused");
+    assert_eq!(
+        answer.error(),
+        "refused_by_resource_server",
+        "{}",
+        answer.raw
+    );
+    assert!(!answer.raw.contains("accepted"), "{}", answer.raw);
+    let records = env.records("alice");
+    assert_eq!(records.len(), 1);
+    assert!(
+        matches!(
+            records[0].delivery,
+            cheq::store::records::Delivery::Refused { status: 409, .. }
+        ),
+        "{:?}",
+        records[0].delivery
+    );
+    assert_eq!(env.rs.executions(), 1, "the refused decision ran nothing");
+    env.stop().await;
+}

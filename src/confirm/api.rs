@@ -586,7 +586,11 @@ async fn decide(
                     "refused_by_resource_server",
                     format!("the resource server refused the decision: {reason}"),
                 );
-                e.extra = Some(Box::new(answer));
+                e.extra = Some(Box::new(json!({
+                    "decision": record.decision,
+                    "decided_at": rfc3339(record.decided_at),
+                    "delivery": record.delivery.label(),
+                })));
                 return Err(e);
             }
             if earlier && record.decision != decision.as_str() {

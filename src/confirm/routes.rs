@@ -693,6 +693,25 @@ async fn style() -> HttpResponse {
 mod tests {
     use super::*;
 
+    #[actix_web::test]
+    async fn hsts_only_over_https() {
+        use actix_web::{test, App};
+        for https in [false, true] {
+            let app = test::init_service(
+                App::new()
+                    .wrap(security_headers(https))
+                    .route("/", web::get().to(HttpResponse::Ok)),
+            )
+            .await;
+            let res =
+                test::call_service(&app, test::TestRequest::get().uri("/").to_request()).await;
+            let h = res.headers();
+            assert_eq!(h.contains_key(header::STRICT_TRANSPORT_SECURITY), https);
+            assert_eq!(h.get(header::X_FRAME_OPTIONS).unwrap(), "DENY");
+            assert_eq!(h.get(header::CONTENT_SECURITY_POLICY).unwrap(), CSP);
+        }
+    }
+
     #[test]
     fn only_plain_local_paths_are_followed_after_login() {
         for ok in [

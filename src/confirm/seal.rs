@@ -115,6 +115,13 @@ impl Sealer {
 }
 
 impl Sealer {
+    /// Is any key file present?
+    pub fn has_keys(&self) -> bool {
+        std::fs::read_dir(&self.dir).is_ok_and(|mut entries| {
+            entries.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "key")))
+        })
+    }
+
     /// Deletes every key file except those of `keep` (nonces); returns how many.
     pub fn sweep(&self, keep: &[String]) -> usize {
         let wanted: std::collections::HashSet<PathBuf> =
@@ -214,6 +221,7 @@ mod tests {
         let s = Sealer::new(dir.path(), vec![7; 32]);
         let a = s.seal("a", "private a").unwrap();
         let b = s.seal("b", "private b").unwrap();
+        assert!(s.has_keys());
         assert_eq!(s.sweep(&["a".to_owned()]), 1);
         assert_eq!(s.open("a", &a).unwrap(), "private a");
         assert!(s.open("b", &b).is_err());

@@ -225,24 +225,6 @@ impl Records {
         Ok(())
     }
 
-    /// Replaces the delivery status (and, when given, the stored document), flushed.
-    pub fn set_delivery(
-        &self,
-        nonce: &str,
-        delivery: Delivery,
-        document: Option<String>,
-    ) -> Result<Option<DecisionRecord>, RecordsError> {
-        let Some(mut record) = self.get(nonce)? else {
-            return Ok(None);
-        };
-        record.delivery = delivery;
-        if let Some(d) = document {
-            record.document = d;
-        }
-        self.put(&record)?;
-        Ok(Some(record))
-    }
-
     /// The nonces of records still holding a sealed document.
     pub fn sealed(&self) -> Result<Vec<String>, RecordsError> {
         let mut out = Vec::new();
@@ -330,7 +312,9 @@ mod tests {
             status: "accepted".into(),
             at: 12,
         };
-        r.set_delivery("n1", done.clone(), None).unwrap();
+        let mut record = r.get("n1").unwrap().unwrap();
+        record.delivery = done.clone();
+        r.put(&record).unwrap();
         assert!(r.pending().unwrap().is_empty());
         assert_eq!(r.get("n1").unwrap().unwrap().delivery, done);
     }

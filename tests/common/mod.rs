@@ -195,14 +195,19 @@ pub struct Browser {
     pub session: Option<String>,
 }
 
+/// An HTTP client that follows no redirect (tests look at each 303).
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
 impl Browser {
     pub fn new(origin: &str) -> Self {
         Browser {
-            http: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .timeout(Duration::from_secs(30))
-                .build()
-                .unwrap(),
+            http: http_client(),
             origin: origin.trim_end_matches('/').to_owned(),
             session: None,
         }
@@ -1013,11 +1018,7 @@ pub struct VoiceClient {
 impl VoiceClient {
     pub fn new(origin: &str, client_id: &str, secret: &str) -> Self {
         VoiceClient {
-            http: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .timeout(Duration::from_secs(30))
-                .build()
-                .unwrap(),
+            http: http_client(),
             origin: origin.trim_end_matches('/').to_owned(),
             client_id: client_id.to_owned(),
             secret: secret.to_owned(),
