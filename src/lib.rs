@@ -13,6 +13,8 @@
 //! - [`configfile`]: reading TOML configuration, errors naming the key.
 //! - [`keyfile`]: private key and secret files (0600, generated when missing).
 //! - [`resource`]: the reference resource server and agent client (§1, §3, §6, §7).
+//! - [`time`]: time as a parameter (`Clock`), shared by every layer.
+//! - [`text`]: making untrusted text safe for one line of a log.
 //! - [`cli`]: the `cheq` command line.
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -21,7 +23,10 @@ pub mod cheq;
 pub mod cli;
 pub mod configfile;
 pub mod confirm;
+pub mod httpkit;
 pub mod keyfile;
 pub mod resource;
 pub mod sign;
 pub mod store;
+pub mod text;
+pub mod time;

@@ -4,11 +4,12 @@
 
 use actix_web::web;
 use cheq::cheq::UriPack;
-use cheq::resource::{agent, build_state, serve, ManualClock, RsConfig, RsState};
+use cheq::resource::{agent, build_state, serve, RsConfig, RsState};
 use cheq::sign::{
     assemble, b64, countersign, sign_entry, verify_resource, Channel, Context, Decision,
     DecisionInput, Jwks, SigningKey, TrustStore,
 };
+use cheq::time::ManualClock;
 use chrono::{Duration, Utc};
 use indexmap::IndexMap;
 use reqwest::StatusCode;
@@ -271,7 +272,7 @@ trait NowForTest {
 }
 impl NowForTest for ManualClock {
     fn now_for_test(&self) -> chrono::DateTime<Utc> {
-        cheq::resource::Clock::now(self)
+        cheq::time::Clock::now(self)
     }
 }
 

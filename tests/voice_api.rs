@@ -10,7 +10,7 @@
 mod common;
 
 use base64::Engine;
-use cheq::resource::Clock;
+use cheq::time::Clock;
 use chrono::{DateTime, Utc};
 use common::*;
 use serde_json::{json, Value};
@@ -38,7 +38,7 @@ fn gateways() -> Vec<Gateway> {
 }
 
 /// Both servers, two gateways, alice (PIN) and bob (password and PIN).
-async fn start(clock: Option<Arc<cheq::resource::ManualClock>>) -> Env {
+async fn start(clock: Option<Arc<cheq::time::ManualClock>>) -> Env {
     let env = Env::start(Options {
         gateways: gateways(),
         clock,
@@ -51,8 +51,8 @@ async fn start(clock: Option<Arc<cheq::resource::ManualClock>>) -> Env {
     env
 }
 
-fn manual_clock() -> Arc<cheq::resource::ManualClock> {
-    Arc::new(cheq::resource::ManualClock::new(Utc::now()))
+fn manual_clock() -> Arc<cheq::time::ManualClock> {
+    Arc::new(cheq::time::ManualClock::new(Utc::now()))
 }
 
 /// base64url (unpadded) SHA-256, computed here rather than by the crate.

@@ -7,8 +7,10 @@
 pub mod json;
 pub mod payload;
 pub mod uri;
+pub mod vocab;
 
 pub use payload::{
     Cheq, CheqError, CountersignFields, CountersignableError, InputType, Parameter, ParameterInput,
 };
 pub use uri::{UriPack, UriPackError};
+pub use vocab::{Channel, ConfirmationStatus, Decision, DecisionAnswer};

@@ -116,6 +116,14 @@ pub struct Parameter {
     pub input: Option<ParameterInput>,
 }
 
+impl Parameter {
+    /// Does this parameter ask the user for a value that an acceptance must
+    /// carry (§8 `"required": true`)?
+    pub fn requires_input(&self) -> bool {
+        self.input.as_ref().is_some_and(|i| i.required)
+    }
+}
+
 /// A parsed, displayable CHEQ payload. The exact bytes it was read from are kept:
 /// they, not a re-serialisation, are what is signed.
 #[derive(Debug, Clone)]
@@ -147,6 +155,22 @@ pub struct CountersignFields {
 }
 
 impl Cheq {
+    /// The first parameter whose required input (§8) has no non-empty value in
+    /// `collected`: an acceptance without it is refused (§5 rule 3). The one
+    /// place this rule is checked, by the countersigner, every verifier and
+    /// the CS's form.
+    pub fn missing_required_input(
+        &self,
+        collected: Option<&indexmap::IndexMap<String, String>>,
+    ) -> Option<&Parameter> {
+        self.parameters.iter().find(|p| {
+            p.requires_input()
+                && !collected
+                    .and_then(|c| c.get(&p.name))
+                    .is_some_and(|v| !v.is_empty())
+        })
+    }
+
     /// Parses and validates a payload for display (§4).
     pub fn parse(bytes: &[u8]) -> Result<Self, CheqError> {
         let members = json::parse_object(bytes, MAX_PAYLOAD_BYTES)?;

@@ -8,7 +8,7 @@
 use super::agent::DEMO_AGENT_ID;
 use super::{write_out, CliError};
 use crate::confirm::auth::new_account;
-use crate::resource::clock::SystemClock;
+use crate::time::SystemClock;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -174,26 +174,7 @@ fn clap_message(e: &clap::Error) -> String {
     format!("usage: {} (see 'cheq --help')", parts.join(" "))
 }
 
-/// Folds text onto one line and makes it safe for a terminal: newlines become
-/// spaces, other control and bidirectional-override characters are escaped.
-pub fn one_line(text: &str) -> String {
-    let mut s = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\n' | '\r' | '\t' => s.push(' '),
-            c if is_unsafe_char(c) => s.push_str(&format!("\\u{{{:04x}}}", c as u32)),
-            c => s.push(c),
-        }
-    }
-    s
-}
-
-/// Control characters and the Unicode bidirectional controls, which could
-/// rewrite a terminal or reorder what a reader sees.
-pub fn is_unsafe_char(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
+pub use crate::text::{is_unsafe_char, one_line};
 
 /// Everything that can go wrong in a command. [`CliError::exit_code`] says
 /// which exit code it gets; its `Display` is the one-line reason.

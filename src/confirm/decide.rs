@@ -15,13 +15,13 @@ use super::registry::Registry;
 use super::seal::{collected_digests, redact, Sealer};
 use super::view::{origin_of, CheqView};
 use crate::cheq::InputType;
-use crate::resource::clock::Clock;
 use crate::sign::verify::CLOCK_SKEW_SECS;
 use crate::sign::{
     countersign, verify_resource, Channel, Context, CountersignError, Decision, DecisionInput,
     SigningKey, TrustStore, VerifiedCheq, VerifyError,
 };
 use crate::store::records::{Claim, DecisionRecord, Delivery, Records};
+use crate::time::Clock;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

@@ -278,5 +278,5 @@ async fn read_limited(mut res: reqwest::Response, limit: usize) -> Result<Vec<u8
 /// The start of a body, for an error message.
 fn snippet(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
-    crate::cli::one_line(&text)
+    crate::text::one_line(&text)
 }

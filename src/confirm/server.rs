@@ -8,9 +8,9 @@ use super::fetch::RsClient;
 use super::registry::Registry;
 use super::routes::{configure, security_headers, CsState};
 use crate::keyfile::{load_or_create_key, load_or_create_secret, KeyFileError};
-use crate::resource::clock::{Clock, SystemClock};
 use crate::sign::{Jwks, TrustStore};
 use crate::store::records::Records;
+use crate::time::{Clock, SystemClock};
 use actix_web::{web, App, HttpServer};
 use std::sync::Arc;
 

@@ -50,12 +50,12 @@
 //! and the result only turns `expired` after that, so an agent never sees
 //! `expired` for a CHEQ that is then accepted.
 
-use super::clock::Clock;
 use super::error::CheqRsError;
 use crate::cheq::{Cheq, UriPack};
 use crate::sign::verify::CLOCK_SKEW_SECS;
 use crate::sign::{b64, verify_decision, Context, Decision, Jwks, SigningKey, TrustStore};
 use crate::store::{NonceEntry, NonceStore, RecordOutcome, SledNonceStore};
+use crate::time::Clock;
 use chrono::{DateTime, Duration, SecondsFormat, TimeZone, Utc};
 use indexmap::IndexMap;
 use rand::RngCore;
@@ -639,9 +639,9 @@ fn answer(decision: &str, id: &str) -> Result<DecisionAnswer, CheqRsError> {
 mod tests {
     //! Crash recovery: each durable step of the module docs, cut short.
     use super::*;
-    use crate::resource::clock::ManualClock;
     use crate::resource::tools::DemoTools;
     use crate::sign::{countersign, verify_resource, Channel, DecisionInput};
+    use crate::time::ManualClock;
 
     struct Fixture {
         _dir: tempfile::TempDir,

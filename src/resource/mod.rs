@@ -14,20 +14,18 @@
 //! - [`server`]: the actix-web routes, app state, [`server::run`].
 //! - [`agent`]: a small agent-side client (`invoke`, `poll_result`).
 //! - [`error`]: the error types of each layer and their single HTTP mapping.
-//! - [`clock`]: time as a parameter, so tests can expire things.
 
 pub mod agent;
 pub mod cheq_rs;
-pub mod clock;
 pub mod config;
 pub mod error;
 pub mod oauth;
 pub mod server;
 pub mod tools;
 
+pub use crate::cheq::DecisionAnswer;
 pub use agent::{invoke, poll_result, AgentError, InvokeOutcome, ResultStatus};
-pub use cheq_rs::{CheqRs, DecisionAnswer, MintRequest, Minted, Operation, ResultView};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use cheq_rs::{CheqRs, MintRequest, Minted, Operation, ResultView};
 pub use config::{ClientConfig, ClientRole, ConfigError, RsConfig};
 pub use error::{ApiError, CheqRsError, RsError};
 pub use server::{build_state, configure, run, serve, RsState};

@@ -6,9 +6,9 @@
 //! only scope is `cheq`. Tokens are 256-bit random opaque strings kept in
 //! memory with their expiry (a restart makes clients fetch new ones).
 
-use super::clock::Clock;
 use super::config::{ClientConfig, ClientRole};
 use super::error::TokenError;
+use crate::time::Clock;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use chrono::{DateTime, Duration, Utc};

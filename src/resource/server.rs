@@ -13,12 +13,12 @@
 //! | `GET /cheq/results/{id}` | anyone holding the URI | the result (§7) |
 
 use super::cheq_rs::{CheqRs, CONFIRMATIONS_PATH, RESULTS_PATH};
-use super::clock::{Clock, SystemClock};
 use super::config::{ClientRole, RsConfig};
 use super::error::{ApiError, CheqRsError, RsError, ToolError};
 use super::oauth::{TokenRequest, TokenService};
 use super::tools::{self, DemoTools, Policy, Tool};
 use crate::sign::{Decision, Jwks, SigningKey, TrustStore};
+use crate::time::{Clock, SystemClock};
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use chrono::Duration;

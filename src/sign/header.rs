@@ -6,60 +6,7 @@ use indexmap::IndexMap;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-/// The decision a confirmation signature carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Decision {
-    Accept,
-    Reject,
-}
-
-impl Decision {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Accept => "accept",
-            Decision::Reject => "reject",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "accept" => Some(Decision::Accept),
-            "reject" => Some(Decision::Reject),
-            _ => None,
-        }
-    }
-}
-
-impl std::fmt::Display for Decision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Where the user saw the CHEQ.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Channel {
-    Html,
-    Voice,
-    Api,
-}
-
-impl Channel {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Channel::Html => "html",
-            Channel::Voice => "voice",
-            Channel::Api => "api",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "html" => Some(Channel::Html),
-            "voice" => Some(Channel::Voice),
-            "api" => Some(Channel::Api),
-            _ => None,
-        }
-    }
-}
+pub use crate::cheq::vocab::{Channel, Decision};
 
 /// The role a signature plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

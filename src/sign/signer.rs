@@ -96,19 +96,10 @@ pub fn countersign(
         }
     }
     if input.decision == Decision::Accept {
-        let given = |name: &str| {
-            input
-                .collected
-                .as_ref()
-                .and_then(|c| c.get(name))
-                .is_some_and(|v| !v.is_empty())
-        };
-        let missing = verified
+        if let Some(p) = verified
             .cheq()
-            .parameters
-            .iter()
-            .find(|p| p.input.as_ref().is_some_and(|i| i.required) && !given(&p.name));
-        if let Some(p) = missing {
+            .missing_required_input(input.collected.as_ref())
+        {
             return Err(CountersignError::RequiredInputMissing(p.name.clone()));
         }
     }

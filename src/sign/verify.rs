@@ -578,16 +578,8 @@ fn check_collected(claims: &ConfirmationClaims, cheq: &Cheq) -> Result<(), Verif
         }
     }
     if claims.decision == Decision::Accept {
-        for p in &cheq.parameters {
-            let required = p.input.as_ref().is_some_and(|i| i.required);
-            let given = claims
-                .collected
-                .as_ref()
-                .and_then(|c| c.get(&p.name))
-                .is_some_and(|v| !v.is_empty());
-            if required && !given {
-                return Err(VerifyError::RequiredInputMissing(p.name.clone()));
-            }
+        if let Some(p) = cheq.missing_required_input(claims.collected.as_ref()) {
+            return Err(VerifyError::RequiredInputMissing(p.name.clone()));
         }
     }
     Ok(())

@@ -27,7 +27,9 @@
 //! §6) before the store is ever consulted; callers MUST check expiry first and
 //! collect only with `now` taken from the same clock.
 
+pub mod cs;
 pub mod records;
+pub mod sled_cs;
 mod sled_store;
 
 pub use self::sled_store::SledNonceStore;

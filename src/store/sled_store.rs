@@ -267,7 +267,7 @@ fn classify(entry: &NonceEntry, existing: NonceEntry) -> RecordOutcome {
 }
 
 /// Maps a sled error to a [`StoreError`] without exposing sled's type.
-fn backend_error(op: &'static str, error: sled::Error) -> StoreError {
+pub(crate) fn backend_error(op: &'static str, error: sled::Error) -> StoreError {
     match error {
         sled::Error::Io(source) => StoreError::Io { op, source },
         other => StoreError::Backend {

@@ -1,5 +1,5 @@
-//! Time as a parameter of the resource server, so that expiry (PROTOCOL.md §4,
-//! §6, §7) can be tested without waiting.
+//! Time as a parameter (`Clock`), so that expiry and replay (PROTOCOL.md §4,
+//! §5 rule 4, §6, §7) can be tested without waiting. Shared by every layer.
 
 use chrono::{DateTime, Duration, Utc};
 use std::sync::Mutex;

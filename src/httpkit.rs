@@ -1,0 +1,394 @@
+//! The HTTP pieces both servers share, so that each lives in one place: the
+//! JSON error answer (PROTOCOL.md §6, §10, RFC 6749 §5.2), `Authorization`
+//! header parsing (HTTP Basic, RFC 6749 §2.3.1; Bearer, RFC 6750), constant-time
+//! comparison of secrets, reading a peer's JWKS (§9), the `healthz` and
+//! `jwks.json` answers, JSON 404/405 fallbacks, the hourly collector, and the
+//! origin of a URI.
+//!
+//! This is a front-end layer: the domain modules (`confirm::flow`,
+//! `resource::cheq_rs`) never import it.
+
+use crate::sign::Jwks;
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::future::Future;
+use std::time::Duration;
+
+/// A JSON error answer: `{"error": code, "error_description": description}`
+/// plus optional members, with `Cache-Control: no-store`, and `Retry-After` or
+/// `WWW-Authenticate` when set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub description: String,
+    /// `WWW-Authenticate` value, for 401 answers.
+    pub challenge: Option<String>,
+    /// `Retry-After` seconds, for 429 and 503 answers.
+    pub retry_after: Option<i64>,
+    /// More members of the body (an object), e.g. the problems of a form.
+    pub extra: Option<Box<Value>>,
+}
+
+impl JsonError {
+    pub fn new(status: StatusCode, code: &'static str, description: impl Into<String>) -> Self {
+        JsonError {
+            status,
+            code,
+            description: description.into(),
+            challenge: None,
+            retry_after: None,
+            extra: None,
+        }
+    }
+
+    /// The same error with a `WWW-Authenticate` challenge.
+    pub fn with_challenge(mut self, challenge: impl Into<String>) -> Self {
+        self.challenge = Some(challenge.into());
+        self
+    }
+
+    /// The same error with more members in its body.
+    pub fn with_extra(mut self, extra: Value) -> Self {
+        self.extra = Some(Box::new(extra));
+        self
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> Value {
+        let mut body = json!({"error": self.code, "error_description": self.description});
+        if let (Some(extra), Some(map)) = (&self.extra, body.as_object_mut()) {
+            if let Some(e) = extra.as_object() {
+                for (k, v) in e {
+                    map.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+        }
+        body
+    }
+}
+
+impl std::fmt::Display for JsonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.code,
+            self.description
+        )
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+impl ResponseError for JsonError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut res = HttpResponse::build(self.status);
+        res.insert_header((header::CACHE_CONTROL, "no-store"));
+        if let Some(challenge) = &self.challenge {
+            res.insert_header((header::WWW_AUTHENTICATE, challenge.as_str()));
+        }
+        if let Some(s) = self.retry_after {
+            res.insert_header((header::RETRY_AFTER, s.max(1).to_string()));
+        }
+        res.json(self.body())
+    }
+}
+
+/// A JSON 404 for any path no route knows.
+pub async fn json_not_found() -> Result<HttpResponse, JsonError> {
+    Err(JsonError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such resource",
+    ))
+}
+
+/// A JSON 405 for a method a route does not take.
+pub async fn json_method_not_allowed() -> Result<HttpResponse, JsonError> {
+    Err(JsonError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "method not allowed here",
+    ))
+}
+
+/// A route whose unsupported methods get a JSON 405.
+pub fn json_resource(path: &str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(json_method_not_allowed))
+}
+
+/// The `Authorization` header, if it is readable text.
+pub fn authorization(req: &HttpRequest) -> Option<&str> {
+    req.headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+}
+
+/// Why an `Authorization` header could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AuthHeaderError {
+    #[error("no Authorization header")]
+    Missing,
+    #[error("the Authorization header uses another scheme")]
+    OtherScheme,
+    #[error("the Authorization header is malformed")]
+    Malformed,
+}
+
+fn form_decode(s: &str) -> String {
+    url::form_urlencoded::parse(format!("x={s}").as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default()
+}
+
+/// Reads `Authorization: Basic …` into (client id, secret), each
+/// form-urldecoded (RFC 6749 §2.3.1). The scheme name is case-insensitive.
+pub fn parse_basic(value: Option<&str>) -> Result<(String, String), AuthHeaderError> {
+    let value = value.ok_or(AuthHeaderError::Missing)?.trim();
+    let (scheme, rest) = value.split_once(' ').ok_or(AuthHeaderError::Malformed)?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return Err(AuthHeaderError::OtherScheme);
+    }
+    let bytes = STANDARD
+        .decode(rest.trim())
+        .map_err(|_| AuthHeaderError::Malformed)?;
+    let text = String::from_utf8(bytes).map_err(|_| AuthHeaderError::Malformed)?;
+    let (id, secret) = text.split_once(':').ok_or(AuthHeaderError::Malformed)?;
+    Ok((form_decode(id), form_decode(secret)))
+}
+
+/// Reads `Authorization: Bearer …` (RFC 6750 §2.1); the scheme name is
+/// case-insensitive.
+pub fn parse_bearer(value: Option<&str>) -> Result<&str, AuthHeaderError> {
+    let value = value.ok_or(AuthHeaderError::Missing)?.trim();
+    match value.split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => {
+            let token = token.trim();
+            if token.is_empty() {
+                Err(AuthHeaderError::Malformed)
+            } else {
+                Ok(token)
+            }
+        }
+        Some(_) => Err(AuthHeaderError::OtherScheme),
+        None => Err(AuthHeaderError::Malformed),
+    }
+}
+
+/// Compares two secrets in time that does not depend on where they differ
+/// (their SHA-256 digests are compared with `subtle`).
+pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    let (a, b) = (Sha256::digest(a), Sha256::digest(b));
+    bool::from(a.as_slice().ct_eq(b.as_slice()))
+}
+
+/// The origin (`scheme://host[:port]`) of a URI; the input itself when it
+/// does not parse.
+pub fn origin_of(uri: &str) -> String {
+    url::Url::parse(uri)
+        .map(|u| u.origin().ascii_serialization())
+        .unwrap_or_else(|_| uri.to_owned())
+}
+
+/// `GET /healthz`: alive.
+pub async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(json!({"status": "ok"}))
+}
+
+/// `GET /.well-known/jwks.json` (§9): a server's public keys.
+pub fn jwks_response(jwks: &Value) -> HttpResponse {
+    HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "max-age=300"))
+        .json(jwks)
+}
+
+/// Largest JWKS read from a file or a peer.
+pub const MAX_JWKS_BYTES: usize = 64 * 1024;
+
+/// Why a peer's JWKS could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum JwksError {
+    #[error("{where_}: {message}")]
+    Read { where_: String, message: String },
+}
+
+/// A JWKS from a file (`file`) or fetched from a URI (`uri`, bounded in time
+/// and size, no redirect followed).
+pub async fn load_jwks(
+    file: Option<&std::path::Path>,
+    uri: Option<&str>,
+) -> Result<Jwks, JwksError> {
+    if let Some(file) = file {
+        let where_ = file.display().to_string();
+        let err = |message: String| JwksError::Read {
+            where_: where_.clone(),
+            message,
+        };
+        let bytes = std::fs::read(file).map_err(|e| err(e.to_string()))?;
+        if bytes.len() > MAX_JWKS_BYTES {
+            return Err(err(format!("larger than {MAX_JWKS_BYTES} bytes")));
+        }
+        return Jwks::from_bytes(&bytes).map_err(|e| err(e.to_string()));
+    }
+    let uri = uri.unwrap_or_default();
+    let err = |message: String| JwksError::Read {
+        where_: uri.to_owned(),
+        message,
+    };
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(3))
+        .timeout(Duration::from_secs(10))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| err(e.to_string()))?;
+    let mut res = client
+        .get(uri)
+        .header(header::ACCEPT.as_str(), "application/json")
+        .send()
+        .await
+        .map_err(|e| err(e.without_url().to_string()))?;
+    if !res.status().is_success() {
+        return Err(err(format!("HTTP {}", res.status().as_u16())));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = res
+        .chunk()
+        .await
+        .map_err(|e| err(e.without_url().to_string()))?
+    {
+        if body.len() + chunk.len() > MAX_JWKS_BYTES {
+            return Err(err(format!("larger than {MAX_JWKS_BYTES} bytes")));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Jwks::from_bytes(&body).map_err(|e| err(e.to_string()))
+}
+
+/// Runs `job` every `every` (the first run after one period) on the tokio
+/// runtime, until the handle is aborted. `what` names the job in logs; a job
+/// returns how many things it collected, which is logged when not zero.
+pub fn spawn_periodic<F, Fut>(
+    what: &'static str,
+    every: Duration,
+    job: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<usize, String>> + Send,
+{
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            match job().await {
+                Ok(0) => {}
+                Ok(n) => log::info!("{what}: collected {n}"),
+                Err(e) => log::warn!("{what}: {e}"),
+            }
+        }
+    })
+}
+
+/// The period of the collectors of expired state.
+pub const COLLECT_EVERY: Duration = Duration::from_secs(3600);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::body::MessageBody;
+
+    #[test]
+    fn basic_and_bearer_headers() {
+        let h = format!("Basic {}", STANDARD.encode("voice%2Dgw:s%3Ae:cret"));
+        assert_eq!(
+            parse_basic(Some(&h)).unwrap(),
+            ("voice-gw".to_owned(), "s:e:cret".to_owned())
+        );
+        let lower = format!("basic {}", STANDARD.encode("a:b"));
+        assert_eq!(parse_basic(Some(&lower)).unwrap().0, "a");
+        assert_eq!(parse_basic(None), Err(AuthHeaderError::Missing));
+        assert_eq!(
+            parse_basic(Some("Bearer x")),
+            Err(AuthHeaderError::OtherScheme)
+        );
+        assert_eq!(
+            parse_basic(Some("Basic !!!")),
+            Err(AuthHeaderError::Malformed)
+        );
+        let no_colon = format!("Basic {}", STANDARD.encode("abc"));
+        assert_eq!(
+            parse_basic(Some(&no_colon)),
+            Err(AuthHeaderError::Malformed)
+        );
+        assert_eq!(parse_bearer(Some("Bearer  tok ")).unwrap(), "tok");
+        assert_eq!(parse_bearer(Some("bearer tok")).unwrap(), "tok");
+        assert_eq!(
+            parse_bearer(Some("Bearer ")),
+            Err(AuthHeaderError::Malformed)
+        );
+        assert_eq!(
+            parse_bearer(Some("Basic tok")),
+            Err(AuthHeaderError::OtherScheme)
+        );
+        assert_eq!(parse_bearer(None), Err(AuthHeaderError::Missing));
+    }
+
+    #[test]
+    fn secrets_compare_by_value() {
+        assert!(same_secret(b"abc", b"abc"));
+        assert!(!same_secret(b"abc", b"abd"));
+        assert!(!same_secret(b"abc", b"abcd"));
+        assert!(!same_secret(b"", b"a"));
+    }
+
+    #[test]
+    fn json_errors_carry_their_headers_and_members() {
+        let mut e = JsonError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_attempts", "wait")
+            .with_extra(json!({"problems": [], "error": "not overridden"}));
+        e.retry_after = Some(0);
+        let res = e.error_response();
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(res.headers().get(header::RETRY_AFTER).unwrap(), "1");
+        assert_eq!(
+            res.headers().get(header::CACHE_CONTROL).unwrap(),
+            "no-store"
+        );
+        let body = res.into_body().try_into_bytes().unwrap();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"], "too_many_attempts");
+        assert_eq!(v["error_description"], "wait");
+        assert!(v["problems"].is_array());
+        let e = JsonError::new(StatusCode::UNAUTHORIZED, "invalid_token", "no")
+            .with_challenge("Bearer realm=\"cheq\"");
+        assert_eq!(
+            e.error_response()
+                .headers()
+                .get(header::WWW_AUTHENTICATE)
+                .unwrap(),
+            "Bearer realm=\"cheq\""
+        );
+    }
+
+    #[test]
+    fn origins() {
+        assert_eq!(
+            origin_of("http://127.0.0.1:8081/cheq/x?y"),
+            "http://127.0.0.1:8081"
+        );
+        assert_eq!(origin_of("https://a.example:443/"), "https://a.example");
+        assert_eq!(origin_of("not a uri"), "not a uri");
+    }
+}

@@ -1,0 +1,319 @@
+//! What the confirmation server keeps (PROTOCOL.md §2, §6, §8): started
+//! confirmations, decision records with their delivery outbox, accounts,
+//! sessions and limiter state. Each is a trait, so that a SQL database can
+//! implement it with the same guarantees as the embedded sled backend
+//! ([`super::sled_cs`]):
+//!
+//! - [`DecisionRecords::claim`] is a compare-and-set: at most one record per
+//!   [`RecordKey`] (RS origin and nonce, §6), durable before it returns;
+//! - [`DecisionRecords::lease_due`] hands a due delivery to one worker at a
+//!   time, by moving its next try forward (a lease): a worker that dies leaves
+//!   the decision to the next one once the lease runs out;
+//! - [`Limits::update`] is an atomic read-modify-write of one key.
+
+use super::StoreError;
+use crate::cheq::{Channel, Decision};
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+// ---- started confirmations ----
+
+/// A confirmation the user started (§2): which resource URI, and the document
+/// last fetched for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfirmationEntry {
+    pub resource_uri: String,
+    /// When it was started (unix seconds); old entries are collected.
+    #[serde(default)]
+    pub created: i64,
+    /// The resource-signed document as last fetched (it was verified then).
+    #[serde(default)]
+    pub document: Option<String>,
+}
+
+/// Started confirmations, by id (the id is derived from the resource URI).
+pub trait ConfirmationEntries: Send + Sync {
+    /// Stores `entry` under `id` unless an entry is there already.
+    fn start(&self, id: &str, entry: &ConfirmationEntry) -> Result<(), StoreError>;
+    /// The entry under `id`.
+    fn get(&self, id: &str) -> Result<Option<ConfirmationEntry>, StoreError>;
+    /// Rewrites the entry under `id` (not flushed: it can be fetched again).
+    fn put(&self, id: &str, entry: &ConfirmationEntry) -> Result<(), StoreError>;
+    /// Removes entries created before `cutoff` (unix seconds); returns how many.
+    fn collect_older_than(&self, cutoff: i64) -> Result<usize, StoreError>;
+}
+
+// ---- decisions and their delivery ----
+
+/// What identifies a decision (§6): the RS's origin and the CHEQ's nonce, so
+/// that one RS can never block or answer for another's CHEQ.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RecordKey {
+    pub origin: String,
+    pub nonce: String,
+}
+
+impl RecordKey {
+    pub fn new(origin: &str, nonce: &str) -> Self {
+        RecordKey {
+            origin: origin.to_owned(),
+            nonce: nonce.to_owned(),
+        }
+    }
+
+    /// A short, URL-safe id for the key (base64url SHA-256 of origin, NUL,
+    /// nonce): the name of the evidence link and of a sealed-document key.
+    pub fn id(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(self.origin.as_bytes());
+        h.update([0]);
+        h.update(self.nonce.as_bytes());
+        crate::sign::b64::encode(h.finalize())
+    }
+}
+
+/// Why the RS did not take a decision, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "by")]
+pub enum Refusal {
+    /// The RS answered with this HTTP status and `error` code (400, 409, …).
+    ResourceServer {
+        status: u16,
+        error: String,
+        /// The RS's own words (`error_description`), bounded; never shown as
+        /// the CS's words.
+        description: String,
+    },
+    /// The RS is no longer registered here: nothing was sent.
+    Unregistered,
+    /// The sealed document could not be opened: nothing was sent.
+    Unsealable,
+}
+
+/// Where a decision stands with the resource server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum Delivery {
+    /// Not yet acknowledged; retried until the CHEQ expires.
+    Pending {
+        attempts: u32,
+        next_try: i64,
+        last_error: Option<String>,
+    },
+    /// The RS recorded the decision (§6 `200`).
+    Delivered { decision: Decision, at: i64 },
+    /// The RS refused it, or it could not be sent; not retried.
+    Refused { refusal: Refusal, at: i64 },
+    /// The CHEQ expired before the RS could be reached (or the RS said 410).
+    Expired { at: i64 },
+}
+
+impl Delivery {
+    pub fn is_pending(&self) -> bool {
+        matches!(self, Delivery::Pending { .. })
+    }
+}
+
+/// One countersigned decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    pub nonce: String,
+    pub user: String,
+    pub resource_uri: String,
+    pub resource_origin: String,
+    pub operation: String,
+    pub operation_name: String,
+    pub decision: Decision,
+    pub channel: Channel,
+    pub decided_at: i64,
+    pub expires: i64,
+    /// The two-signature document, exactly as delivered; sealed when
+    /// `sealed`; redacted evidence once a sealed document's delivery is final.
+    pub document: String,
+    pub delivery: Delivery,
+    #[serde(default)]
+    pub sealed: bool,
+    /// Keyed digest (HMAC-SHA256, base64url) of each value the user typed (§8).
+    #[serde(default)]
+    pub collected_hmac: IndexMap<String, String>,
+}
+
+impl DecisionRecord {
+    /// The record's key (§6).
+    pub fn key(&self) -> RecordKey {
+        RecordKey::new(&self.resource_origin, &self.nonce)
+    }
+}
+
+/// What [`DecisionRecords::claim`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The record is new and durable.
+    Fresh,
+    /// A record for this key already existed; nothing was written.
+    Existing(Box<DecisionRecord>),
+}
+
+/// Countersigned decisions and their delivery outbox.
+pub trait DecisionRecords: Send + Sync {
+    /// Stores `record` if its key has none yet (compare-and-set), with what it
+    /// takes to find it by resource URI, by user and as a pending delivery;
+    /// durable before it returns [`Claim::Fresh`].
+    fn claim(&self, record: &DecisionRecord) -> Result<Claim, StoreError>;
+    /// The record under `key`.
+    fn get(&self, key: &RecordKey) -> Result<Option<DecisionRecord>, StoreError>;
+    /// The record of the decision on `resource_uri`, if any.
+    fn by_resource(&self, resource_uri: &str) -> Result<Option<DecisionRecord>, StoreError>;
+    /// The user's record whose [`RecordKey::id`] is `id`.
+    fn by_id_for_user(&self, user: &str, id: &str) -> Result<Option<DecisionRecord>, StoreError>;
+    /// Rewrites an existing record (its delivery state). With `durable`, it is
+    /// on disk before this returns; otherwise a crash may lose it.
+    fn update(&self, record: &DecisionRecord, durable: bool) -> Result<(), StoreError>;
+    /// Up to `limit` pending deliveries due at `now`, each leased to the
+    /// caller for `lease_secs` (its next try moved to `now + lease_secs`), so
+    /// that no other worker takes it meanwhile.
+    fn lease_due(
+        &self,
+        now: i64,
+        lease_secs: i64,
+        limit: usize,
+    ) -> Result<Vec<DecisionRecord>, StoreError>;
+    /// How many deliveries are pending, and the decision time of the oldest.
+    fn pending_summary(&self) -> Result<(usize, Option<i64>), StoreError>;
+    /// The keys of records still holding a sealed document.
+    fn sealed(&self) -> Result<Vec<RecordKey>, StoreError>;
+    /// A user's decisions, newest first, at most `limit`.
+    fn for_user(&self, user: &str, limit: usize) -> Result<Vec<DecisionRecord>, StoreError>;
+}
+
+// ---- accounts ----
+
+/// A local account. Its `Debug` shows no hash.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Account {
+    pub username: String,
+    #[serde(default)]
+    pub email: Option<String>,
+    pub password_hash: String,
+    #[serde(default)]
+    pub pin_hash: Option<String>,
+}
+
+impl std::fmt::Debug for Account {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Account")
+            .field("username", &self.username)
+            .field("email", &self.email)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an account could not be stored.
+#[derive(Debug, thiserror::Error)]
+pub enum AccountPutError {
+    #[error("user {0:?} already exists")]
+    Exists(String),
+    #[error("{0:?} already names another account (as its user name or e-mail)")]
+    Ambiguous(String),
+    #[error("{0}")]
+    Store(#[from] StoreError),
+}
+
+/// Local accounts, by user name. A CHEQ's `subject` must name one account
+/// only: no user name may equal another account's e-mail, and no e-mail may
+/// be taken twice (compared without regard to ASCII case).
+pub trait Accounts: Send + Sync {
+    /// Adds `account`; with `replace`, an existing one of that name is
+    /// overwritten. Durable before it returns.
+    fn put(&self, account: &Account, replace: bool) -> Result<(), AccountPutError>;
+    /// The account named `username`.
+    fn get(&self, username: &str) -> Result<Option<Account>, StoreError>;
+}
+
+// ---- sessions ----
+
+/// Someone the CS has authenticated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// `sub` in the countersignature: the local user name.
+    pub sub: String,
+    /// Other names a CHEQ `subject` may use for this user (a verified e-mail).
+    pub also_known_as: Vec<String>,
+    /// When they authenticated (unix seconds).
+    pub auth_time: i64,
+    /// How (RFC 8176).
+    pub amr: Vec<String>,
+}
+
+impl Identity {
+    /// Is `subject` (a CHEQ's) this user?
+    pub fn is(&self, subject: &str) -> bool {
+        self.sub == subject
+            || self
+                .also_known_as
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(subject))
+    }
+}
+
+/// What a session holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    pub identity: Option<Identity>,
+    pub expires: i64,
+}
+
+/// Server-side sessions, keyed by the SHA-256 of the cookie value (a copy of
+/// the store does not give live cookies).
+pub trait Sessions: Send + Sync {
+    fn put(&self, key: &[u8; 32], session: &Session) -> Result<(), StoreError>;
+    fn get(&self, key: &[u8; 32]) -> Result<Option<Session>, StoreError>;
+    fn remove(&self, key: &[u8; 32]) -> Result<(), StoreError>;
+    /// Removes sessions that expired at `now`; returns how many.
+    fn collect_expired(&self, now: i64) -> Result<usize, StoreError>;
+}
+
+// ---- limiter state ----
+
+/// The failed attempts of one limiter key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitState {
+    pub failures: u32,
+    /// Locked until (unix seconds).
+    pub locked_until: i64,
+    /// Last failure (unix seconds).
+    pub last_failure: i64,
+}
+
+/// Limiter state by key (a user, an address, a gateway), kept in the store so
+/// that it survives a restart and can be shared by several instances.
+pub trait Limits: Send + Sync {
+    /// The state of `key`.
+    fn get(&self, key: &str) -> Result<Option<LimitState>, StoreError>;
+    /// Atomically replaces the state of `key` by `f(old)` (`None` removes it);
+    /// returns the new state.
+    fn update(
+        &self,
+        key: &str,
+        f: &mut dyn FnMut(Option<LimitState>) -> Option<LimitState>,
+    ) -> Result<Option<LimitState>, StoreError>;
+    /// Removes states last touched before `cutoff` and not locked at it.
+    fn collect(&self, cutoff: i64) -> Result<usize, StoreError>;
+}
+
+/// Everything the CS keeps, from one backend.
+#[derive(Clone)]
+pub struct CsStore {
+    pub entries: std::sync::Arc<dyn ConfirmationEntries>,
+    pub records: std::sync::Arc<dyn DecisionRecords>,
+    pub accounts: std::sync::Arc<dyn Accounts>,
+    pub sessions: std::sync::Arc<dyn Sessions>,
+    pub limits: std::sync::Arc<dyn Limits>,
+}
+
+impl std::fmt::Debug for CsStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CsStore").finish_non_exhaustive()
+    }
+}

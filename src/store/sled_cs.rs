@@ -1,0 +1,501 @@
+//! The confirmation server's state ([`super::cs`]) on the embedded `sled`
+//! database: one tree per kind of record, JSON values.
+//!
+//! | tree | key | value |
+//! |---|---|---|
+//! | `cs.confirmations` | confirmation id | [`ConfirmationEntry`] |
+//! | `cs.decisions` | [`RecordKey::id`] | [`DecisionRecord`] |
+//! | `cs.by_resource` | resource URI | record id |
+//! | `cs.by_user` | user, NUL, inverted time, record id | record id |
+//! | `cs.pending` | record id | empty |
+//! | `cs.users` | user name | [`Account`] |
+//! | `cs.sessions` | SHA-256 of the cookie | [`Session`] |
+//! | `cs.limits` | limiter key | [`LimitState`] |
+//!
+//! No sled transaction (see `sled_store` for why): a decision's indexes are
+//! written first and the record is then swapped in only if absent, which is
+//! the atomic claim; a crash or a lost race leaves at worst an index entry
+//! pointing at no record (or at the winner's), which every reader skips.
+
+use super::cs::*;
+use super::sled_store::backend_error;
+use super::StoreError;
+use std::path::Path;
+use std::sync::Arc;
+
+fn corrupt(key: &[u8], reason: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        reason: reason.to_string(),
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(key: &[u8], bytes: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| corrupt(key, e))
+}
+
+fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(value).map_err(|e| StoreError::Backend {
+        op: "encode",
+        message: e.to_string(),
+    })
+}
+
+fn tree(db: &sled::Db, name: &str) -> Result<sled::Tree, StoreError> {
+    db.open_tree(name)
+        .map_err(|e| backend_error("open_tree", e))
+}
+
+/// Opens every CS store in `db`.
+pub fn open(db: &sled::Db) -> Result<CsStore, StoreError> {
+    Ok(CsStore {
+        entries: Arc::new(SledEntries {
+            tree: tree(db, "cs.confirmations")?,
+        }),
+        records: Arc::new(SledRecords::open(db.clone())?),
+        accounts: Arc::new(SledAccounts {
+            users: tree(db, "cs.users")?,
+        }),
+        sessions: Arc::new(SledSessions {
+            tree: tree(db, "cs.sessions")?,
+        }),
+        limits: Arc::new(SledLimits {
+            tree: tree(db, "cs.limits")?,
+        }),
+    })
+}
+
+/// Opens a sled database at `dir` (its files 0600) and every CS store in it.
+pub fn open_dir(dir: &Path) -> Result<(sled::Db, CsStore), StoreError> {
+    let db = sled::Config::new()
+        .path(dir)
+        .open()
+        .map_err(|e| backend_error("open", e))?;
+    let store = open(&db)?;
+    Ok((db, store))
+}
+
+// ---- entries ----
+
+struct SledEntries {
+    tree: sled::Tree,
+}
+
+impl ConfirmationEntries for SledEntries {
+    fn start(&self, id: &str, entry: &ConfirmationEntry) -> Result<(), StoreError> {
+        let bytes = encode(entry)?;
+        self.tree
+            .compare_and_swap(id.as_bytes(), None as Option<&[u8]>, Some(bytes))
+            .map_err(|e| backend_error("start", e))?
+            .ok();
+        Ok(())
+    }
+
+    fn get(&self, id: &str) -> Result<Option<ConfirmationEntry>, StoreError> {
+        self.tree
+            .get(id.as_bytes())
+            .map_err(|e| backend_error("get", e))?
+            .map(|b| decode(id.as_bytes(), &b))
+            .transpose()
+    }
+
+    fn put(&self, id: &str, entry: &ConfirmationEntry) -> Result<(), StoreError> {
+        self.tree
+            .insert(id.as_bytes(), encode(entry)?)
+            .map_err(|e| backend_error("put", e))?;
+        Ok(())
+    }
+
+    fn collect_older_than(&self, cutoff: i64) -> Result<usize, StoreError> {
+        let mut n = 0;
+        for item in self.tree.iter() {
+            let (k, v) = item.map_err(|e| backend_error("iter", e))?;
+            let old = serde_json::from_slice::<ConfirmationEntry>(&v)
+                .map_or(true, |e| e.created < cutoff);
+            if old {
+                self.tree
+                    .remove(k)
+                    .map_err(|e| backend_error("remove", e))?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+}
+
+// ---- decision records ----
+
+struct SledRecords {
+    db: sled::Db,
+    decisions: sled::Tree,
+    by_resource: sled::Tree,
+    by_user: sled::Tree,
+    pending: sled::Tree,
+}
+
+fn user_key(user: &str, decided_at: i64, id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(user.len() + id.len() + 10);
+    k.extend_from_slice(user.as_bytes());
+    k.push(0);
+    // Inverted so that a forward scan is newest first.
+    k.extend_from_slice(&(i64::MAX - decided_at).to_be_bytes());
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+impl SledRecords {
+    fn open(db: sled::Db) -> Result<Self, StoreError> {
+        Ok(SledRecords {
+            decisions: tree(&db, "cs.decisions")?,
+            by_resource: tree(&db, "cs.by_resource")?,
+            by_user: tree(&db, "cs.by_user")?,
+            pending: tree(&db, "cs.pending")?,
+            db,
+        })
+    }
+
+    fn get_id(&self, id: &[u8]) -> Result<Option<DecisionRecord>, StoreError> {
+        self.decisions
+            .get(id)
+            .map_err(|e| backend_error("get", e))?
+            .map(|b| decode(id, &b))
+            .transpose()
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        self.db.flush().map_err(|e| backend_error("flush", e))?;
+        Ok(())
+    }
+
+    fn write(&self, record: &DecisionRecord) -> Result<(), StoreError> {
+        let id = record.key().id();
+        self.decisions
+            .insert(id.as_bytes(), encode(record)?)
+            .map_err(|e| backend_error("update", e))?;
+        if record.delivery.is_pending() {
+            self.pending
+                .insert(id.as_bytes(), &[])
+                .map_err(|e| backend_error("update", e))?;
+        } else {
+            self.pending
+                .remove(id.as_bytes())
+                .map_err(|e| backend_error("update", e))?;
+        }
+        Ok(())
+    }
+}
+
+impl DecisionRecords for SledRecords {
+    fn claim(&self, record: &DecisionRecord) -> Result<Claim, StoreError> {
+        let id = record.key().id();
+        let key = id.as_bytes();
+        if let Some(old) = self.get_id(key)? {
+            return Ok(Claim::Existing(Box::new(old)));
+        }
+        let bytes = encode(record)?;
+        let err = |e| backend_error("claim", e);
+        if record.delivery.is_pending() {
+            self.pending.insert(key, &[]).map_err(err)?;
+        }
+        self.by_resource
+            .insert(record.resource_uri.as_bytes(), key)
+            .map_err(err)?;
+        self.by_user
+            .insert(user_key(&record.user, record.decided_at, &id), key)
+            .map_err(err)?;
+        match self
+            .decisions
+            .compare_and_swap(key, None as Option<&[u8]>, Some(bytes))
+            .map_err(err)?
+        {
+            Ok(()) => {
+                self.flush()?;
+                Ok(Claim::Fresh)
+            }
+            Err(e) => match e.current {
+                Some(old) => Ok(Claim::Existing(Box::new(decode(key, &old)?))),
+                None => Err(corrupt(key, "the record vanished during its claim")),
+            },
+        }
+    }
+
+    fn get(&self, key: &RecordKey) -> Result<Option<DecisionRecord>, StoreError> {
+        self.get_id(key.id().as_bytes())
+    }
+
+    fn by_resource(&self, resource_uri: &str) -> Result<Option<DecisionRecord>, StoreError> {
+        match self
+            .by_resource
+            .get(resource_uri.as_bytes())
+            .map_err(|e| backend_error("by_resource", e))?
+        {
+            Some(id) => self.get_id(&id),
+            None => Ok(None),
+        }
+    }
+
+    fn by_id_for_user(&self, user: &str, id: &str) -> Result<Option<DecisionRecord>, StoreError> {
+        Ok(self.get_id(id.as_bytes())?.filter(|r| r.user == user))
+    }
+
+    fn update(&self, record: &DecisionRecord, durable: bool) -> Result<(), StoreError> {
+        self.write(record)?;
+        if durable {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn lease_due(
+        &self,
+        now: i64,
+        lease_secs: i64,
+        limit: usize,
+    ) -> Result<Vec<DecisionRecord>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.pending.iter().keys() {
+            if out.len() >= limit {
+                break;
+            }
+            let id = item.map_err(|e| backend_error("lease_due", e))?;
+            let Some(old) = self
+                .decisions
+                .get(&id)
+                .map_err(|e| backend_error("lease_due", e))?
+            else {
+                continue;
+            };
+            let mut record: DecisionRecord = decode(&id, &old)?;
+            let Delivery::Pending { next_try, .. } = &mut record.delivery else {
+                continue;
+            };
+            if *next_try > now {
+                continue;
+            }
+            *next_try = now + lease_secs;
+            // Taken only if nobody changed it meanwhile (the lease).
+            let swapped = self
+                .decisions
+                .compare_and_swap(&id, Some(old), Some(encode(&record)?))
+                .map_err(|e| backend_error("lease_due", e))?;
+            if swapped.is_ok() {
+                out.push(record);
+            }
+        }
+        Ok(out)
+    }
+
+    fn pending_summary(&self) -> Result<(usize, Option<i64>), StoreError> {
+        let mut n = 0;
+        let mut oldest: Option<i64> = None;
+        for item in self.pending.iter().keys() {
+            let id = item.map_err(|e| backend_error("pending", e))?;
+            if let Some(r) = self.get_id(&id)? {
+                if r.delivery.is_pending() {
+                    n += 1;
+                    oldest = Some(oldest.map_or(r.decided_at, |o| o.min(r.decided_at)));
+                }
+            }
+        }
+        Ok((n, oldest))
+    }
+
+    fn sealed(&self) -> Result<Vec<RecordKey>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.decisions.iter() {
+            let (k, v) = item.map_err(|e| backend_error("sealed", e))?;
+            let r: DecisionRecord = decode(&k, &v)?;
+            if r.sealed {
+                out.push(r.key());
+            }
+        }
+        Ok(out)
+    }
+
+    fn for_user(&self, user: &str, limit: usize) -> Result<Vec<DecisionRecord>, StoreError> {
+        let mut prefix = user.as_bytes().to_vec();
+        prefix.push(0);
+        let mut out = Vec::new();
+        for entry in self.by_user.scan_prefix(&prefix) {
+            if out.len() >= limit {
+                break;
+            }
+            let (_, id) = entry.map_err(|e| backend_error("for_user", e))?;
+            if let Some(r) = self.get_id(&id)? {
+                if r.user == user {
+                    out.push(r);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+// ---- accounts ----
+
+struct SledAccounts {
+    users: sled::Tree,
+}
+
+impl Accounts for SledAccounts {
+    fn put(&self, account: &Account, replace: bool) -> Result<(), AccountPutError> {
+        let err = |e| AccountPutError::Store(backend_error("put account", e));
+        for item in self.users.iter() {
+            let (_, bytes) = item.map_err(err)?;
+            let Ok(other) = serde_json::from_slice::<Account>(&bytes) else {
+                continue;
+            };
+            if other.username == account.username {
+                continue;
+            }
+            let other_email = other.email.as_deref().unwrap_or("");
+            if other_email.eq_ignore_ascii_case(&account.username) {
+                return Err(AccountPutError::Ambiguous(account.username.clone()));
+            }
+            if let Some(email) = &account.email {
+                if other.username.eq_ignore_ascii_case(email)
+                    || other_email.eq_ignore_ascii_case(email)
+                {
+                    return Err(AccountPutError::Ambiguous(email.clone()));
+                }
+            }
+        }
+        let bytes = encode(account)?;
+        let key = account.username.as_bytes();
+        if replace {
+            self.users.insert(key, bytes).map_err(err)?;
+        } else {
+            let swapped = self
+                .users
+                .compare_and_swap(key, None as Option<&[u8]>, Some(bytes))
+                .map_err(err)?;
+            if swapped.is_err() {
+                return Err(AccountPutError::Exists(account.username.clone()));
+            }
+        }
+        self.users.flush().map_err(err)?;
+        Ok(())
+    }
+
+    fn get(&self, username: &str) -> Result<Option<Account>, StoreError> {
+        self.users
+            .get(username.as_bytes())
+            .map_err(|e| backend_error("get account", e))?
+            .map(|b| decode(username.as_bytes(), &b))
+            .transpose()
+    }
+}
+
+// ---- sessions ----
+
+struct SledSessions {
+    tree: sled::Tree,
+}
+
+impl Sessions for SledSessions {
+    fn put(&self, key: &[u8; 32], session: &Session) -> Result<(), StoreError> {
+        self.tree
+            .insert(key, encode(session)?)
+            .map_err(|e| backend_error("put session", e))?;
+        Ok(())
+    }
+
+    fn get(&self, key: &[u8; 32]) -> Result<Option<Session>, StoreError> {
+        let Some(bytes) = self
+            .tree
+            .get(key)
+            .map_err(|e| backend_error("get session", e))?
+        else {
+            return Ok(None);
+        };
+        match serde_json::from_slice::<Session>(&bytes) {
+            Ok(s) => Ok(Some(s)),
+            Err(_) => {
+                // An unreadable session is no session.
+                self.remove(key)?;
+                Ok(None)
+            }
+        }
+    }
+
+    fn remove(&self, key: &[u8; 32]) -> Result<(), StoreError> {
+        self.tree
+            .remove(key)
+            .map_err(|e| backend_error("remove session", e))?;
+        Ok(())
+    }
+
+    fn collect_expired(&self, now: i64) -> Result<usize, StoreError> {
+        let mut n = 0;
+        for entry in self.tree.iter() {
+            let (k, v) = entry.map_err(|e| backend_error("collect sessions", e))?;
+            let dead = serde_json::from_slice::<Session>(&v).map_or(true, |s| s.expires <= now);
+            if dead {
+                self.tree
+                    .remove(k)
+                    .map_err(|e| backend_error("collect sessions", e))?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+}
+
+// ---- limiter state ----
+
+struct SledLimits {
+    tree: sled::Tree,
+}
+
+impl Limits for SledLimits {
+    fn get(&self, key: &str) -> Result<Option<LimitState>, StoreError> {
+        self.tree
+            .get(key.as_bytes())
+            .map_err(|e| backend_error("get limit", e))?
+            .map(|b| decode(key.as_bytes(), &b))
+            .transpose()
+    }
+
+    fn update(
+        &self,
+        key: &str,
+        f: &mut dyn FnMut(Option<LimitState>) -> Option<LimitState>,
+    ) -> Result<Option<LimitState>, StoreError> {
+        loop {
+            let old = self
+                .tree
+                .get(key.as_bytes())
+                .map_err(|e| backend_error("update limit", e))?;
+            // An unreadable state counts as none (a limiter must not wedge).
+            let state = old
+                .as_ref()
+                .and_then(|b| serde_json::from_slice::<LimitState>(b).ok());
+            let new = f(state);
+            let bytes = new.as_ref().map(encode).transpose()?;
+            let swapped = self
+                .tree
+                .compare_and_swap(key.as_bytes(), old, bytes)
+                .map_err(|e| backend_error("update limit", e))?;
+            if swapped.is_ok() {
+                return Ok(new);
+            }
+        }
+    }
+
+    fn collect(&self, cutoff: i64) -> Result<usize, StoreError> {
+        let mut n = 0;
+        for entry in self.tree.iter() {
+            let (k, v) = entry.map_err(|e| backend_error("collect limits", e))?;
+            let dead = serde_json::from_slice::<LimitState>(&v).map_or(true, |s| {
+                s.last_failure < cutoff && s.locked_until <= cutoff
+            });
+            if dead {
+                self.tree
+                    .remove(k)
+                    .map_err(|e| backend_error("collect limits", e))?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+}

@@ -1,0 +1,42 @@
+//! Text helpers shared by every layer: making untrusted text safe for one line
+//! of a log or a terminal, and bounding what is quoted from a peer.
+
+/// Folds text onto one line and makes it safe for a terminal: newlines become
+/// spaces, other control and bidirectional-override characters are escaped.
+pub fn one_line(text: &str) -> String {
+    let mut s = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' | '\r' | '\t' => s.push(' '),
+            c if is_unsafe_char(c) => s.push_str(&format!("\\u{{{:04x}}}", c as u32)),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+/// Control characters and the Unicode bidirectional controls, which could
+/// rewrite a terminal or reorder what a reader sees.
+pub fn is_unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// The start of a peer's body (at most `max` bytes, cut at a character
+/// boundary), on one safe line: for a log, never for a page.
+pub fn snippet(body: &[u8], max: usize) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(max)]);
+    one_line(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snippets_are_bounded_and_on_one_line() {
+        assert_eq!(snippet(b"ab\ncd", 100), "ab cd");
+        assert_eq!(snippet(b"abcdef", 3), "abc");
+        assert_eq!(snippet("\u{202e}x".as_bytes(), 100), "\\u{202e}x");
+    }
+}
