@@ -2,8 +2,7 @@
 //! JSON error answer (PROTOCOL.md §6, §10, RFC 6749 §5.2), `Authorization`
 //! header parsing (HTTP Basic, RFC 6749 §2.3.1; Bearer, RFC 6750), constant-time
 //! comparison of secrets, reading a peer's JWKS (§9), the `healthz` and
-//! `jwks.json` answers, JSON 404/405 fallbacks, the hourly collector, and the
-//! origin of a URI.
+//! `jwks.json` answers, JSON 404/405 fallbacks and the hourly collector.
 //!
 //! This is a front-end layer: the domain modules (`confirm::flow`,
 //! `resource::cheq_rs`) never import it.
@@ -194,13 +193,7 @@ pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
     bool::from(a.as_slice().ct_eq(b.as_slice()))
 }
 
-/// The origin (`scheme://host[:port]`) of a URI; the input itself when it
-/// does not parse.
-pub fn origin_of(uri: &str) -> String {
-    url::Url::parse(uri)
-        .map(|u| u.origin().ascii_serialization())
-        .unwrap_or_else(|_| uri.to_owned())
-}
+pub use crate::cheq::uri::origin_of;
 
 /// `GET /healthz`: alive.
 pub async fn healthz() -> HttpResponse {

@@ -654,7 +654,9 @@ async fn history_lists_decisions_and_evidence_verifies() {
     let v: Value = serde_json::from_str(&doc).unwrap();
     assert_eq!(v["signatures"].as_array().unwrap().len(), 2);
     let nonce = payload_of(&doc)["nonce"].as_str().unwrap().to_owned();
-    assert_eq!(link, format!("/history/{nonce}.json"));
+    // The evidence is named by its record: the RS's origin and the nonce (§6).
+    let record_id = cheq::store::cs::RecordKey::new(&env.rs_url, &nonce).id();
+    assert_eq!(link, format!("/history/{record_id}.json"));
 
     // With the keys each server publishes.
     let mut trust = TrustStore::new();

@@ -67,13 +67,14 @@ fn protected_of(doc: &str, i: usize) -> Value {
 }
 
 /// The evidence of one of alice's decisions, downloaded from her history
-/// (`GET /history/{nonce}.json`) after signing in with her password.
-async fn evidence(env: &Env, nonce: &str) -> String {
+/// (`GET /history/{id}.json`, the id of its record) after signing in with
+/// her password.
+async fn evidence(env: &Env, record: &cheq::store::cs::DecisionRecord) -> String {
     let mut b = env.browser();
     b.sign_in("alice", ALICE_PW).await;
     let history = b.get("/history").await;
     assert_eq!(history.status, 200, "{}", history.text);
-    let link = format!("/history/{nonce}.json");
+    let link = format!("/history/{}.json", record.key().id());
     assert!(
         history.raw.contains(&format!("href=\"{link}\"")),
         "the history links the evidence: {}",
@@ -295,9 +296,9 @@ async fn assert_voice_countersignature(env: &Env, view: &Value, decision: &str) 
     let records = env.records("alice");
     assert_eq!(records.len(), 1);
     let record = &records[0];
-    assert_eq!(record.channel, "voice");
-    assert_eq!(record.decision, decision);
-    let doc = evidence(env, &record.nonce).await;
+    assert_eq!(record.channel, cheq::cheq::Channel::Voice);
+    assert_eq!(record.decision.as_str(), decision);
+    let doc = evidence(env, record).await;
     assert_eq!(doc, record.document, "the evidence is the stored document");
     let header = protected_of(&doc, 1);
     assert_eq!(header["cheq_role"], "confirmation", "{header}");
@@ -502,7 +503,7 @@ async fn voice_api_refusals() {
     assert_eq!(env.rs.executions(), 1);
     let records = env.records("alice");
     assert_eq!(records.len(), 1);
-    let evidence_before = evidence(&env, &records[0].nonce).await;
+    let evidence_before = evidence(&env, &records[0]).await;
     let same = gw2
         .decide(Some(&alice), &id, &json!({"decision": "accept"}))
         .await;
@@ -520,7 +521,7 @@ async fn voice_api_refusals() {
         .await
         .expect(409, "the opposite decision through another gateway");
     assert_eq!(env.records("alice"), records, "no second signature");
-    assert_eq!(evidence(&env, &records[0].nonce).await, evidence_before);
+    assert_eq!(evidence(&env, &records[0]).await, evidence_before);
     assert_eq!(env.rs.executions(), 1, "the RS ran once");
     let (_, body) = result_of(&pack.result_uri).await;
     assert_eq!(body["status"], "accepted", "{body}");
@@ -688,7 +689,7 @@ async fn assert_private_values_gone(env: &Env, pack: &cheq::cheq::UriPack) {
         );
     }
 
-    let doc = evidence(env, &record.nonce).await;
+    let doc = evidence(env, record).await;
     for v in [FROM, TO] {
         assert!(!holds(doc.as_bytes(), v), "the evidence holds {v}: {doc}");
     }
@@ -899,7 +900,7 @@ async fn private_values_through_the_html_form() {
     }
     let records = env.records("alice");
     assert_eq!(records.len(), 1);
-    assert_eq!(records[0].channel, "html");
+    assert_eq!(records[0].channel, cheq::cheq::Channel::Html);
     assert_private_values_gone(&env, &pack).await;
     env.stop().await;
 }
@@ -970,7 +971,10 @@ async fn a_decision_the_rs_refuses_is_not_reported_accepted() {
     assert!(
         matches!(
             records[0].delivery,
-            cheq::store::records::Delivery::Refused { status: 409, .. }
+            cheq::store::cs::Delivery::Refused {
+                refusal: cheq::store::cs::Refusal::ResourceServer { status: 409, .. },
+                ..
+            }
         ),
         "{:?}",
         records[0].delivery

@@ -143,6 +143,14 @@ impl UriPack {
     }
 }
 
+/// The origin (`scheme://host[:port]`) of a URI, as text; the input itself
+/// when it does not parse.
+pub fn origin_of(uri: &str) -> String {
+    url::Url::parse(uri)
+        .map(|u| u.origin().ascii_serialization())
+        .unwrap_or_else(|_| uri.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

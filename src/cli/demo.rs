@@ -61,7 +61,7 @@ fn toml_str(s: &str) -> Result<String, CliError> {
     Ok(s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-fn set_pin(accounts: &crate::confirm::auth::Accounts, pin: &str) -> Result<(), CliError> {
+fn set_pin(accounts: &dyn crate::store::cs::Accounts, pin: &str) -> Result<(), CliError> {
     if !(4..=12).contains(&pin.len()) || !pin.chars().all(|c| c.is_ascii_digit()) {
         return Err(CliError::Server(
             "CHEQ_DEMO_PIN must be 4 to 12 digits".into(),
@@ -273,14 +273,14 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
 
         let pin_line = match std::env::var("CHEQ_DEMO_PIN") {
             Ok(pin) if !pin.is_empty() => {
-                set_pin(&cs_state.accounts, &pin)?;
+                set_pin(&*cs_state.accounts, &pin)?;
                 "PIN from CHEQ_DEMO_PIN".to_owned()
             }
             _ => match cs_state.accounts.get("alice").map_err(server)? {
                 Some(a) if a.pin_hash.is_some() => "PIN from an earlier run (unchanged)".to_owned(),
                 _ => {
                     let pin = format!("{:06}", rand::random::<u32>() % 1_000_000);
-                    set_pin(&cs_state.accounts, &pin)?;
+                    set_pin(&*cs_state.accounts, &pin)?;
                     format!("PIN {pin}")
                 }
             },

@@ -7,10 +7,12 @@
 //! hashed) to the running server through it, and opens the database itself
 //! when no server answers. One JSON line in, one JSON line out.
 
-use super::auth::{Account, Accounts};
+use super::auth::{add_account, Account};
+use crate::store::cs::Accounts;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The CS database inside a data directory.
 pub fn db_path(data_dir: &Path) -> PathBuf {
@@ -47,10 +49,10 @@ pub enum AdminError {
     Io(String),
 }
 
-fn apply(accounts: &Accounts, request: Request) -> Result<(), String> {
+fn apply(accounts: &dyn Accounts, request: Request) -> Result<(), String> {
     match request {
         Request::PutUser { account, replace } => {
-            accounts.put(&account, replace).map_err(|e| e.to_string())
+            add_account(accounts, &account, replace).map_err(|e| e.to_string())
         }
         Request::SetPin { username, pin_hash } => {
             let mut account = accounts
@@ -64,7 +66,7 @@ fn apply(accounts: &Accounts, request: Request) -> Result<(), String> {
 }
 
 /// Serves the admin socket until the task is dropped.
-pub async fn listen(data_dir: &Path, accounts: Accounts) -> std::io::Result<()> {
+pub async fn listen(data_dir: &Path, accounts: Arc<dyn Accounts>) -> std::io::Result<()> {
     let path = socket_path(data_dir);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
@@ -99,7 +101,7 @@ pub async fn listen(data_dir: &Path, accounts: Accounts) -> std::io::Result<()> 
             let answer = match serde_json::from_str::<Request>(&line) {
                 Ok(request) => {
                     let result =
-                        tokio::task::spawn_blocking(move || apply(&accounts, request)).await;
+                        tokio::task::spawn_blocking(move || apply(&*accounts, request)).await;
                     match result {
                         Ok(Ok(())) => Answer { error: None },
                         Ok(Err(e)) => Answer { error: Some(e) },
@@ -159,8 +161,9 @@ fn send(data_dir: &Path, request: Request) -> Result<(), AdminError> {
                 .path(db_path(data_dir))
                 .open()
                 .map_err(|_| AdminError::Busy(data_dir.display().to_string()))?;
-            let accounts = Accounts::open(&db).map_err(|e| AdminError::Io(e.to_string()))?;
-            apply(&accounts, request).map_err(AdminError::Refused)?;
+            let store =
+                crate::store::sled_cs::open(&db).map_err(|e| AdminError::Io(e.to_string()))?;
+            apply(&*store.accounts, request).map_err(AdminError::Refused)?;
             db.flush().map_err(|e| AdminError::Io(e.to_string()))?;
             Ok(())
         }

@@ -1,26 +1,26 @@
 //! Who the user is (the CS's embedded login; PROTOCOL.md §2, §5 `sub`,
-//! `auth_time`, `amr`).
+//! `auth_time`, `amr`), on the store traits of [`crate::store::cs`]:
 //!
-//! - [`Accounts`]: local accounts in sled, argon2id password hashes. Behind the
-//!   [`Authenticator`] trait, so that an OpenID Connect login can sit beside it.
-//! - [`Sessions`]: server-side sessions in sled, keyed by the SHA-256 of the
-//!   cookie value (a stolen database does not give live cookies). A session
-//!   exists before login (it carries the login form's CSRF token) and gets a
-//!   new id at login. CSRF tokens are an HMAC of the session id under the
-//!   session secret.
-//! - [`RateLimiter`]: failed logins, per user name and per client address,
-//!   with a lock-out that doubles.
+//! - local accounts with argon2id hashes, checked by [`LocalLogin`] behind the
+//!   [`Authenticator`] trait, so that an OpenID Connect login can sit beside it;
+//! - [`SessionService`]: server-side sessions (the store keeps them by the
+//!   SHA-256 of the cookie value) and CSRF tokens, an HMAC of the session id
+//!   under the session secret;
+//! - [`Limiter`]: failed attempts per user, address and gateway, with a
+//!   lock-out that doubles, kept in the store; [`Limiter::guarded`] is the one
+//!   place where a failure is counted before hashing.
+//!
+//! No HTTP here.
 
+use super::flow::CsError;
+pub use crate::store::cs::{Account, Identity, LimitState, Session};
+use crate::store::cs::{AccountPutError, Accounts, Limits, Sessions};
+use crate::store::StoreError;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
 use hmac::{Hmac, Mac};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
-use std::sync::Mutex;
-
-const USERS: &str = "cs.users";
-const SESSIONS: &str = "cs.sessions";
+use std::sync::Arc;
 
 /// Why an account or session operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -40,62 +40,22 @@ pub enum AuthError {
     #[error("{0:?} already names another account (as its user name or e-mail)")]
     Ambiguous(String),
     #[error("accounts database: {0}")]
-    Db(String),
+    Store(#[from] StoreError),
     #[error("password hashing: {0}")]
     Hash(String),
 }
 
-impl From<sled::Error> for AuthError {
-    fn from(e: sled::Error) -> Self {
-        AuthError::Db(e.to_string())
+impl From<AccountPutError> for AuthError {
+    fn from(e: AccountPutError) -> Self {
+        match e {
+            AccountPutError::Exists(u) => AuthError::Exists(u),
+            AccountPutError::Ambiguous(u) => AuthError::Ambiguous(u),
+            AccountPutError::Store(e) => AuthError::Store(e),
+        }
     }
 }
 
-/// A local account.
-#[derive(Clone, Serialize, Deserialize)]
-pub struct Account {
-    pub username: String,
-    #[serde(default)]
-    pub email: Option<String>,
-    pub password_hash: String,
-    #[serde(default)]
-    pub pin_hash: Option<String>,
-}
-
-impl std::fmt::Debug for Account {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Account")
-            .field("username", &self.username)
-            .field("email", &self.email)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Someone the CS has authenticated.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Identity {
-    /// `sub` in the countersignature: the local user name.
-    pub sub: String,
-    /// Other names a CHEQ `subject` may use for this user (a verified e-mail).
-    pub also_known_as: Vec<String>,
-    /// When they authenticated (unix seconds).
-    pub auth_time: i64,
-    /// How (RFC 8176).
-    pub amr: Vec<String>,
-}
-
-impl Identity {
-    /// Is `subject` (a CHEQ's) this user?
-    pub fn is(&self, subject: &str) -> bool {
-        self.sub == subject
-            || self
-                .also_known_as
-                .iter()
-                .any(|a| a.eq_ignore_ascii_case(subject))
-    }
-}
-
-/// A way to log a user in. The embedded one is [`Accounts`].
+/// A way to log a user in. The embedded one is [`LocalLogin`].
 pub trait Authenticator: Send + Sync {
     /// Checks a user name and password; `None` when they do not match.
     fn check_password(&self, username: &str, password: &str) -> Result<Option<Account>, AuthError>;
@@ -150,15 +110,15 @@ pub const HASHING_PERMITS: usize = 2;
 /// a time, so that a burst of logins cannot exhaust memory or the pool.
 pub async fn hashing<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, crate::confirm::CsError> {
+) -> Result<T, CsError> {
     static PERMITS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(HASHING_PERMITS);
     let _permit = PERMITS
         .acquire()
         .await
-        .map_err(|_| crate::confirm::CsError::Internal("hashing closed".into()))?;
+        .map_err(|_| CsError::Internal("hashing closed".into()))?;
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|_| crate::confirm::CsError::Internal("the hashing task failed".into()))
+        .map_err(|_| CsError::Internal("the hashing task failed".into()))
 }
 
 /// Builds a new account record (the hashing is done by the caller's process).
@@ -188,77 +148,54 @@ pub fn new_account(
     })
 }
 
-/// Local accounts in sled.
-#[derive(Debug, Clone)]
-pub struct Accounts {
-    users: sled::Tree,
+/// Stores a new account after checking its names (see [`Accounts::put`]).
+pub fn add_account(
+    accounts: &dyn Accounts,
+    account: &Account,
+    replace: bool,
+) -> Result<(), AuthError> {
+    check_username(&account.username)?;
+    accounts.put(account, replace)?;
+    Ok(())
 }
 
-impl Accounts {
-    pub fn open(db: &sled::Db) -> Result<Self, AuthError> {
-        Ok(Accounts {
-            users: db.open_tree(USERS)?,
-        })
-    }
+/// The embedded login: local accounts and their argon2 hashes.
+#[derive(Clone)]
+pub struct LocalLogin {
+    pub accounts: Arc<dyn Accounts>,
+}
 
-    /// Adds an account; with `replace`, an existing one is overwritten. A
-    /// CHEQ's `subject` must name one account only, so no user name may be
-    /// another account's e-mail and no e-mail may be taken twice.
-    pub fn put(&self, account: &Account, replace: bool) -> Result<(), AuthError> {
-        check_username(&account.username)?;
-        for item in self.users.iter() {
-            let (_, bytes) = item?;
-            let Ok(other) = serde_json::from_slice::<Account>(&bytes) else {
-                continue;
-            };
-            if other.username == account.username {
-                continue;
-            }
-            let other_email = other.email.as_deref().unwrap_or("");
-            if other_email.eq_ignore_ascii_case(&account.username) {
-                return Err(AuthError::Ambiguous(account.username.clone()));
-            }
-            if let Some(email) = &account.email {
-                if other.username.eq_ignore_ascii_case(email)
-                    || other_email.eq_ignore_ascii_case(email)
-                {
-                    return Err(AuthError::Ambiguous(email.clone()));
-                }
-            }
-        }
-        let bytes = serde_json::to_vec(account).map_err(|e| AuthError::Db(e.to_string()))?;
-        let key = account.username.as_bytes();
-        if replace {
-            self.users.insert(key, bytes)?;
+impl std::fmt::Debug for LocalLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalLogin").finish_non_exhaustive()
+    }
+}
+
+impl LocalLogin {
+    /// Checks a user's voice PIN (§10). An unknown user, or one without a PIN,
+    /// costs the same argon2 check, so timing does not tell which names exist.
+    pub fn check_pin(&self, username: &str, pin: &str) -> Result<Option<Account>, AuthError> {
+        let account = if check_username(username).is_ok() {
+            self.accounts.get(username)?
         } else {
-            let swapped = self
-                .users
-                .compare_and_swap(key, None as Option<&[u8]>, Some(bytes))?;
-            if swapped.is_err() {
-                return Err(AuthError::Exists(account.username.clone()));
-            }
-        }
-        self.users.flush()?;
-        Ok(())
-    }
-
-    pub fn get(&self, username: &str) -> Result<Option<Account>, AuthError> {
-        match self.users.get(username.as_bytes())? {
-            Some(b) => serde_json::from_slice(&b)
-                .map(Some)
-                .map_err(|_| AuthError::Db(format!("account {username:?} is corrupt"))),
-            None => Ok(None),
-        }
+            None
+        };
+        let hash = account
+            .as_ref()
+            .and_then(|a| a.pin_hash.as_deref())
+            .unwrap_or_else(|| dummy_hash());
+        let ok = verify_secret(pin, hash) && account.as_ref().is_some_and(|a| a.pin_hash.is_some());
+        Ok(account.filter(|_| ok))
     }
 }
 
-impl Authenticator for Accounts {
+impl Authenticator for LocalLogin {
     fn check_password(&self, username: &str, password: &str) -> Result<Option<Account>, AuthError> {
         if check_username(username).is_err() {
             verify_secret(password, dummy_hash());
             return Ok(None);
         }
-        match self.get(username)? {
+        match self.accounts.get(username)? {
             Some(a) if verify_secret(password, &a.password_hash) => Ok(Some(a)),
             Some(_) => Ok(None),
             None => {
@@ -269,23 +206,26 @@ impl Authenticator for Accounts {
     }
 }
 
-/// What a session holds.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Session {
-    pub identity: Option<Identity>,
-    pub expires: i64,
+/// The identity of an account that just authenticated with `amr` at `now`.
+pub fn identity_of(account: &Account, amr: &str, now: i64) -> Identity {
+    Identity {
+        sub: account.username.clone(),
+        also_known_as: account.email.clone().into_iter().collect(),
+        auth_time: now,
+        amr: vec![amr.to_owned()],
+    }
 }
 
-/// Server-side sessions in sled.
-pub struct Sessions {
-    tree: sled::Tree,
+/// Server-side sessions and their CSRF tokens.
+pub struct SessionService {
+    store: Arc<dyn Sessions>,
     secret: Vec<u8>,
     ttl_secs: i64,
 }
 
-impl std::fmt::Debug for Sessions {
+impl std::fmt::Debug for SessionService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sessions")
+        f.debug_struct("SessionService")
             .field("ttl_secs", &self.ttl_secs)
             .finish_non_exhaustive()
     }
@@ -295,13 +235,13 @@ fn session_key(id: &str) -> [u8; 32] {
     Sha256::digest(id.as_bytes()).into()
 }
 
-impl Sessions {
-    pub fn open(db: &sled::Db, secret: Vec<u8>, ttl_secs: i64) -> Result<Self, AuthError> {
-        Ok(Sessions {
-            tree: db.open_tree(SESSIONS)?,
+impl SessionService {
+    pub fn new(store: Arc<dyn Sessions>, secret: Vec<u8>, ttl_secs: i64) -> Self {
+        SessionService {
+            store,
             secret,
             ttl_secs,
-        })
+        }
     }
 
     /// A new session; returns its id (the cookie value).
@@ -311,43 +251,31 @@ impl Sessions {
             identity,
             expires: now + self.ttl_secs,
         };
-        let bytes = serde_json::to_vec(&session).map_err(|e| AuthError::Db(e.to_string()))?;
-        self.tree.insert(session_key(&id), bytes)?;
+        self.store.put(&session_key(&id), &session)?;
         Ok(id)
     }
 
     /// The live session with this id.
     pub fn get(&self, id: &str, now: i64) -> Result<Option<Session>, AuthError> {
-        let Some(bytes) = self.tree.get(session_key(id))? else {
-            return Ok(None);
-        };
-        match serde_json::from_slice::<Session>(&bytes) {
-            Ok(s) if s.expires > now => Ok(Some(s)),
-            _ => {
-                self.tree.remove(session_key(id))?;
+        match self.store.get(&session_key(id))? {
+            Some(s) if s.expires > now => Ok(Some(s)),
+            Some(_) => {
+                self.store.remove(&session_key(id))?;
                 Ok(None)
             }
+            None => Ok(None),
         }
     }
 
     /// Ends a session.
     pub fn remove(&self, id: &str) -> Result<(), AuthError> {
-        self.tree.remove(session_key(id))?;
+        self.store.remove(&session_key(id))?;
         Ok(())
     }
 
     /// Removes expired sessions; returns how many.
     pub fn collect_expired(&self, now: i64) -> Result<usize, AuthError> {
-        let mut n = 0;
-        for entry in self.tree.iter() {
-            let (k, v) = entry?;
-            let dead = serde_json::from_slice::<Session>(&v).map_or(true, |s| s.expires <= now);
-            if dead {
-                self.tree.remove(k)?;
-                n += 1;
-            }
-        }
-        Ok(n)
+        Ok(self.store.collect_expired(now)?)
     }
 
     /// The CSRF token bound to a session id.
@@ -364,21 +292,14 @@ impl Sessions {
 
     /// Does `token` belong to this session? (constant time)
     pub fn check_csrf(&self, session_id: &str, token: &str) -> bool {
-        use subtle::ConstantTimeEq;
         let expected = self.csrf_token(session_id);
-        !expected.is_empty() && bool::from(expected.as_bytes().ct_eq(token.as_bytes()))
+        !expected.is_empty() && crate::httpkit::same_secret(expected.as_bytes(), token.as_bytes())
     }
 }
 
-/// Failed-attempt limiting with a doubling lock-out, per key (a user name, a
-/// client address, a gateway). Failures are forgotten after a quiet
-/// `window_secs`, so an honest key that fails now and then never ends up
-/// locked for good. In memory: a restart forgives, which is fine for a
-/// limiter whose job is to slow guessing down.
-#[derive(Debug, Default)]
-pub struct RateLimiter {
-    /// key → (failures, locked until, last failure)
-    state: Mutex<HashMap<String, (u32, i64, i64)>>,
+/// How one kind of key is limited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
     /// Failures allowed before the first lock-out.
     pub free_failures: u32,
     /// First lock-out, in seconds; doubles with each further failure.
@@ -390,101 +311,219 @@ pub struct RateLimiter {
     pub window_secs: i64,
 }
 
-impl RateLimiter {
-    pub fn new(free_failures: u32, base_lock_secs: i64, max_lock_secs: i64) -> Self {
-        RateLimiter {
-            state: Mutex::new(HashMap::new()),
-            free_failures,
-            base_lock_secs,
-            max_lock_secs,
-            window_secs: 6 * 3600,
+impl Policy {
+    /// People: 5 free failures, then 2 s doubling up to 15 min.
+    pub const PERSON: Policy = Policy {
+        free_failures: 5,
+        base_lock_secs: 2,
+        max_lock_secs: 900,
+        window_secs: 6 * 3600,
+    };
+    /// A gateway speaks for many users, so it gets more room before a
+    /// lock-out and forgets sooner.
+    pub const GATEWAY: Policy = Policy {
+        free_failures: 20,
+        base_lock_secs: 2,
+        max_lock_secs: 300,
+        window_secs: 600,
+    };
+
+    /// The state after one more failure at `now`.
+    pub fn fail(&self, old: Option<LimitState>, now: i64) -> LimitState {
+        let mut s = old.unwrap_or(LimitState {
+            failures: 0,
+            locked_until: 0,
+            last_failure: now,
+        });
+        if s.locked_until <= now && now - s.last_failure > self.window_secs {
+            // A quiet window since the last failure: start afresh.
+            s.failures = 0;
+        }
+        s.last_failure = now;
+        s.failures = s.failures.saturating_add(1);
+        if s.failures > self.free_failures {
+            let over = (s.failures - self.free_failures - 1).min(20);
+            s.locked_until = now + (self.base_lock_secs << over).min(self.max_lock_secs);
+        }
+        s
+    }
+}
+
+/// A key the limiter counts failures for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LimitKey {
+    /// A user name at the login form.
+    LoginUser(String),
+    /// A client address at the login form.
+    Address(String),
+    /// A user name at the voice PIN check.
+    PinUser(String),
+    /// A gateway (by client id).
+    Gateway(String),
+}
+
+impl LimitKey {
+    fn store_key(&self) -> String {
+        match self {
+            LimitKey::LoginUser(u) => format!("login-user:{u}"),
+            LimitKey::Address(a) => format!("ip:{a}"),
+            LimitKey::PinUser(u) => format!("pin-user:{u}"),
+            LimitKey::Gateway(g) => format!("gw:{g}"),
         }
     }
 
-    /// The same limiter, forgetting failures after `secs` of quiet.
-    pub fn with_window(mut self, secs: i64) -> Self {
-        self.window_secs = secs;
-        self
+    fn policy(&self) -> Policy {
+        match self {
+            LimitKey::Gateway(_) => Policy::GATEWAY,
+            _ => Policy::PERSON,
+        }
+    }
+}
+
+/// Failed-attempt limiting per key, in the store (see [`Policy`]).
+#[derive(Clone)]
+pub struct Limiter {
+    store: Arc<dyn Limits>,
+}
+
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter").finish_non_exhaustive()
+    }
+}
+
+/// Failures counted in advance for an attempt under way; see
+/// [`Limiter::guarded`].
+#[derive(Debug)]
+struct Reserved<'a> {
+    limiter: &'a Limiter,
+    keys: &'a [LimitKey],
+}
+
+impl Reserved<'_> {
+    /// The attempt succeeded: a person's keys are forgotten; a gateway, which
+    /// speaks for others too, gets back only the failure counted in advance.
+    fn succeeded(self, now: i64) -> Result<(), StoreError> {
+        for key in self.keys {
+            let k = key.store_key();
+            match key {
+                LimitKey::Gateway(_) => {
+                    self.limiter.store.update(&k, &mut |old| {
+                        old.map(|mut s| {
+                            s.failures = s.failures.saturating_sub(1);
+                            s.locked_until = s.locked_until.min(now);
+                            s
+                        })
+                    })?;
+                }
+                _ => {
+                    self.limiter.store.update(&k, &mut |_| None)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Limiter {
+    pub fn new(store: Arc<dyn Limits>) -> Self {
+        Limiter { store }
     }
 
-    /// Seconds until `key` may try again, if it is locked out.
-    pub fn locked(&self, key: &str, now: i64) -> Option<i64> {
-        let guard = self.state.lock().ok()?;
-        guard
-            .get(key)
-            .map(|(_, until, _)| *until - now)
-            .filter(|left| *left > 0)
+    /// Seconds until the first of `keys` may try again, if any is locked.
+    pub fn locked(&self, keys: &[LimitKey], now: i64) -> Result<Option<i64>, StoreError> {
+        let mut left = None;
+        for key in keys {
+            if let Some(s) = self.store.get(&key.store_key())? {
+                let l = s.locked_until - now;
+                if l > 0 {
+                    left = Some(left.map_or(l, |x: i64| x.max(l)));
+                }
+            }
+        }
+        Ok(left)
     }
 
     /// Records a failure for `key`.
-    pub fn fail(&self, key: &str, now: i64) {
-        if let Ok(mut guard) = self.state.lock() {
-            let window = self.window_secs;
-            if guard.len() > 100_000 {
-                guard.retain(|_, (_, until, last)| *until > now || now - *last <= window);
-            }
-            let entry = guard.entry(key.to_owned()).or_insert((0, 0, now));
-            if entry.1 <= now && now - entry.2 > window {
-                // A quiet window since the last failure: start afresh.
-                entry.0 = 0;
-            }
-            entry.2 = now;
-            entry.0 += 1;
-            if entry.0 > self.free_failures {
-                let over = (entry.0 - self.free_failures - 1).min(20);
-                let lock = (self.base_lock_secs << over).min(self.max_lock_secs);
-                entry.1 = now + lock;
-            }
-        }
+    pub fn fail(&self, key: &LimitKey, now: i64) -> Result<(), StoreError> {
+        let policy = key.policy();
+        self.store
+            .update(&key.store_key(), &mut |old| Some(policy.fail(old, now)))?;
+        Ok(())
     }
 
-    /// Takes back one failure counted in advance for `key` (the attempt it
-    /// reserved succeeded, but `key` speaks for others too): the count goes
-    /// down and the lock-out that failure may have started is lifted (the
-    /// attempt was only made because `key` was not locked).
-    pub fn forgive_one(&self, key: &str, now: i64) {
-        if let Ok(mut guard) = self.state.lock() {
-            if let Some(entry) = guard.get_mut(key) {
-                entry.0 = entry.0.saturating_sub(1);
-                entry.1 = entry.1.min(now);
-            }
+    /// Runs one guarded attempt: refused with `TooManyAttempts` when any of
+    /// `keys` is locked; otherwise a failure is counted on every key *before*
+    /// `check` runs (so a burst of concurrent guesses cannot all pass the
+    /// lock check), and taken back when `check` says it succeeded (`Some`).
+    /// `check` runs on the blocking pool, at most [`HASHING_PERMITS`] at once.
+    pub async fn guarded<T: Send + 'static>(
+        &self,
+        keys: &[LimitKey],
+        now: i64,
+        check: impl FnOnce() -> Result<Option<T>, AuthError> + Send + 'static,
+    ) -> Result<Option<T>, CsError> {
+        if let Some(retry_after) = self.locked(keys, now)? {
+            return Err(CsError::TooManyAttempts { retry_after });
         }
+        for key in keys {
+            self.fail(key, now)?;
+        }
+        let reserved = Reserved {
+            limiter: self,
+            keys,
+        };
+        let outcome = hashing(check).await??;
+        if outcome.is_some() {
+            reserved.succeeded(now)?;
+        }
+        Ok(outcome)
     }
 
-    /// Forgets `key`'s failures (after a success).
-    pub fn succeed(&self, key: &str) {
-        if let Ok(mut guard) = self.state.lock() {
-            guard.remove(key);
-        }
+    /// Removes states idle since `cutoff`; returns how many.
+    pub fn collect(&self, cutoff: i64) -> Result<usize, StoreError> {
+        self.store.collect(cutoff)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::sled_cs;
+
+    fn store() -> (tempfile::TempDir, crate::store::cs::CsStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let (_db, store) = sled_cs::open_dir(dir.path()).unwrap();
+        (dir, store)
+    }
 
     #[test]
     fn passwords_verify_and_names_are_checked() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::Config::new().path(dir.path()).open().unwrap();
-        let accounts = Accounts::open(&db).unwrap();
+        let (_dir, store) = store();
+        let accounts = store.accounts.clone();
+        let login = LocalLogin {
+            accounts: accounts.clone(),
+        };
         let a = new_account("alice", Some("alice@example.com"), "correct horse").unwrap();
         assert!(!a.password_hash.contains("correct horse"));
-        accounts.put(&a, false).unwrap();
-        assert!(matches!(accounts.put(&a, false), Err(AuthError::Exists(_))));
-        assert!(accounts
+        add_account(&*accounts, &a, false).unwrap();
+        assert!(matches!(
+            add_account(&*accounts, &a, false),
+            Err(AuthError::Exists(_))
+        ));
+        assert!(login
             .check_password("alice", "correct horse")
             .unwrap()
             .is_some());
-        assert!(accounts
+        assert!(login
             .check_password("alice", "wrong horse")
             .unwrap()
             .is_none());
-        assert!(accounts
+        assert!(login
             .check_password("bob", "correct horse")
             .unwrap()
             .is_none());
-        assert!(accounts
+        assert!(login
             .check_password("../x", "correct horse")
             .unwrap()
             .is_none());
@@ -495,23 +534,30 @@ mod tests {
         // A subject must name one account only.
         let bob = new_account("alice@example.com", None, "long enough").unwrap();
         assert!(matches!(
-            accounts.put(&bob, false),
+            add_account(&*accounts, &bob, false),
             Err(AuthError::Ambiguous(_))
         ));
         let carol = new_account("carol", Some("ALICE@example.com"), "long enough").unwrap();
         assert!(matches!(
-            accounts.put(&carol, false),
+            add_account(&*accounts, &carol, false),
             Err(AuthError::Ambiguous(_))
         ));
         let dave = new_account("dave", Some("dave@example.com"), "long enough").unwrap();
-        accounts.put(&dave, false).unwrap();
+        add_account(&*accounts, &dave, false).unwrap();
+        // PINs: none set yet, then set.
+        assert!(login.check_pin("dave", "123456").unwrap().is_none());
+        let mut dave = accounts.get("dave").unwrap().unwrap();
+        dave.pin_hash = Some(hash_secret("123456").unwrap());
+        add_account(&*accounts, &dave, true).unwrap();
+        assert!(login.check_pin("dave", "123456").unwrap().is_some());
+        assert!(login.check_pin("dave", "654321").unwrap().is_none());
+        assert!(login.check_pin("nobody", "123456").unwrap().is_none());
     }
 
     #[test]
     fn sessions_expire_and_csrf_is_bound_to_the_session() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::Config::new().path(dir.path()).open().unwrap();
-        let s = Sessions::open(&db, vec![9; 32], 100).unwrap();
+        let (_dir, store) = store();
+        let s = SessionService::new(store.sessions.clone(), vec![9; 32], 100);
         let id = s.create(None, 1000).unwrap();
         assert!(s.get(&id, 1050).unwrap().is_some());
         assert!(s.get(&id, 1100).unwrap().is_none());
@@ -523,53 +569,111 @@ mod tests {
         assert_eq!(s.collect_expired(5000).unwrap(), 1);
     }
 
+    fn limiter() -> (tempfile::TempDir, Limiter) {
+        let (dir, store) = store();
+        (dir, Limiter::new(store.limits.clone()))
+    }
+
     #[test]
-    fn lockout_doubles_and_success_forgets() {
-        let r = RateLimiter::new(3, 2, 60);
+    fn lockout_doubles_and_is_capped() {
+        let p = Policy {
+            free_failures: 3,
+            base_lock_secs: 2,
+            max_lock_secs: 60,
+            window_secs: 6 * 3600,
+        };
+        let mut s = None;
         for _ in 0..3 {
-            r.fail("u", 0);
+            s = Some(p.fail(s, 0));
         }
-        assert_eq!(r.locked("u", 0), None);
-        r.fail("u", 0);
-        assert_eq!(r.locked("u", 0), Some(2));
-        r.fail("u", 0);
-        assert_eq!(r.locked("u", 0), Some(4));
+        assert_eq!(s.unwrap().locked_until, 0);
+        s = Some(p.fail(s, 0));
+        assert_eq!(s.unwrap().locked_until, 2);
+        s = Some(p.fail(s, 0));
+        assert_eq!(s.unwrap().locked_until, 4);
         for _ in 0..10 {
-            r.fail("u", 0);
+            s = Some(p.fail(s, 0));
         }
-        assert_eq!(r.locked("u", 0), Some(60));
-        assert_eq!(r.locked("u", 61), None);
-        r.succeed("u");
-        r.fail("u", 100);
-        assert_eq!(r.locked("u", 100), None);
+        assert_eq!(s.unwrap().locked_until, 60);
     }
 
     #[test]
     fn failures_are_forgotten_after_a_quiet_window() {
-        let mut r = RateLimiter::new(2, 2, 60);
-        r.window_secs = 100;
-        r.fail("g", 0);
-        r.fail("g", 50);
+        let p = Policy {
+            free_failures: 2,
+            base_lock_secs: 2,
+            max_lock_secs: 60,
+            window_secs: 100,
+        };
+        let mut s = Some(p.fail(None, 0));
+        s = Some(p.fail(s, 50));
         // 200 s of quiet: the next failure is the first again.
-        r.fail("g", 250);
-        assert_eq!(r.locked("g", 250), None);
-        r.fail("g", 260);
-        assert_eq!(r.locked("g", 260), None);
-        r.fail("g", 270);
-        assert_eq!(r.locked("g", 270), Some(2));
+        s = Some(p.fail(s, 250));
+        assert_eq!(s.unwrap().failures, 1);
+        s = Some(p.fail(s, 260));
+        assert_eq!(s.unwrap().locked_until, 0);
+        s = Some(p.fail(s, 270));
+        assert_eq!(s.unwrap().locked_until, 272);
+    }
+
+    #[actix_web::test]
+    async fn a_guarded_attempt_counts_before_checking_and_forgets_on_success() {
+        let (_dir, l) = limiter();
+        let user = LimitKey::LoginUser("alice".into());
+        let keys = [user.clone()];
+        for _ in 0..5 {
+            let r = l.guarded(&keys, 0, || Ok(None::<()>)).await.unwrap();
+            assert!(r.is_none());
+        }
+        assert_eq!(l.locked(&keys, 0).unwrap(), None);
+        l.guarded(&keys, 0, || Ok(None::<()>)).await.unwrap();
+        assert_eq!(l.locked(&keys, 0).unwrap(), Some(2));
+        // Locked: the check does not even run.
+        let refused = l
+            .guarded(&keys, 1, || -> Result<Option<()>, AuthError> {
+                panic!("must not run while locked")
+            })
+            .await;
+        assert!(matches!(
+            refused,
+            Err(CsError::TooManyAttempts { retry_after: 1 })
+        ));
+        // A success forgets a person's failures.
+        assert!(l
+            .guarded(&keys, 3, || Ok(Some(())))
+            .await
+            .unwrap()
+            .is_some());
+        assert_eq!(l.store.get("login-user:alice").unwrap(), None);
+    }
+
+    #[actix_web::test]
+    async fn a_gateway_gets_back_only_the_failure_counted_in_advance() {
+        let (_dir, l) = limiter();
+        let gw = [LimitKey::Gateway("g".into())];
+        for _ in 0..3 {
+            l.guarded(&gw, 0, || Ok(None::<()>)).await.unwrap();
+        }
+        l.guarded(&gw, 0, || Ok(Some(()))).await.unwrap();
+        assert_eq!(l.store.get("gw:g").unwrap().unwrap().failures, 3);
     }
 
     #[test]
-    fn a_reserved_failure_that_succeeds_is_taken_back() {
-        let r = RateLimiter::new(1, 2, 60);
-        r.fail("g", 0);
-        // Reserved before an attempt that then succeeds.
-        r.fail("g", 10);
-        assert_eq!(r.locked("g", 10), Some(2));
-        r.forgive_one("g", 10);
-        assert_eq!(r.locked("g", 10), None);
-        // The count went back to one failure: the next one locks again.
-        r.fail("g", 11);
-        assert_eq!(r.locked("g", 11), Some(2));
+    fn limiter_state_survives_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (_db, store) = sled_cs::open_dir(dir.path()).unwrap();
+            let l = Limiter::new(store.limits.clone());
+            for _ in 0..6 {
+                l.fail(&LimitKey::PinUser("bob".into()), 100).unwrap();
+            }
+        }
+        let (_db, store) = sled_cs::open_dir(dir.path()).unwrap();
+        let l = Limiter::new(store.limits.clone());
+        assert_eq!(
+            l.locked(&[LimitKey::PinUser("bob".into())], 100).unwrap(),
+            Some(2)
+        );
+        assert_eq!(l.collect(10_000).unwrap(), 1);
     }
 }

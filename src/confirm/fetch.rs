@@ -8,6 +8,7 @@
 //! (so a user gets an answer within 15 s even from an RS that never answers),
 //! a cap on the body read, and no redirect followed at all.
 
+use crate::cheq::{Decision, DecisionAnswer};
 use oauth2::basic::BasicClient;
 use oauth2::{ClientId, ClientSecret, Scope, TokenResponse, TokenUrl};
 use reqwest::header;
@@ -59,14 +60,27 @@ impl FetchError {
     }
 }
 
-/// The RS's answer to a delivered decision (§6).
+/// The RS's answer to a delivered decision (§6), read into protocol words.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DecisionAnswer {
-    pub status: u16,
-    /// `status` for a 200, `error` otherwise.
-    pub code: String,
-    pub description: String,
+pub enum RsAnswer {
+    /// `200 {"status":"accepted"|"rejected"}`: recorded.
+    Recorded(DecisionAnswer),
+    /// `410`: the CHEQ expired before the decision arrived.
+    Expired,
+    /// `401`/`403`: our credentials were refused (worth trying again later).
+    Unauthorized { status: u16 },
+    /// Any other answer: the RS will not take this decision (400, 409, …).
+    Refused {
+        status: u16,
+        /// The `error` code, bounded and on one line.
+        error: String,
+        /// The RS's own `error_description`, bounded and on one line.
+        description: String,
+    },
 }
+
+/// Longest `error` or `error_description` kept from an RS's answer.
+pub const MAX_RS_WORDS: usize = 200;
 
 /// A client for one resource server.
 pub struct RsClient {
@@ -218,9 +232,9 @@ impl RsClient {
     pub async fn deliver(
         &self,
         resource_uri: &str,
-        decision: &str,
+        decision: Decision,
         document: &str,
-    ) -> Result<DecisionAnswer, FetchError> {
+    ) -> Result<RsAnswer, FetchError> {
         let sep = if resource_uri.contains('?') { '&' } else { '?' };
         let url = format!("{resource_uri}{sep}{decision}");
         let res = self
@@ -242,20 +256,25 @@ impl RsClient {
         }
         let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
         let text = |k: &str| {
-            json.get(k)
-                .and_then(|v| v.as_str())
-                .unwrap_or("")
-                .to_owned()
+            let t = json.get(k).and_then(|v| v.as_str()).unwrap_or("");
+            crate::text::snippet(t.as_bytes(), MAX_RS_WORDS)
         };
-        let code = if status == 200 {
-            text("status")
-        } else {
-            text("error")
-        };
-        Ok(DecisionAnswer {
-            status,
-            code,
-            description: text("error_description"),
+        Ok(match status {
+            200 => match DecisionAnswer::from_json(&json) {
+                Some(a) => RsAnswer::Recorded(a),
+                None => RsAnswer::Refused {
+                    status,
+                    error: "unreadable_answer".into(),
+                    description: format!("the answer names no decision: {}", text("status")),
+                },
+            },
+            410 => RsAnswer::Expired,
+            401 | 403 => RsAnswer::Unauthorized { status },
+            _ => RsAnswer::Refused {
+                status,
+                error: text("error"),
+                description: text("error_description"),
+            },
         })
     }
 }
@@ -277,6 +296,5 @@ async fn read_limited(mut res: reqwest::Response, limit: usize) -> Result<Vec<u8
 
 /// The start of a body, for an error message.
 fn snippet(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
-    crate::text::one_line(&text)
+    crate::text::snippet(body, 200)
 }

@@ -1,15 +1,15 @@
 //! Start-up of the confirmation server: keys, trust, database, state, and the
 //! listener (PROTOCOL.md §3, §9).
 
-use super::auth::{Accounts, RateLimiter, Sessions};
+use super::auth::{Limiter, LocalLogin, SessionService};
 use super::config::{ConfigError, CsConfig};
-use super::decide::Cs;
 use super::fetch::RsClient;
+use super::flow::{Cs, Deps};
 use super::registry::Registry;
-use super::routes::{configure, security_headers, CsState};
+use super::web::{configure, security_headers, CsState};
+use crate::httpkit::{spawn_periodic, COLLECT_EVERY};
 use crate::keyfile::{load_or_create_key, load_or_create_secret, KeyFileError};
-use crate::sign::{Jwks, TrustStore};
-use crate::store::records::Records;
+use crate::sign::TrustStore;
 use crate::time::{Clock, SystemClock};
 use actix_web::{web, App, HttpServer};
 use std::sync::Arc;
@@ -35,31 +35,6 @@ pub enum ServerError {
     Other(String),
 }
 
-async fn load_jwks(config: &CsConfig, index: usize) -> Result<Jwks, ServerError> {
-    let rs = &config.resource_servers[index];
-    let err = |message: String| ServerError::Jwks { index, message };
-    if let Some(file) = &rs.jwks {
-        let bytes = std::fs::read(file).map_err(|e| err(format!("{}: {e}", file.display())))?;
-        return Jwks::from_bytes(&bytes).map_err(|e| err(format!("{}: {e}", file.display())));
-    }
-    let uri = rs.jwks_uri.clone().unwrap_or_default();
-    let client = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(10))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| err(e.to_string()))?;
-    let res = client
-        .get(&uri)
-        .send()
-        .await
-        .map_err(|e| err(format!("{uri}: {e}")))?;
-    if !res.status().is_success() {
-        return Err(err(format!("{uri}: HTTP {}", res.status())));
-    }
-    let bytes = res.bytes().await.map_err(|e| err(format!("{uri}: {e}")))?;
-    Jwks::from_bytes(&bytes).map_err(|e| err(format!("{uri}: {e}")))
-}
-
 /// Opens everything the CS needs and builds its state.
 pub async fn build_state(
     config: &CsConfig,
@@ -74,7 +49,12 @@ pub async fn build_state(
     let mut trust = TrustStore::new();
     let mut clients = Vec::new();
     for (i, rs) in config.resource_servers.iter().enumerate() {
-        let jwks = load_jwks(config, i).await?;
+        let jwks = crate::httpkit::load_jwks(rs.jwks.as_deref(), rs.jwks_uri.as_deref())
+            .await
+            .map_err(|e| ServerError::Jwks {
+                index: i,
+                message: e.to_string(),
+            })?;
         trust
             .add_resource_server(&rs.origin, jwks)
             .map_err(|e| ServerError::Jwks {
@@ -108,39 +88,39 @@ pub async fn build_state(
         Some(s) => s.as_bytes().to_vec(),
         None => load_or_create_secret(&config.data_dir.join("session.secret"))?,
     };
-    let records = Records::open(db.clone()).map_err(|e| db_err(e.to_string()))?;
-    let accounts = Accounts::open(&db).map_err(|e| db_err(e.to_string()))?;
-    let sessions =
-        Sessions::open(&db, secret, config.session_ttl_secs).map_err(|e| db_err(e.to_string()))?;
-    let cs = Cs::new(
-        &db,
-        &config.public_url,
+    let store = crate::store::sled_cs::open(&db).map_err(|e| db_err(e.to_string()))?;
+    let sealer = super::seal::Sealer::new(
+        &config.data_dir.join("sealed"),
+        load_or_create_secret(&config.data_dir.join("evidence.secret"))?,
+    );
+    let cs = Arc::new(Cs::new(Deps {
+        public_url: config.public_url.clone(),
         key,
         trust,
         registry,
         clients,
-        records,
-        clock.clone(),
-        super::seal::Sealer::new(
-            &config.data_dir.join("sealed"),
-            load_or_create_secret(&config.data_dir.join("evidence.secret"))?,
-        ),
-    )
-    .map_err(|e| db_err(e.to_string()))?;
-    let cs = Arc::new(cs);
+        store: store.clone(),
+        clock,
+        sealer,
+    }));
+    let login = LocalLogin {
+        accounts: store.accounts.clone(),
+    };
+    let limiter = Limiter::new(store.limits.clone());
     let api = super::api::Api::new(
         cs.clone(),
-        accounts.clone(),
+        login.clone(),
         config.gateways.clone(),
         config.api_token_ttl_secs,
-        clock,
+        limiter.clone(),
     );
     Ok(web::Data::new(CsState {
         cs,
         api: web::Data::new(api),
-        accounts,
-        sessions,
-        login_limiter: RateLimiter::new(5, 2, 900),
+        accounts: store.accounts.clone(),
+        login,
+        sessions: SessionService::new(store.sessions.clone(), secret, config.session_ttl_secs),
+        limiter,
         start_path: config.start_path(),
         secure_cookies: config.is_https(),
     }))
@@ -200,21 +180,23 @@ pub fn start_background(state: &web::Data<CsState>, data_dir: &std::path::Path) 
         }
     });
     let st = state.clone();
-    let collector = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(3600));
-        loop {
-            tick.tick().await;
+    let collector = spawn_periodic("collecting expired state", COLLECT_EVERY, move || {
+        let st = st.clone();
+        async move {
             let now = st.cs.now().timestamp();
-            if let Ok(n) = st.sessions.collect_expired(now) {
-                if n > 0 {
-                    log::info!("collected {n} expired sessions");
-                }
-            }
-            match st.cs.collect_entries(48 * 3600) {
-                Ok(n) if n > 0 => log::info!("collected {n} old confirmation entries"),
-                Err(e) => log::warn!("collecting old entries: {e}"),
-                _ => {}
-            }
+            let sessions = st
+                .sessions
+                .collect_expired(now)
+                .map_err(|e| e.to_string())?;
+            let entries = st
+                .cs
+                .collect_entries(48 * 3600)
+                .map_err(|e| e.to_string())?;
+            let limits = st
+                .limiter
+                .collect(now - 24 * 3600)
+                .map_err(|e| e.to_string())?;
+            Ok(sessions + entries + limits)
         }
     });
     Background {

@@ -77,11 +77,17 @@ fn param_view(index: usize, p: &Parameter) -> ParamView {
     }
 }
 
-/// The origin (scheme://host[:port]) of a URI.
-pub fn origin_of(uri: &str) -> String {
-    url::Url::parse(uri)
-        .map(|u| u.origin().ascii_serialization())
-        .unwrap_or_else(|_| uri.to_owned())
+pub use crate::cheq::uri::origin_of;
+
+/// A short word for a delivery state, as pages and the API say it.
+pub fn delivery_label(d: &crate::store::cs::Delivery) -> &'static str {
+    use crate::store::cs::Delivery;
+    match d {
+        Delivery::Pending { .. } => "delivery pending",
+        Delivery::Delivered { .. } => "delivered",
+        Delivery::Refused { .. } => "refused by the resource server",
+        Delivery::Expired { .. } => "not delivered: expired",
+    }
 }
 
 impl CheqView {

@@ -28,7 +28,6 @@
 //! collect only with `now` taken from the same clock.
 
 pub mod cs;
-pub mod records;
 pub mod sled_cs;
 mod sled_store;
 

@@ -17,7 +17,7 @@ use cheq::confirm::{CsConfig, CsState};
 use cheq::keyfile::load_or_create_key;
 use cheq::resource::{agent, InvokeOutcome, RsConfig, RsState};
 use cheq::sign::{b64, Jwks, SigningKey, TrustStore};
-use cheq::store::records::DecisionRecord;
+use cheq::store::cs::DecisionRecord;
 use cheq::time::{Clock, ManualClock, SystemClock};
 use serde_json::{json, Map, Value};
 use std::io::{Read, Write};

@@ -1,0 +1,193 @@
+//! Voice gateways and the user tokens they hold (PROTOCOL.md §10): a gateway
+//! authenticates with HTTP Basic; with a user's name and voice PIN it gets a
+//! short-lived token that stands for that user (`amr` `["pin"]`) and that
+//! gateway. [`ApiUser`] is the extractor of the user a request's bearer token
+//! stands for.
+
+use super::{json_error, Api};
+use crate::confirm::auth::{dummy_hash, identity_of, verify_secret, LimitKey};
+use crate::confirm::config::GatewayConfig;
+use crate::confirm::flow::CsError;
+use crate::httpkit::{authorization, parse_basic, parse_bearer, JsonError};
+use crate::store::cs::Identity;
+use actix_web::dev::Payload;
+use actix_web::http::StatusCode;
+use actix_web::{web, FromRequest, HttpRequest};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::future::{ready, Ready};
+use std::sync::Mutex;
+
+/// A user token issued to a gateway.
+#[derive(Debug, Clone)]
+struct ApiToken {
+    identity: Identity,
+    gateway: String,
+    expires: i64,
+}
+
+/// Issued user tokens, by the SHA-256 of the token.
+#[derive(Debug, Default)]
+pub struct Tokens {
+    tokens: Mutex<HashMap<[u8; 32], ApiToken>>,
+}
+
+fn invalid_client() -> JsonError {
+    JsonError::new(
+        StatusCode::UNAUTHORIZED,
+        "invalid_client",
+        "gateway authentication failed",
+    )
+    .with_challenge("Basic realm=\"cheq\"")
+}
+
+fn invalid_token(d: &str) -> JsonError {
+    JsonError::new(StatusCode::UNAUTHORIZED, "invalid_token", d)
+        .with_challenge("Bearer realm=\"cheq\", error=\"invalid_token\"")
+}
+
+/// The form of `POST /api/v1/token`. Its `Debug` hides the PIN.
+#[derive(serde::Deserialize)]
+pub struct TokenForm {
+    pub username: Option<String>,
+    pub pin: Option<String>,
+}
+
+impl std::fmt::Debug for TokenForm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenForm")
+            .field("username", &self.username)
+            .field("pin", &"<redacted>")
+            .finish()
+    }
+}
+
+fn gateway_hash<'a>(gateways: &'a [GatewayConfig], id: &str) -> Option<&'a str> {
+    gateways
+        .iter()
+        .find(|g| g.client_id == id)
+        .map(|g| g.secret_hash.as_str())
+}
+
+impl Api {
+    /// Checks the gateway's HTTP Basic credentials; returns its client id.
+    async fn gateway(&self, authorization: Option<&str>) -> Result<String, JsonError> {
+        let (id, secret) = parse_basic(authorization).map_err(|_| invalid_client())?;
+        let hash = gateway_hash(&self.gateways, &id).map(str::to_owned);
+        let now = self.cs.now().timestamp();
+        let checked = self
+            .limiter
+            .guarded(&[LimitKey::Gateway(id.clone())], now, move || {
+                let ok = match &hash {
+                    Some(h) => verify_secret(&secret, h),
+                    None => {
+                        verify_secret(&secret, dummy_hash());
+                        false
+                    }
+                };
+                Ok(ok.then_some(()))
+            })
+            .await
+            .map_err(json_error)?;
+        if checked.is_none() {
+            log::info!(
+                "raw API: failed gateway authentication for {:?}",
+                crate::text::one_line(&id)
+            );
+            return Err(invalid_client());
+        }
+        Ok(id)
+    }
+
+    /// `POST /api/v1/token`.
+    pub(super) async fn issue(
+        &self,
+        authorization: Option<&str>,
+        form: TokenForm,
+    ) -> Result<Value, JsonError> {
+        let gateway = self.gateway(authorization).await?;
+        let username = form.username.as_deref().unwrap_or("").trim().to_owned();
+        let pin = form.pin.unwrap_or_default();
+        if username.is_empty() || pin.is_empty() {
+            return Err(JsonError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "the fields username and pin are required",
+            ));
+        }
+        let now = self.cs.now().timestamp();
+        let keys = [
+            LimitKey::PinUser(username.clone()),
+            LimitKey::Gateway(gateway.clone()),
+        ];
+        let login = self.login.clone();
+        let u = username.clone();
+        let account = self
+            .limiter
+            .guarded(&keys, now, move || login.check_pin(&u, &pin))
+            .await
+            .map_err(json_error)?;
+        let Some(account) = account else {
+            log::info!(
+                "raw API: failed PIN for {:?} via {:?}",
+                crate::text::one_line(&username),
+                crate::text::one_line(&gateway)
+            );
+            return Err(JsonError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_grant",
+                "the user name or PIN is wrong",
+            ));
+        };
+        let token = crate::sign::b64::encode(rand::random::<[u8; 32]>());
+        let entry = ApiToken {
+            identity: identity_of(&account, "pin", now),
+            gateway,
+            expires: now + self.token_ttl,
+        };
+        if let Ok(mut tokens) = self.tokens.tokens.lock() {
+            tokens.retain(|_, t| t.expires > now);
+            tokens.insert(Sha256::digest(token.as_bytes()).into(), entry);
+        }
+        Ok(json!({"access_token": token, "token_type": "Bearer", "expires_in": self.token_ttl}))
+    }
+
+    /// The user a bearer token stands for.
+    fn user(&self, authorization: Option<&str>) -> Result<Identity, JsonError> {
+        let token = parse_bearer(authorization)
+            .map_err(|_| invalid_token("a bearer token from /api/v1/token is required"))?;
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let found = self
+            .tokens
+            .tokens
+            .lock()
+            .ok()
+            .and_then(|t| t.get(&key).cloned());
+        match found {
+            Some(t) if t.expires > self.cs.now().timestamp() => {
+                log::debug!("raw API call by {} via {}", t.identity.sub, t.gateway);
+                Ok(t.identity)
+            }
+            Some(_) => Err(invalid_token("the token has expired")),
+            None => Err(invalid_token("the token is unknown")),
+        }
+    }
+}
+
+/// The user a request's bearer token stands for (§10).
+#[derive(Debug, Clone)]
+pub struct ApiUser(pub Identity);
+
+impl FromRequest for ApiUser {
+    type Error = JsonError;
+    type Future = Ready<Result<Self, JsonError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let user = match req.app_data::<web::Data<Api>>() {
+            Some(api) => api.user(authorization(req)).map(ApiUser),
+            None => Err(json_error(CsError::Internal("no API state".into()))),
+        };
+        ready(user)
+    }
+}

@@ -1,0 +1,311 @@
+//! The raw API for voice gateways (PROTOCOL.md §10): JSON in and out, a thin
+//! front end over the same flow as the pages ([`crate::confirm::flow`]).
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /api/v1/token` | gateway (HTTP Basic) + `username` + `pin` → a short-lived user token |
+//! | `POST /api/v1/confirmations` | `{"resource uri"}` → `201` and a confirmation view |
+//! | `GET /api/v1/confirmations/{id}` | the confirmation view |
+//! | `POST /api/v1/confirmations/{id}/decision` | `{"decision","collected","acknowledge_warnings","view"}` |
+//!
+//! Errors are [`JsonError`]s; a flow error gets its status from the one table
+//! of [`crate::confirm::status`] ([`json_error`]). A token stands for one user
+//! and one gateway ([`ApiUser`]); a user only ever sees and decides
+//! confirmations whose subject is theirs (403). Failed attempts are limited
+//! per user and per gateway (429 + `Retry-After`).
+
+mod gateway;
+mod views;
+
+pub use gateway::{ApiUser, TokenForm, Tokens};
+pub use views::{decided_status, open_view};
+
+use crate::cheq::{Channel, Decision};
+use crate::confirm::auth::{Limiter, LocalLogin};
+use crate::confirm::config::GatewayConfig;
+use crate::confirm::flow::{Collected, Cs, CsError, DecideError, Decided, DecisionRequest};
+use crate::httpkit::{authorization, json_resource, JsonError};
+use crate::store::cs::{Delivery, Refusal};
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, HttpRequest, HttpResponse};
+use indexmap::IndexMap;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// Largest JSON body read.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// The JSON error of a flow error: status and code from the one table.
+pub fn json_error(e: CsError) -> JsonError {
+    let (status, code) = crate::confirm::status::of(&e);
+    let description = match &e {
+        CsError::Internal(detail) => {
+            log::error!("internal error: {}", crate::text::one_line(detail));
+            "internal error".to_owned()
+        }
+        e => e.to_string(),
+    };
+    let mut err = JsonError::new(status, code, description);
+    if let CsError::TooManyAttempts { retry_after } = e {
+        err.retry_after = Some(retry_after);
+    }
+    err
+}
+
+fn bad(description: impl Into<String>) -> JsonError {
+    JsonError::new(StatusCode::BAD_REQUEST, "invalid_request", description)
+}
+
+/// The raw API's state: gateways, tokens, limiter.
+pub struct Api {
+    cs: Arc<Cs>,
+    login: LocalLogin,
+    gateways: Vec<GatewayConfig>,
+    tokens: Tokens,
+    token_ttl: i64,
+    limiter: Limiter,
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Api").finish_non_exhaustive()
+    }
+}
+
+impl Api {
+    pub fn new(
+        cs: Arc<Cs>,
+        login: LocalLogin,
+        gateways: Vec<GatewayConfig>,
+        token_ttl: i64,
+        limiter: Limiter,
+    ) -> Self {
+        Api {
+            cs,
+            login,
+            gateways,
+            tokens: Tokens::default(),
+            token_ttl,
+            limiter,
+        }
+    }
+}
+
+/// Registers the raw API's routes.
+pub fn configure(cfg: &mut web::ServiceConfig, api: web::Data<Api>) {
+    cfg.app_data(api)
+        .service(json_resource("/api/v1/token").route(web::post().to(token)))
+        .service(json_resource("/api/v1/confirmations").route(web::post().to(create)))
+        .service(json_resource("/api/v1/confirmations/{id}").route(web::get().to(get)))
+        .service(
+            json_resource("/api/v1/confirmations/{id}/decision").route(web::post().to(decide)),
+        );
+}
+
+fn parse_json(body: &[u8]) -> Result<Value, JsonError> {
+    if body.len() > MAX_BODY {
+        return Err(json_error(CsError::PayloadTooLarge));
+    }
+    let v = crate::cheq::json::parse_value(body, MAX_BODY)
+        .map_err(|e| bad(format!("the body is not acceptable JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(bad("the body must be a JSON object"));
+    }
+    Ok(v)
+}
+
+async fn token(
+    api: web::Data<Api>,
+    req: HttpRequest,
+    body: web::Bytes,
+) -> Result<HttpResponse, JsonError> {
+    if body.len() > MAX_BODY {
+        return Err(json_error(CsError::PayloadTooLarge));
+    }
+    let form: TokenForm = serde_urlencoded::from_bytes(&body).map_err(|e| {
+        bad(format!(
+            "the body must be application/x-www-form-urlencoded: {e}"
+        ))
+    })?;
+    let answer = api.issue(authorization(&req), form).await?;
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(answer))
+}
+
+async fn view(api: &Api, id: &str, who: &ApiUser) -> Result<Value, JsonError> {
+    Ok(match api.cs.load(id, &who.0).await.map_err(json_error)? {
+        crate::confirm::flow::Loaded::Open(open) => open_view(id, &open.view),
+        crate::confirm::flow::Loaded::Decided(r) => views::decided_view(id, &r),
+    })
+}
+
+async fn create(
+    api: web::Data<Api>,
+    who: ApiUser,
+    body: web::Bytes,
+) -> Result<HttpResponse, JsonError> {
+    let body = parse_json(&body)?;
+    let uri = body
+        .get("resource uri")
+        .and_then(Value::as_str)
+        .filter(|s| !s.trim().is_empty())
+        .ok_or_else(|| bad("the member \"resource uri\" (a string) is required"))?;
+    let id = api.cs.start(uri).map_err(json_error)?;
+    let view = view(&api, &id, &who).await?;
+    Ok(HttpResponse::Created()
+        .insert_header((header::LOCATION, format!("/api/v1/confirmations/{id}")))
+        .json(view))
+}
+
+async fn get(
+    api: web::Data<Api>,
+    who: ApiUser,
+    id: web::Path<String>,
+) -> Result<HttpResponse, JsonError> {
+    let view = view(&api, &id, &who).await?;
+    Ok(HttpResponse::Ok().json(view))
+}
+
+/// The body of a decision: `decision`, `collected`, `acknowledge_warnings`,
+/// `view`.
+fn decision_request(body: &Value) -> Result<DecisionRequest, JsonError> {
+    let decision = body
+        .get("decision")
+        .and_then(Value::as_str)
+        .and_then(Decision::parse)
+        .ok_or_else(|| bad("\"decision\" must be \"accept\" or \"reject\""))?;
+    let mut collected = IndexMap::new();
+    match body.get("collected") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(m)) => {
+            for (k, v) in m {
+                let v = v
+                    .as_str()
+                    .ok_or_else(|| bad(format!("collected \"{k}\" must be a string")))?;
+                collected.insert(k.clone(), v.to_owned());
+            }
+        }
+        Some(_) => return Err(bad("\"collected\" must be an object")),
+    }
+    let warnings_acknowledged = body
+        .get("acknowledge_warnings")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let view_digest = match body.get("view") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(d)) => Some(d.clone()),
+        Some(_) => return Err(bad("\"view\" must be a string")),
+    };
+    Ok(DecisionRequest {
+        decision,
+        channel: Channel::Voice,
+        view_digest,
+        collected: Collected::ByName(collected),
+        warnings_acknowledged,
+    })
+}
+
+async fn decide(
+    api: web::Data<Api>,
+    who: ApiUser,
+    id: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, JsonError> {
+    let body = parse_json(&body)?;
+    let request = decision_request(&body)?;
+    let asked = request.decision;
+    match api.cs.decide(&id, &who.0, request).await {
+        Ok(Decided { record, earlier }) => {
+            api.cs.wake();
+            let answer = json!({
+                "status": decided_status(&record),
+                "decided_at": views::rfc3339(record.decided_at),
+                "delivery": views::delivery_word(&record.delivery),
+            });
+            if let Delivery::Refused { refusal, .. } = &record.delivery {
+                // Never "accepted" for something the RS will not carry out.
+                let reason = match refusal {
+                    Refusal::ResourceServer { error, .. } => error.as_str(),
+                    Refusal::Unregistered => "the resource server is no longer registered",
+                    Refusal::Unsealable => "the sealed decision could not be opened",
+                };
+                return Err(JsonError::new(
+                    StatusCode::CONFLICT,
+                    "refused_by_resource_server",
+                    format!("the resource server refused the decision: {reason}"),
+                )
+                .with_extra(json!({
+                    "decision": record.decision,
+                    "decided_at": views::rfc3339(record.decided_at),
+                    "delivery": views::delivery_word(&record.delivery),
+                })));
+            }
+            if earlier && record.decision != asked {
+                return Err(JsonError::new(
+                    StatusCode::CONFLICT,
+                    "already_decided",
+                    format!("this confirmation was already decided: {}", record.decision),
+                )
+                .with_extra(answer));
+            }
+            Ok(HttpResponse::Ok().json(answer))
+        }
+        Err(DecideError::Other(e)) => Err(json_error(e)),
+        Err(DecideError::Input { problems, .. }) => {
+            let code = if problems.warnings_unacknowledged {
+                "warnings_not_acknowledged"
+            } else {
+                "invalid_input"
+            };
+            let mut lines: Vec<String> = problems
+                .fields
+                .iter()
+                .map(|(k, m)| format!("{k}: {m}"))
+                .collect();
+            let mut list: Vec<Value> = problems
+                .fields
+                .iter()
+                .map(|(k, m)| json!({"parameter": k, "problem": m}))
+                .collect();
+            if problems.warnings_unacknowledged {
+                let m = "this request carries warnings: confirm that you have read them before accepting";
+                lines.push(format!("{m} (send \"acknowledge_warnings\": true)"));
+                list.push(json!({"parameter": null, "problem": m}));
+            }
+            Err(
+                JsonError::new(StatusCode::UNPROCESSABLE_ENTITY, code, lines.join("; "))
+                    .with_extra(json!({ "problems": list })),
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::ResponseError;
+
+    #[test]
+    fn every_error_maps_to_a_json_status_without_internals() {
+        for (e, status) in crate::confirm::status::every_error() {
+            let api = json_error(e.clone());
+            assert_eq!(api.status.as_u16(), status, "{api}");
+            assert!(!api.description.contains("sled exploded"));
+            let res = api.error_response();
+            assert_eq!(
+                res.headers().get("content-type").unwrap(),
+                "application/json"
+            );
+        }
+        let limited = json_error(CsError::TooManyAttempts { retry_after: 3 });
+        assert_eq!(
+            limited
+                .error_response()
+                .headers()
+                .get("retry-after")
+                .unwrap(),
+            "3"
+        );
+    }
+}

@@ -1,0 +1,248 @@
+//! The decision (PROTOCOL.md §5, §6, §8): check what the user decided on
+//! against what they were shown, countersign once per (RS origin, nonce),
+//! seal private values, store the record durably, then deliver at once within
+//! the page deadline (the worker of [`super::deliver`] takes over after).
+//!
+//! A nonce is countersigned at most once: decisions on one record key are
+//! serialised by a striped lock, the store's compare-and-set claim is the
+//! final word (it holds across processes), and the record is durable before
+//! anything is delivered.
+
+use super::inputs::{validate_collected, Collected, InputProblems};
+use super::{owned, stripe, Cs, CsError, Open, PAGE_DEADLINE};
+use crate::cheq::{Channel, Decision};
+use crate::confirm::seal::collected_digests;
+use crate::confirm::view::CheqView;
+use crate::sign::{countersign, CountersignError, DecisionInput};
+use crate::store::cs::{Claim, DecisionRecord, Delivery, Identity, RecordKey};
+use indexmap::IndexMap;
+use std::sync::Arc;
+
+/// What the user decided, and how.
+#[derive(Debug, Clone)]
+pub struct DecisionRequest {
+    pub decision: Decision,
+    pub channel: Channel,
+    /// The `cheq_view` digest of the view the user decided on, when the
+    /// front end knows it (the HTML form carries it).
+    pub view_digest: Option<String>,
+    pub collected: Collected,
+    /// The user took the extra step that accepting despite warnings needs.
+    pub warnings_acknowledged: bool,
+}
+
+/// The outcome of a decision request.
+#[derive(Debug, Clone)]
+pub struct Decided {
+    pub record: DecisionRecord,
+    /// True when the record key had been decided before: nothing new was signed.
+    pub earlier: bool,
+}
+
+/// Why a decision could not be made.
+#[derive(Debug)]
+pub enum DecideError {
+    /// Values the user typed are not acceptable: the page is shown again,
+    /// from what was shown before (no second fetch, no new verification).
+    Input {
+        problems: InputProblems,
+        open: Arc<Open>,
+    },
+    Other(CsError),
+}
+
+impl From<CsError> for DecideError {
+    fn from(e: CsError) -> Self {
+        DecideError::Other(e)
+    }
+}
+
+/// The text shown on `channel` and its digest (`cheq_view`).
+fn shown(view: &CheqView, channel: Channel) -> (&str, &str) {
+    match channel {
+        Channel::Voice => (&view.voice_text, &view.voice_digest),
+        Channel::Html | Channel::Api => (&view.text, &view.digest),
+    }
+}
+
+fn earlier(record: DecisionRecord, who: &Identity) -> Result<Decided, CsError> {
+    Ok(Decided {
+        record: owned(record, who)?,
+        earlier: true,
+    })
+}
+
+impl Cs {
+    /// Decides: checks the decision against what was shown, countersigns
+    /// once, records durably, then delivers. Returns the record (its
+    /// delivery state says whether the RS has it yet).
+    pub async fn decide(
+        self: &Arc<Self>,
+        id: &str,
+        who: &Identity,
+        request: DecisionRequest,
+    ) -> Result<Decided, DecideError> {
+        let entry = self.entry(id)?;
+        if let Some(record) = self.earlier(&entry.resource_uri, None)? {
+            return Ok(earlier(record, who)?);
+        }
+        let open = self.shown(id, &entry).await?;
+        let verified = open.verified();
+        if !who.is(&verified.fields().subject) {
+            return Err(CsError::WrongUser {
+                subject: verified.fields().subject.clone(),
+                user: who.sub.clone(),
+            }
+            .into());
+        }
+        let (_, digest) = shown(&open.view, request.channel);
+        if request.view_digest.as_deref().is_some_and(|d| d != digest) {
+            return Err(CsError::Changed.into());
+        }
+        let by_name = request.collected.by_name(verified);
+        let collected = match validate_collected(verified, request.decision, &by_name) {
+            Ok(c) => c,
+            Err(problems) => return Err(DecideError::Input { problems, open }),
+        };
+        if request.decision == Decision::Accept
+            && !open.view.warnings.is_empty()
+            && !request.warnings_acknowledged
+        {
+            let problems = InputProblems {
+                fields: Vec::new(),
+                warnings_unacknowledged: true,
+            };
+            return Err(DecideError::Input { problems, open });
+        }
+        // Signing and the flushed record run off the async worker.
+        let cs = self.clone();
+        let who2 = who.clone();
+        let open2 = open.clone();
+        let decided = tokio::task::spawn_blocking(move || {
+            cs.sign_and_record(&open2, &entry.resource_uri, &who2, &request, collected)
+        })
+        .await
+        .map_err(|_| CsError::Internal("the signing task failed".into()))??;
+        self.forget(id);
+        if decided.earlier || !decided.record.delivery.is_pending() {
+            return Ok(decided);
+        }
+        // The user hears back within the page deadline; a slower RS is left
+        // to the worker (the record says "delivery pending").
+        let key = decided.record.key();
+        let record = match tokio::time::timeout(PAGE_DEADLINE, self.deliver(&key)).await {
+            Ok(Some(r)) => r,
+            _ => self
+                .store
+                .records
+                .get(&key)
+                .ok()
+                .flatten()
+                .unwrap_or(decided.record),
+        };
+        Ok(Decided {
+            record,
+            earlier: false,
+        })
+    }
+
+    /// Countersigns and stores the record, once per record key.
+    fn sign_and_record(
+        &self,
+        open: &Open,
+        resource_uri: &str,
+        who: &Identity,
+        request: &DecisionRequest,
+        collected: Option<IndexMap<String, String>>,
+    ) -> Result<Decided, DecideError> {
+        let verified = open.verified();
+        let view = &open.view;
+        let key = RecordKey::new(&view.resource_origin, &verified.fields().nonce);
+        let record_id = key.id();
+        let _guard = self.locks[stripe(&record_id)]
+            .lock()
+            .map_err(|_| CsError::Internal("lock poisoned".into()))?;
+        if let Some(record) = self.store.records.get(&key).map_err(CsError::from)? {
+            // A double click, a second tab, a replayed form: no second signature.
+            return Ok(earlier(record, who)?);
+        }
+        let now = self.clock.now();
+        let document = countersign(
+            verified,
+            &self.key,
+            DecisionInput {
+                decision: request.decision,
+                sub: &who.sub,
+                also_known_as: &who.also_known_as,
+                auth_time: who.auth_time,
+                amr: &who.amr,
+                channel: request.channel,
+                view_text: shown(view, request.channel).0,
+                collected: collected.clone(),
+            },
+            now,
+        )
+        .map_err(|e| match e {
+            CountersignError::Expired(at) => CsError::Expired(at),
+            CountersignError::SubjectMismatch { subject, user } => {
+                CsError::WrongUser { subject, user }
+            }
+            e => CsError::BadRequest(e.to_string()),
+        })?;
+        // §8: a sensitive value is never written in clear, even before delivery.
+        let sensitive =
+            collected.as_ref().is_some_and(|c| {
+                verified.cheq().parameters.iter().any(|p| {
+                    p.input.as_ref().is_some_and(|i| i.sensitive) && c.contains_key(&p.name)
+                })
+            });
+        let collected_hmac = collected
+            .as_ref()
+            .map(|c| collected_digests(self.sealer.evidence_key(), c))
+            .unwrap_or_default();
+        let document = if sensitive {
+            self.sealer
+                .seal(&record_id, &document)
+                .map_err(|e| CsError::Internal(e.to_string()))?
+        } else {
+            document
+        };
+        let record = DecisionRecord {
+            sealed: sensitive,
+            collected_hmac,
+            nonce: key.nonce,
+            user: who.sub.clone(),
+            resource_uri: resource_uri.to_owned(),
+            resource_origin: key.origin,
+            operation: view.operation.clone(),
+            operation_name: view.operation_name.clone(),
+            decision: request.decision,
+            channel: request.channel,
+            decided_at: now.timestamp(),
+            expires: verified.fields().expires.timestamp(),
+            document,
+            delivery: Delivery::Pending {
+                attempts: 0,
+                // The immediate delivery goes first: this is its lease.
+                next_try: now.timestamp() + 15,
+                last_error: None,
+            },
+        };
+        match self.store.records.claim(&record).map_err(CsError::from)? {
+            Claim::Fresh => {
+                log::info!(
+                    "{} decided {} on {} ({})",
+                    crate::text::one_line(&record.user),
+                    record.decision,
+                    crate::text::one_line(&record.operation_name),
+                    record.resource_origin
+                );
+                Ok(Decided {
+                    record,
+                    earlier: false,
+                })
+            }
+            Claim::Existing(old) => Ok(earlier(*old, who)?),
+        }
+    }
+}

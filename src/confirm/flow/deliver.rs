@@ -1,0 +1,301 @@
+//! Delivery of decisions (PROTOCOL.md §6): a decision the user made is never
+//! lost. Each attempt turns the RS's answer into the next [`Delivery`] state:
+//!
+//! | answer | next state |
+//! |---|---|
+//! | `200` | `Delivered` (the decision the RS recorded) |
+//! | `410`, or no answer after expiry | `Expired` |
+//! | `401`/`403`, no answer, `5xx` | `Pending`, next try after a back-off (1 s doubling, at most 30 s) |
+//! | any other answer | `Refused` (the RS's status and words, kept as its words) |
+//!
+//! The worker leases due deliveries from the store (so that two workers, or
+//! the immediate delivery and the worker, never deliver one decision at
+//! once), and runs across restarts. When a sealed document's delivery is
+//! final, the record keeps redacted evidence only and the key is shredded
+//! (§8).
+
+use super::{stripe, Cs};
+use crate::confirm::fetch::RsAnswer;
+use crate::confirm::seal::redact;
+use crate::sign::verify::CLOCK_SKEW_SECS;
+use crate::store::cs::{DecisionRecord, Delivery, RecordKey, Refusal};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest wait between two delivery attempts.
+pub const MAX_BACKOFF_SECS: i64 = 30;
+/// Deliveries the worker starts at once (the rest wait for the next round).
+const MAX_DELIVERIES_PER_ROUND: usize = 32;
+/// How long a leased delivery is the worker's alone.
+pub const LEASE_SECS: i64 = 30;
+
+/// Seconds before the next delivery attempt: 1, 2, 4, … capped at 30.
+pub fn backoff(attempts: u32) -> i64 {
+    (1i64 << attempts.min(5)).min(MAX_BACKOFF_SECS)
+}
+
+/// The state after an attempt that got `answer` at `now` (`late`: the CHEQ
+/// expired more than the clock skew ago).
+pub fn next_state(
+    answer: Result<RsAnswer, String>,
+    attempts: u32,
+    now: i64,
+    late: bool,
+) -> Delivery {
+    let retry = |error: String| Delivery::Pending {
+        attempts: attempts + 1,
+        next_try: now + backoff(attempts + 1),
+        last_error: Some(error),
+    };
+    match answer {
+        Ok(RsAnswer::Recorded(a)) => Delivery::Delivered {
+            decision: a.decision,
+            at: now,
+        },
+        Ok(RsAnswer::Expired) => Delivery::Expired { at: now },
+        _ if late => Delivery::Expired { at: now },
+        Ok(RsAnswer::Unauthorized { status }) => {
+            retry(format!("HTTP {status}: our credentials were refused"))
+        }
+        Ok(RsAnswer::Refused {
+            status,
+            error,
+            description,
+        }) => Delivery::Refused {
+            refusal: Refusal::ResourceServer {
+                status,
+                error,
+                description,
+            },
+            at: now,
+        },
+        Err(e) => retry(e),
+    }
+}
+
+impl Cs {
+    /// One delivery attempt of a pending decision; returns the updated record.
+    pub async fn deliver(self: &Arc<Self>, key: &RecordKey) -> Option<DecisionRecord> {
+        let id = key.id();
+        // One delivery of a decision at a time in this process (the store's
+        // lease covers other processes).
+        let _guard = self.delivery_locks[stripe(&id)].lock().await;
+        let record = self.store.records.get(key).ok().flatten()?;
+        let Delivery::Pending { attempts, .. } = record.delivery else {
+            return Some(record);
+        };
+        let now = self.clock.now().timestamp();
+        let document = if record.sealed {
+            match self.sealer.open(&id, &record.document) {
+                Ok(d) => d,
+                Err(e) => {
+                    log::error!("decision on {}: {e}", record.resource_origin);
+                    let refused = Delivery::Refused {
+                        refusal: Refusal::Unsealable,
+                        at: now,
+                    };
+                    return self.finish_blocking(record, refused, None).await;
+                }
+            }
+        } else {
+            record.document.clone()
+        };
+        // Past expiry one more try is still made: the RS may have recorded
+        // the decision before a crash here lost the word of it, and then it
+        // answers the same again.
+        let late = now > record.expires + CLOCK_SKEW_SECS;
+        let Ok(rs) = self.registry.find(&record.resource_uri) else {
+            let gone = Delivery::Refused {
+                refusal: Refusal::Unregistered,
+                at: now,
+            };
+            return self.finish_blocking(record, gone, Some(document)).await;
+        };
+        let client = self.clients.get(rs)?;
+        let answer = client
+            .deliver(&record.resource_uri, record.decision, &document)
+            .await
+            .map_err(|e| e.to_string());
+        let now = self.clock.now().timestamp();
+        let delivery = next_state(answer, attempts, now, late);
+        match &delivery {
+            Delivery::Pending { last_error, .. } => log::warn!(
+                "delivery to {} pending: {}",
+                record.resource_origin,
+                last_error.as_deref().unwrap_or("")
+            ),
+            other => log::info!("delivery to {}: {other:?}", record.resource_origin),
+        }
+        self.finish_blocking(record, delivery, Some(document)).await
+    }
+
+    /// [`Cs::finish`] off the async worker (it flushes).
+    async fn finish_blocking(
+        self: &Arc<Self>,
+        record: DecisionRecord,
+        delivery: Delivery,
+        clear: Option<String>,
+    ) -> Option<DecisionRecord> {
+        let cs = self.clone();
+        tokio::task::spawn_blocking(move || cs.finish(record, delivery, clear.as_deref()))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Stores a new delivery state. When it is final and the document was
+    /// sealed, the record keeps redacted evidence only and the key is then
+    /// shredded (§8).
+    fn finish(
+        &self,
+        mut record: DecisionRecord,
+        delivery: Delivery,
+        clear: Option<&str>,
+    ) -> Option<DecisionRecord> {
+        let done = !delivery.is_pending();
+        record.delivery = delivery;
+        if done && record.sealed {
+            // The redacted record is made durable first, then the key goes;
+            // a crash in between leaves a key whose record no longer needs
+            // it, which `sweep_keys` deletes at the next start.
+            record.document = match clear {
+                Some(d) => redact(self.sealer.evidence_key(), d, &record.collected_hmac),
+                None => "{\"redacted\":\"the sealed document could not be opened\"}".to_owned(),
+            };
+            record.sealed = false;
+            if let Err(e) = self.store.records.update(&record, true) {
+                log::error!("cannot store a delivery state: {e}");
+                return None;
+            }
+            if let Err(e) = self.sealer.shred(&record.key().id()) {
+                log::error!("cannot delete a sealed-document key: {e}");
+            }
+            return Some(record);
+        }
+        // A lost "delivered" is harmless (the next start delivers the same
+        // bytes again and the RS answers the same), so it is not flushed; a
+        // still-pending state is worth keeping.
+        match self.store.records.update(&record, !done) {
+            Ok(()) => Some(record),
+            Err(e) => {
+                log::error!("cannot store a delivery state: {e}");
+                None
+            }
+        }
+    }
+
+    /// Deletes sealed-document keys whose records no longer need them (left
+    /// by a crash between storing redacted evidence and deleting the key).
+    pub fn sweep_keys(&self) -> Result<usize, super::CsError> {
+        // Usually there is no key at all: then no record needs reading.
+        if !self.sealer.has_keys() {
+            return Ok(0);
+        }
+        let keep: Vec<String> = self
+            .store
+            .records
+            .sealed()?
+            .iter()
+            .map(RecordKey::id)
+            .collect();
+        Ok(self.sealer.sweep(&keep))
+    }
+
+    /// Wakes the delivery worker.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Delivers pending decisions whose time has come, forever: started with
+    /// the server, so decisions left pending by a previous run go out too.
+    pub async fn run_deliveries(self: Arc<Self>) {
+        loop {
+            let now = self.clock.now().timestamp();
+            let due = self
+                .store
+                .records
+                .lease_due(now, LEASE_SECS, MAX_DELIVERIES_PER_ROUND)
+                .unwrap_or_else(|e| {
+                    log::warn!("reading the delivery outbox: {e}");
+                    Vec::new()
+                });
+            let tasks: Vec<_> = due
+                .into_iter()
+                .map(|record| {
+                    let cs = self.clone();
+                    tokio::spawn(async move { cs.deliver(&record.key()).await })
+                })
+                .collect();
+            for t in tasks {
+                let _ = t.await;
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.wake.notified()).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cheq::{Decision, DecisionAnswer};
+
+    #[test]
+    fn backoff_is_capped_at_30_seconds() {
+        assert_eq!(
+            (1..=8).map(backoff).collect::<Vec<_>>(),
+            [2, 4, 8, 16, 30, 30, 30, 30]
+        );
+        assert_eq!(backoff(0), 1);
+    }
+
+    #[test]
+    fn every_answer_has_its_next_state() {
+        let accepted = RsAnswer::Recorded(DecisionAnswer {
+            decision: Decision::Accept,
+        });
+        assert_eq!(
+            next_state(Ok(accepted.clone()), 0, 100, false),
+            Delivery::Delivered {
+                decision: Decision::Accept,
+                at: 100
+            }
+        );
+        // A late answer that says "recorded" is still delivered.
+        assert!(matches!(
+            next_state(Ok(accepted), 3, 100, true),
+            Delivery::Delivered { .. }
+        ));
+        assert_eq!(
+            next_state(Ok(RsAnswer::Expired), 0, 100, false),
+            Delivery::Expired { at: 100 }
+        );
+        assert_eq!(
+            next_state(Err("refused".into()), 2, 100, false),
+            Delivery::Pending {
+                attempts: 3,
+                next_try: 108,
+                last_error: Some("refused".into())
+            }
+        );
+        assert_eq!(
+            next_state(Err("refused".into()), 2, 100, true),
+            Delivery::Expired { at: 100 }
+        );
+        assert!(matches!(
+            next_state(Ok(RsAnswer::Unauthorized { status: 401 }), 0, 100, false),
+            Delivery::Pending { attempts: 1, .. }
+        ));
+        let refused = RsAnswer::Refused {
+            status: 409,
+            error: "replayed".into(),
+            description: "no".into(),
+        };
+        assert!(matches!(
+            next_state(Ok(refused), 0, 100, false),
+            Delivery::Refused {
+                refusal: Refusal::ResourceServer { status: 409, .. },
+                ..
+            }
+        ));
+    }
+}

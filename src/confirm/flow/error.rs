@@ -1,0 +1,59 @@
+//! The confirmation flow's one error type. It says what went wrong in the
+//! domain's words; each front end turns it into a status through the one
+//! table of `confirm::status`, and into words for a person or a program.
+
+use crate::confirm::auth::AuthError;
+use crate::store::StoreError;
+
+/// Why a confirmation could not go on.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CsError {
+    #[error("{0}")]
+    NotRegistered(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("no such confirmation")]
+    NotFound,
+    #[error("the form's security token is missing or wrong")]
+    Csrf,
+    #[error("this request is for \"{subject}\", and you are signed in as \"{user}\"")]
+    WrongUser { subject: String, user: String },
+    #[error("{origin} could not be reached: {detail}")]
+    Unreachable { origin: String, detail: String },
+    #[error("{origin} did not answer in time")]
+    Timeout { origin: String },
+    #[error("{reason}")]
+    Untrusted { origin: String, reason: String },
+    #[error("{0}")]
+    NotCountersignable(String),
+    #[error("this request expired at {0}")]
+    Expired(String),
+    #[error("the resource server says this request has expired or was already decided")]
+    Gone,
+    #[error(
+        "{origin} does not know this request: it may have been withdrawn, or the link is wrong"
+    )]
+    UnknownAtRs { origin: String },
+    #[error("the request changed since it was shown to you")]
+    Changed,
+    #[error("too many failed attempts; try again in {retry_after} s")]
+    TooManyAttempts { retry_after: i64 },
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("the request body is too large")]
+    PayloadTooLarge,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<StoreError> for CsError {
+    fn from(e: StoreError) -> Self {
+        CsError::Internal(e.to_string())
+    }
+}
+
+impl From<AuthError> for CsError {
+    fn from(e: AuthError) -> Self {
+        CsError::Internal(e.to_string())
+    }
+}

@@ -1,0 +1,373 @@
+//! The confirmation flow (PROTOCOL.md §2–§6, §8), the domain core of the CS,
+//! shared by every front end and knowing nothing of HTTP: start (registered
+//! resource servers only), fetch and verify, show, decide (countersign,
+//! record durably, deliver), and keep delivering until the RS answers or the
+//! CHEQ expires, across restarts.
+//!
+//! - this module: [`Cs`] and the read side (`start`, `load`, `history`,
+//!   `evidence`);
+//! - [`decide`]: the decision: checks, countersignature, sealing, the record;
+//! - [`deliver`]: the delivery state machine and its worker;
+//! - [`inputs`]: values the user types (§8);
+//! - [`error`]: the flow's error type, [`CsError`].
+//!
+//! Only a [`VerifiedCheq`] is shown as trustworthy or countersigned, and the
+//! one verified for the page is kept (in a bounded cache) for the decision on
+//! it: the decision neither fetches nor verifies again unless the cache lost
+//! it (a restart, another instance).
+
+pub mod decide;
+pub mod deliver;
+pub mod error;
+pub mod inputs;
+
+pub use decide::{DecideError, Decided, DecisionRequest};
+pub use error::CsError;
+pub use inputs::{Collected, InputProblems};
+
+use super::fetch::{FetchError, RsClient};
+use super::registry::Registry;
+use super::seal::{redact, Sealer};
+use super::view::{origin_of, CheqView};
+use crate::sign::{verify_resource, Context, SigningKey, TrustStore, VerifiedCheq, VerifyError};
+use crate::store::cs::{ConfirmationEntry, CsStore, DecisionRecord, DecisionRecords, Identity};
+use crate::time::Clock;
+use indexmap::IndexMap;
+use sha2::{Digest, Sha256};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Everything a page load may take, fetch included (the user gets an answer
+/// within 15 s even from an RS that never answers).
+pub const PAGE_DEADLINE: Duration = Duration::from_secs(12);
+/// How many verified CHEQs are kept between a page and its decision.
+pub const VERIFIED_CACHE: usize = 1024;
+const LOCK_STRIPES: usize = 64;
+
+/// What a confirmation page shows.
+#[derive(Debug)]
+pub enum Loaded {
+    /// Verified and open: show it with Accept and Reject.
+    Open(Arc<Open>),
+    /// Already decided here: show the earlier decision.
+    Decided(Box<DecisionRecord>),
+}
+
+/// An open, verified confirmation: what was shown, and the proof behind it.
+#[derive(Debug)]
+pub struct Open {
+    pub id: String,
+    pub view: CheqView,
+    verified: VerifiedCheq,
+}
+
+impl Open {
+    /// The verified CHEQ behind this view (the proof that it may be shown).
+    pub fn verified(&self) -> &VerifiedCheq {
+        &self.verified
+    }
+}
+
+/// What the CS is made of.
+pub struct Deps {
+    pub public_url: String,
+    pub key: SigningKey,
+    pub trust: TrustStore,
+    pub registry: Registry,
+    /// One client per registered RS, in the registry's order.
+    pub clients: Vec<RsClient>,
+    pub store: CsStore,
+    pub clock: Arc<dyn Clock>,
+    pub sealer: Sealer,
+}
+
+/// The confirmation server's domain.
+pub struct Cs {
+    public_url: String,
+    cs_origin: String,
+    key: SigningKey,
+    trust: TrustStore,
+    registry: Registry,
+    clients: Vec<RsClient>,
+    store: CsStore,
+    clock: Arc<dyn Clock>,
+    sealer: Sealer,
+    verified: Mutex<IndexMap<String, Arc<Open>>>,
+    locks: Vec<Mutex<()>>,
+    delivery_locks: Vec<tokio::sync::Mutex<()>>,
+    wake: tokio::sync::Notify,
+}
+
+impl std::fmt::Debug for Cs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cs")
+            .field("public_url", &self.public_url)
+            .finish_non_exhaustive()
+    }
+}
+
+fn id_for(resource_uri: &str) -> String {
+    crate::sign::b64::encode(Sha256::digest(resource_uri.as_bytes()))
+}
+
+fn stripe(key: &str) -> usize {
+    Sha256::digest(key.as_bytes())[0] as usize % LOCK_STRIPES
+}
+
+impl Cs {
+    pub fn new(deps: Deps) -> Self {
+        Cs {
+            cs_origin: origin_of(&deps.public_url),
+            public_url: deps.public_url,
+            key: deps.key,
+            trust: deps.trust,
+            registry: deps.registry,
+            clients: deps.clients,
+            store: deps.store,
+            clock: deps.clock,
+            sealer: deps.sealer,
+            verified: Mutex::new(IndexMap::new()),
+            locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            delivery_locks: (0..LOCK_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+            wake: tokio::sync::Notify::new(),
+        }
+    }
+
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.clock.now()
+    }
+
+    /// The CS origin, as named on its pages.
+    pub fn cs_origin(&self) -> &str {
+        &self.cs_origin
+    }
+
+    /// The decision records.
+    pub fn records(&self) -> &dyn DecisionRecords {
+        &*self.store.records
+    }
+
+    /// The CS public keys (§9).
+    pub fn jwks(&self) -> serde_json::Value {
+        serde_json::json!({"keys": [self.key.public_jwk()]})
+    }
+
+    /// §2: refuses a resource URI that is not under a registered RS.
+    pub fn check_registered(&self, resource_uri: &str) -> Result<usize, CsError> {
+        self.registry
+            .find(resource_uri.trim())
+            .map_err(|e| CsError::NotRegistered(e.to_string()))
+    }
+
+    /// §2: accepts a resource URI of a registered RS and returns the id of its
+    /// confirmation page. Nothing is fetched here.
+    pub fn start(&self, resource_uri: &str) -> Result<String, CsError> {
+        self.check_registered(resource_uri)?;
+        let resource_uri = resource_uri.trim();
+        let id = id_for(resource_uri);
+        let entry = ConfirmationEntry {
+            resource_uri: resource_uri.to_owned(),
+            created: self.clock.now().timestamp(),
+            document: None,
+        };
+        self.store.entries.start(&id, &entry)?;
+        Ok(id)
+    }
+
+    fn entry(&self, id: &str) -> Result<ConfirmationEntry, CsError> {
+        self.store.entries.get(id)?.ok_or(CsError::NotFound)
+    }
+
+    /// The client of the RS a resource URI belongs to, looked up in the
+    /// registry every time (the configuration may have changed since).
+    fn client(&self, resource_uri: &str) -> Result<&RsClient, CsError> {
+        let rs = self.check_registered(resource_uri)?;
+        self.clients
+            .get(rs)
+            .ok_or_else(|| CsError::Internal("resource server no longer configured".into()))
+    }
+
+    /// §3: `GET <resource uri>` within the page deadline.
+    async fn fetch(&self, entry: &ConfirmationEntry) -> Result<Vec<u8>, CsError> {
+        let origin = origin_of(&entry.resource_uri);
+        let fetched = tokio::time::timeout(
+            PAGE_DEADLINE,
+            self.client(&entry.resource_uri)?
+                .fetch_cheq(&entry.resource_uri),
+        )
+        .await
+        .map_err(|_| CsError::Timeout {
+            origin: origin.clone(),
+        })?;
+        if let Err(e @ FetchError::Status { .. }) = &fetched {
+            log::warn!("fetching a CHEQ from {origin}: {e:?}");
+        }
+        fetched.map_err(|e| match e {
+            FetchError::Timeout => CsError::Timeout { origin },
+            FetchError::Gone => CsError::Gone,
+            FetchError::NotFound => CsError::UnknownAtRs { origin },
+            e => CsError::Unreachable {
+                origin,
+                detail: e.to_string(),
+            },
+        })
+    }
+
+    /// §5: every rule that applies before anything is shown as trustworthy.
+    fn verify(&self, resource_uri: &str, document: &[u8]) -> Result<VerifiedCheq, CsError> {
+        let ctx = Context {
+            now: self.clock.now(),
+            resource_uri: Some(resource_uri),
+            confirmation_uri: Some(&self.public_url),
+        };
+        verify_resource(document, &self.trust, &ctx).map_err(|e| match e {
+            VerifyError::Expired { expires } => CsError::Expired(expires),
+            VerifyError::NotCountersignable(reason) => {
+                CsError::NotCountersignable(reason.to_string())
+            }
+            e => CsError::Untrusted {
+                origin: origin_of(resource_uri),
+                reason: format!("rule {} of the protocol failed: {e}", e.rule()),
+            },
+        })
+    }
+
+    /// The earlier decision on this confirmation, if any: by resource URI,
+    /// then (once the CHEQ is read) by RS origin and nonce (§6).
+    fn earlier(
+        &self,
+        resource_uri: &str,
+        nonce: Option<&str>,
+    ) -> Result<Option<DecisionRecord>, CsError> {
+        if let Some(r) = self.store.records.by_resource(resource_uri)? {
+            return Ok(Some(r));
+        }
+        match nonce {
+            Some(nonce) => Ok(self.store.records.get(&crate::store::cs::RecordKey::new(
+                &origin_of(resource_uri),
+                nonce,
+            ))?),
+            None => Ok(None),
+        }
+    }
+
+    /// Loads a confirmation for `who`: the earlier decision if there is one,
+    /// otherwise the CHEQ fetched from the RS and verified.
+    pub async fn load(&self, id: &str, who: &Identity) -> Result<Loaded, CsError> {
+        let mut entry = self.entry(id)?;
+        if let Some(record) = self.earlier(&entry.resource_uri, None)? {
+            return Ok(Loaded::Decided(Box::new(owned(record, who)?)));
+        }
+        let document = self.fetch(&entry).await?;
+        let verified = self.verify(&entry.resource_uri, &document)?;
+        let fields = verified.fields();
+        if !who.is(&fields.subject) {
+            return Err(CsError::WrongUser {
+                subject: fields.subject.clone(),
+                user: who.sub.clone(),
+            });
+        }
+        if let Some(record) = self.earlier(&entry.resource_uri, Some(&fields.nonce))? {
+            return Ok(Loaded::Decided(Box::new(owned(record, who)?)));
+        }
+        entry.document = Some(String::from_utf8_lossy(&document).into_owned());
+        self.store.entries.put(id, &entry)?;
+        let open = Arc::new(Open {
+            id: id.to_owned(),
+            view: CheqView::of(&verified, &self.cs_origin),
+            verified,
+        });
+        self.remember(open.clone());
+        Ok(Loaded::Open(open))
+    }
+
+    /// Keeps what a page showed for the decision on it (bounded: the oldest
+    /// goes first).
+    fn remember(&self, open: Arc<Open>) {
+        if let Ok(mut cache) = self.verified.lock() {
+            cache.shift_remove(&open.id);
+            if cache.len() >= VERIFIED_CACHE {
+                cache.shift_remove_index(0);
+            }
+            cache.insert(open.id.clone(), open);
+        }
+    }
+
+    /// What the page of `id` showed: from the cache, or else the stored
+    /// document verified again (or fetched, when there is none).
+    async fn shown(&self, id: &str, entry: &ConfirmationEntry) -> Result<Arc<Open>, CsError> {
+        let cached = self
+            .verified
+            .lock()
+            .ok()
+            .and_then(|c| c.get(id).cloned())
+            .filter(|o| o.verified.fields().resource_uri == entry.resource_uri);
+        if let Some(open) = cached {
+            return Ok(open);
+        }
+        let document = match &entry.document {
+            Some(d) => d.as_bytes().to_vec(),
+            None => self.fetch(entry).await?,
+        };
+        let verified = self.verify(&entry.resource_uri, &document)?;
+        let open = Arc::new(Open {
+            id: id.to_owned(),
+            view: CheqView::of(&verified, &self.cs_origin),
+            verified,
+        });
+        self.remember(open.clone());
+        Ok(open)
+    }
+
+    /// Forgets the page of `id` (decided).
+    fn forget(&self, id: &str) {
+        if let Ok(mut cache) = self.verified.lock() {
+            cache.shift_remove(id);
+        }
+    }
+
+    /// Removes started confirmations older than `keep_secs` (a CHEQ lives at
+    /// most 24 h, §4; decisions stay in the records). Returns how many.
+    pub fn collect_entries(&self, keep_secs: i64) -> Result<usize, CsError> {
+        let cutoff = self.clock.now().timestamp() - keep_secs;
+        Ok(self.store.entries.collect_older_than(cutoff)?)
+    }
+
+    /// A user's decisions, newest first.
+    pub fn history(&self, who: &Identity) -> Result<Vec<DecisionRecord>, CsError> {
+        Ok(self.store.records.for_user(&who.sub, 500)?)
+    }
+
+    /// The signed document of one of the user's decisions (evidence), by
+    /// record id; redacted when it carries private values.
+    pub fn evidence(&self, record_id: &str, who: &Identity) -> Result<String, CsError> {
+        match self.store.records.by_id_for_user(&who.sub, record_id)? {
+            Some(r) if r.sealed => {
+                let clear = self
+                    .sealer
+                    .open(record_id, &r.document)
+                    .map_err(|e| CsError::Internal(e.to_string()))?;
+                Ok(redact(
+                    self.sealer.evidence_key(),
+                    &clear,
+                    &r.collected_hmac,
+                ))
+            }
+            Some(r) => Ok(r.document),
+            None => Err(CsError::NotFound),
+        }
+    }
+}
+
+/// An earlier decision, if it is `who`'s.
+fn owned(record: DecisionRecord, who: &Identity) -> Result<DecisionRecord, CsError> {
+    if record.user != who.sub {
+        return Err(CsError::WrongUser {
+            subject: record.user,
+            user: who.sub.clone(),
+        });
+    }
+    Ok(record)
+}

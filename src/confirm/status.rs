@@ -1,0 +1,100 @@
+//! The one table from the flow's errors to HTTP statuses and error codes,
+//! used by both front ends (the pages of [`super::web`] and the JSON of
+//! [`super::api`], PROTOCOL.md §10), so that the same error never gets two
+//! statuses.
+
+use super::flow::CsError;
+use actix_web::http::StatusCode;
+
+/// The status and the §10 `error` code of `e`.
+pub fn of(e: &CsError) -> (StatusCode, &'static str) {
+    match e {
+        CsError::NotRegistered(_) => (StatusCode::BAD_REQUEST, "unregistered_resource_server"),
+        CsError::BadRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+        CsError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
+        CsError::UnknownAtRs { .. } => (StatusCode::NOT_FOUND, "unknown_at_resource_server"),
+        CsError::Csrf => (StatusCode::FORBIDDEN, "invalid_csrf_token"),
+        CsError::WrongUser { .. } => (StatusCode::FORBIDDEN, "forbidden"),
+        CsError::Unreachable { .. } => (StatusCode::BAD_GATEWAY, "resource_server_unreachable"),
+        CsError::Untrusted { .. } => (StatusCode::BAD_GATEWAY, "untrusted_cheq"),
+        CsError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "resource_server_timeout"),
+        CsError::NotCountersignable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "not_countersignable"),
+        CsError::Expired(_) => (StatusCode::GONE, "expired"),
+        CsError::Gone => (StatusCode::GONE, "gone"),
+        CsError::Changed => (StatusCode::CONFLICT, "changed"),
+        CsError::TooManyAttempts { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts"),
+        CsError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+        CsError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+        CsError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "server_error"),
+    }
+}
+
+/// Every variant once, for the tests of both front ends.
+#[cfg(test)]
+pub fn every_error() -> Vec<(CsError, u16)> {
+    vec![
+        (CsError::NotRegistered("x".into()), 400),
+        (CsError::BadRequest("missing resource_uri".into()), 400),
+        (CsError::NotFound, 404),
+        (
+            CsError::UnknownAtRs {
+                origin: "http://rs".into(),
+            },
+            404,
+        ),
+        (CsError::Csrf, 403),
+        (
+            CsError::WrongUser {
+                subject: "bob".into(),
+                user: "alice".into(),
+            },
+            403,
+        ),
+        (
+            CsError::Unreachable {
+                origin: "http://rs".into(),
+                detail: "refused".into(),
+            },
+            502,
+        ),
+        (
+            CsError::Untrusted {
+                origin: "http://rs".into(),
+                reason: "bad".into(),
+            },
+            502,
+        ),
+        (
+            CsError::Timeout {
+                origin: "http://rs".into(),
+            },
+            504,
+        ),
+        (CsError::NotCountersignable("no nonce".into()), 422),
+        (CsError::Expired("2026-01-01T00:00:00Z".into()), 410),
+        (CsError::Gone, 410),
+        (CsError::Changed, 409),
+        (CsError::TooManyAttempts { retry_after: 8 }, 429),
+        (CsError::MethodNotAllowed, 405),
+        (CsError::PayloadTooLarge, 413),
+        (CsError::Internal("sled exploded".into()), 500),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::ResponseError;
+
+    /// Both front ends answer every error with the status of the table.
+    #[test]
+    fn pages_and_json_agree_status_by_status() {
+        for (e, status) in every_error() {
+            assert_eq!(of(&e).0.as_u16(), status, "{e:?}");
+            let json = crate::confirm::api::json_error(e.clone());
+            assert_eq!(json.status_code().as_u16(), status, "api: {e:?}");
+            let page = crate::confirm::web::WebError::Cs(e.clone()).error_response();
+            assert_eq!(page.status().as_u16(), status, "page: {e:?}");
+        }
+    }
+}

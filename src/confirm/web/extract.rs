@@ -1,0 +1,84 @@
+//! Who is asking, as actix extractors: a handler that takes [`SignedIn`]
+//! runs only for a signed-in user (anyone else is sent through login and back
+//! to the page they asked for); [`Visitor`] is the session, if any, of
+//! someone who may not be signed in yet.
+
+use super::{CsState, WebError, SESSION_COOKIE};
+use crate::confirm::flow::CsError;
+use crate::store::cs::{Identity, Session};
+use actix_web::dev::Payload;
+use actix_web::{web, FromRequest, HttpRequest};
+use std::future::{ready, Ready};
+
+/// A signed-in user and their session id.
+#[derive(Debug, Clone)]
+pub struct SignedIn {
+    pub session_id: String,
+    pub who: Identity,
+}
+
+/// The live session of this request, if any (signed in or not).
+#[derive(Debug, Clone)]
+pub struct Visitor(pub Option<(String, Session)>);
+
+impl Visitor {
+    /// Whether someone is signed in.
+    pub fn signed_in(&self) -> bool {
+        self.0.as_ref().is_some_and(|(_, s)| s.identity.is_some())
+    }
+}
+
+fn state(req: &HttpRequest) -> Result<&web::Data<CsState>, CsError> {
+    req.app_data::<web::Data<CsState>>()
+        .ok_or_else(|| CsError::Internal("no state".into()))
+}
+
+fn visitor(req: &HttpRequest) -> Result<Visitor, CsError> {
+    let state = state(req)?;
+    let Some(cookie) = req.cookie(SESSION_COOKIE) else {
+        return Ok(Visitor(None));
+    };
+    let id = cookie.value().to_owned();
+    let now = state.cs.now().timestamp();
+    Ok(Visitor(state.sessions.get(&id, now)?.map(|s| (id, s))))
+}
+
+impl FromRequest for Visitor {
+    type Error = WebError;
+    type Future = Ready<Result<Self, WebError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(visitor(req).map_err(WebError::from))
+    }
+}
+
+impl FromRequest for SignedIn {
+    type Error = WebError;
+    type Future = Ready<Result<Self, WebError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let signed_in = visitor(req)
+            .map_err(WebError::from)
+            .and_then(|v| match v.0 {
+                Some((
+                    session_id,
+                    Session {
+                        identity: Some(who),
+                        ..
+                    },
+                )) => Ok(SignedIn { session_id, who }),
+                _ => Err(WebError::SignIn {
+                    next: req.path().to_owned(),
+                }),
+            });
+        ready(signed_in)
+    }
+}
+
+/// The value of the session cookie, whether or not it names a stored session
+/// (before login it is only what the login form's CSRF token is bound to).
+pub fn pre_login_id(req: &HttpRequest) -> Option<String> {
+    req.cookie(SESSION_COOKIE)
+        .map(|c| c.value().to_owned())
+        .filter(|v| v.len() >= 32 && v.len() <= 64)
+}

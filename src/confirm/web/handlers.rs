@@ -1,0 +1,381 @@
+//! The handlers of the browser front end: parse the request, call the flow,
+//! render a page. Who is signed in comes from the [`SignedIn`] extractor.
+
+use super::pages::{
+    render, status_line, when, ConfirmPage, HistoryPage, HistoryRow, LoginPage, OutcomePage,
+    StartPage,
+};
+use super::{
+    check_csrf, safe_next, see_other, session_cookie, to_login, CsState, SignedIn, Visitor,
+    WebError, MAX_FORM, SESSION_COOKIE,
+};
+use crate::cheq::{Channel, Decision};
+use crate::confirm::auth::{identity_of, Authenticator, LimitKey};
+use crate::confirm::flow::{
+    Collected, CsError, DecideError, DecisionRequest, InputProblems, Loaded, Open,
+};
+use crate::store::cs::DecisionRecord;
+use actix_web::cookie::Cookie;
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, HttpRequest, HttpResponse};
+use indexmap::IndexMap;
+
+type Page = Result<HttpResponse, WebError>;
+
+fn html(status: StatusCode, body: String) -> HttpResponse {
+    HttpResponse::build(status)
+        .content_type("text/html; charset=utf-8")
+        .body(body)
+}
+
+fn outcome(state: &CsState, me: &SignedIn, r: &DecisionRecord, earlier: bool) -> Page {
+    let page = OutcomePage {
+        r,
+        user: &me.who.sub,
+        csrf: state.sessions.csrf_token(&me.session_id),
+        earlier,
+        when: when(r.decided_at),
+        status_line: status_line(r),
+        evidence_id: r.key().id(),
+    };
+    Ok(html(StatusCode::OK, render(&page)?))
+}
+
+fn confirm_page(
+    state: &CsState,
+    me: &SignedIn,
+    open: &Open,
+    status: StatusCode,
+    problems: &InputProblems,
+    entered: &IndexMap<String, String>,
+) -> Page {
+    let page = ConfirmPage {
+        id: &open.id,
+        v: &open.view,
+        user: &me.who.sub,
+        csrf: state.sessions.csrf_token(&me.session_id),
+        problems,
+        entered,
+        cs_origin: state.cs.cs_origin(),
+    };
+    Ok(html(status, render(&page)?))
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct StartForm {
+    resource_uri: Option<String>,
+}
+
+pub(super) async fn home(
+    state: web::Data<CsState>,
+    visitor: Visitor,
+    query: web::Query<StartForm>,
+) -> Page {
+    // The link an agent prints: `<confirmation uri>?resource_uri=…` (§2).
+    if let Some(uri) = query
+        .into_inner()
+        .resource_uri
+        .filter(|u| !u.trim().is_empty())
+    {
+        return begin(&state, &visitor, &uri);
+    }
+    let (user, csrf) = match visitor.0 {
+        Some((id, s)) => (s.identity.map(|i| i.sub), state.sessions.csrf_token(&id)),
+        None => (None, String::new()),
+    };
+    let page = StartPage {
+        user: user.as_deref(),
+        csrf,
+    };
+    Ok(html(StatusCode::OK, render(&page)?))
+}
+
+pub(super) async fn start_confirmation(
+    state: web::Data<CsState>,
+    visitor: Visitor,
+    query: web::Query<StartForm>,
+    body: web::Bytes,
+) -> Page {
+    if body.len() > MAX_FORM {
+        return Err(CsError::PayloadTooLarge.into());
+    }
+    let form: StartForm = serde_urlencoded::from_bytes(&body)
+        .map_err(|e| CsError::BadRequest(format!("the form could not be read: {e}")))?;
+    let uri = form
+        .resource_uri
+        .or_else(|| query.into_inner().resource_uri)
+        .filter(|u| !u.trim().is_empty())
+        .ok_or_else(|| CsError::BadRequest("the field resource_uri is missing".into()))?;
+    begin(&state, &visitor, &uri)
+}
+
+/// §2: a registered resource URI → 303 to its page, through login if needed.
+fn begin(state: &CsState, visitor: &Visitor, uri: &str) -> Page {
+    if !visitor.signed_in() {
+        // Refuse an unregistered URI at once, but store nothing for a
+        // visitor who has not signed in: come back here after login.
+        state.cs.check_registered(uri)?;
+        let query = serde_urlencoded::to_string([("resource_uri", uri.trim())]).unwrap_or_default();
+        return Ok(to_login(&format!("{}?{query}", state.start_path)));
+    }
+    let id = state.cs.start(uri)?;
+    Ok(see_other(&format!("/c/{id}")))
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct NextQuery {
+    next: Option<String>,
+}
+
+pub(super) async fn login_form(
+    state: web::Data<CsState>,
+    req: HttpRequest,
+    visitor: Visitor,
+    q: web::Query<NextQuery>,
+) -> Page {
+    let next = safe_next(q.next.as_deref());
+    if visitor.signed_in() {
+        return Ok(see_other(&next));
+    }
+    // Before login nothing is stored: the cookie holds a random value the
+    // form's CSRF token is bound to (a double-submit token under our HMAC).
+    let (id, fresh) = match super::extract::pre_login_id(&req) {
+        Some(id) => (id, false),
+        None => (crate::sign::b64::encode(rand::random::<[u8; 32]>()), true),
+    };
+    let page = LoginPage {
+        next: &next,
+        csrf: &state.sessions.csrf_token(&id),
+        error: None,
+        username: "",
+    };
+    let mut res = html(StatusCode::OK, render(&page)?);
+    if fresh {
+        res.add_cookie(&session_cookie(&state, &id))
+            .map_err(|e| CsError::Internal(e.to_string()))?;
+    }
+    Ok(res)
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct LoginForm {
+    username: Option<String>,
+    password: Option<String>,
+    csrf: Option<String>,
+    next: Option<String>,
+}
+
+pub(super) async fn login(
+    state: web::Data<CsState>,
+    req: HttpRequest,
+    visitor: Visitor,
+    form: web::Form<LoginForm>,
+) -> Page {
+    let form = form.into_inner();
+    let next = safe_next(form.next.as_deref());
+    let Some(old_id) = super::extract::pre_login_id(&req) else {
+        // No cookie: the form did not come from our login page.
+        return Err(CsError::Csrf.into());
+    };
+    check_csrf(&state, &old_id, form.csrf.as_deref())?;
+    let username = form.username.unwrap_or_default().trim().to_owned();
+    let password = form.password.unwrap_or_default();
+    let t = state.cs.now().timestamp();
+    let ip = req
+        .peer_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|| "?".into());
+    let keys = [LimitKey::LoginUser(username.clone()), LimitKey::Address(ip)];
+    let login = state.login.clone();
+    let (u, p) = (username.clone(), password);
+    let checked = state
+        .limiter
+        .guarded(&keys, t, move || login.check_password(&u, &p))
+        .await?;
+    let Some(account) = checked else {
+        log::info!("failed login for {:?}", crate::text::one_line(&username));
+        let page = LoginPage {
+            next: &next,
+            csrf: &state.sessions.csrf_token(&old_id),
+            error: Some("The user name or password is wrong."),
+            username: &username,
+        };
+        return Ok(html(StatusCode::UNAUTHORIZED, render(&page)?));
+    };
+    // A new session id at login (no session fixation).
+    state.sessions.remove(&old_id)?;
+    if let Some((stored, _)) = visitor.0 {
+        state.sessions.remove(&stored)?;
+    }
+    let id = state
+        .sessions
+        .create(Some(identity_of(&account, "pwd", t)), t)?;
+    let mut res = see_other(&next);
+    res.add_cookie(&session_cookie(&state, &id))
+        .map_err(|e| CsError::Internal(e.to_string()))?;
+    Ok(res)
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct CsrfForm {
+    csrf: Option<String>,
+}
+
+pub(super) async fn logout(
+    state: web::Data<CsState>,
+    visitor: Visitor,
+    form: web::Form<CsrfForm>,
+) -> Page {
+    if let Some((id, _)) = visitor.0 {
+        check_csrf(&state, &id, form.csrf.as_deref())?;
+        state.sessions.remove(&id)?;
+    }
+    let mut res = see_other("/login");
+    let mut gone = Cookie::build(SESSION_COOKIE, "").path("/").finish();
+    gone.make_removal();
+    res.add_cookie(&gone)
+        .map_err(|e| CsError::Internal(e.to_string()))?;
+    Ok(res)
+}
+
+pub(super) async fn confirmation(
+    state: web::Data<CsState>,
+    me: SignedIn,
+    id: web::Path<String>,
+) -> Page {
+    match state.cs.load(&id, &me.who).await? {
+        Loaded::Decided(r) => outcome(&state, &me, &r, true),
+        Loaded::Open(open) => confirm_page(
+            &state,
+            &me,
+            &open,
+            StatusCode::OK,
+            &InputProblems::default(),
+            &IndexMap::new(),
+        ),
+    }
+}
+
+/// The decision form: `csrf`, `decision`, `view` (the digest of what was
+/// shown), `input:<index>` per value typed, `acknowledge_warnings`.
+struct DecisionForm {
+    fields: Vec<(String, String)>,
+}
+
+impl DecisionForm {
+    fn parse(body: &[u8]) -> Result<Self, CsError> {
+        if body.len() > MAX_FORM {
+            return Err(CsError::PayloadTooLarge);
+        }
+        let fields = serde_urlencoded::from_bytes(body)
+            .map_err(|e| CsError::BadRequest(format!("the form could not be read: {e}")))?;
+        Ok(DecisionForm { fields })
+    }
+
+    fn field(&self, k: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn inputs(&self) -> Vec<(usize, String)> {
+        self.fields
+            .iter()
+            .filter_map(|(k, v)| {
+                let i = k.strip_prefix("input:")?.parse().ok()?;
+                Some((i, v.clone()))
+            })
+            .collect()
+    }
+}
+
+pub(super) async fn decide(
+    state: web::Data<CsState>,
+    me: SignedIn,
+    id: web::Path<String>,
+    body: web::Bytes,
+) -> Page {
+    let form = DecisionForm::parse(&body)?;
+    check_csrf(&state, &me.session_id, form.field("csrf"))?;
+    let decision = form
+        .field("decision")
+        .and_then(Decision::parse)
+        .ok_or_else(|| CsError::BadRequest("the decision must be accept or reject".into()))?;
+    let typed = form.inputs();
+    let request = DecisionRequest {
+        decision,
+        channel: Channel::Html,
+        view_digest: Some(form.field("view").unwrap_or_default().to_owned()),
+        collected: Collected::ByIndex(typed.clone()),
+        warnings_acknowledged: form.field("acknowledge_warnings") == Some("yes"),
+    };
+    match state.cs.decide(&id, &me.who, request).await {
+        Ok(d) => {
+            state.cs.wake();
+            outcome(&state, &me, &d.record, d.earlier)
+        }
+        Err(DecideError::Other(e)) => Err(e.into()),
+        Err(DecideError::Input { problems, open }) => {
+            // The page again, with the problems next to their fields; typed
+            // values are shown again, except sensitive ones.
+            let entered: IndexMap<String, String> = typed
+                .into_iter()
+                .filter_map(|(i, v)| {
+                    let p = open.view.parameters.get(i)?;
+                    let sensitive = p.input.as_ref().is_some_and(|x| x.sensitive);
+                    (!sensitive).then(|| (p.raw_name.clone(), v))
+                })
+                .collect();
+            confirm_page(
+                &state,
+                &me,
+                &open,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &problems,
+                &entered,
+            )
+        }
+    }
+}
+
+pub(super) async fn history(state: web::Data<CsState>, me: SignedIn) -> Page {
+    let rows = state
+        .cs
+        .history(&me.who)?
+        .into_iter()
+        .map(HistoryRow::of)
+        .collect();
+    let page = HistoryPage {
+        user: &me.who.sub,
+        csrf: state.sessions.csrf_token(&me.session_id),
+        rows,
+    };
+    Ok(html(StatusCode::OK, render(&page)?))
+}
+
+pub(super) async fn evidence(
+    state: web::Data<CsState>,
+    me: SignedIn,
+    id: web::Path<String>,
+) -> Page {
+    let document = state.cs.evidence(&id, &me.who)?;
+    Ok(HttpResponse::Ok()
+        .content_type("application/jose+json")
+        .insert_header((
+            header::CONTENT_DISPOSITION,
+            "attachment; filename=\"cheq-decision.json\"",
+        ))
+        .body(document))
+}
+
+pub(super) async fn jwks(state: web::Data<CsState>) -> HttpResponse {
+    crate::httpkit::jwks_response(&state.cs.jwks())
+}
+
+pub(super) async fn style() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/css; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "max-age=3600"))
+        .body(include_str!("../../../templates/style.css"))
+}

@@ -1,0 +1,320 @@
+//! The browser front end of the confirmation server (PROTOCOL.md §2–§6): the
+//! routes, the security headers every page carries, and the one mapping of
+//! errors to pages ([`WebError`]). Handlers are thin: parse, call the flow
+//! ([`crate::confirm::flow`]), render ([`pages`]).
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET <start path>` | a form to paste a resource URI |
+//! | `POST <start path>` | §2: `resource_uri` → 303 to the confirmation page (through login) |
+//! | `GET /login`, `POST /login`, `POST /logout` | the embedded login |
+//! | `GET /c/{id}` | the confirmation page (§3, §5) |
+//! | `POST /c/{id}` | the decision (§5, §6) |
+//! | `GET /history`, `GET /history/{id}.json` | past decisions and their signed CHEQs |
+//! | `GET /.well-known/jwks.json`, `GET /healthz`, `GET /static/style.css` | |
+
+pub mod extract;
+mod handlers;
+pub mod pages;
+
+pub use extract::{SignedIn, Visitor};
+
+use crate::confirm::auth::{Limiter, LocalLogin, SessionService};
+use crate::confirm::flow::{Cs, CsError};
+use crate::store::cs::Accounts;
+use actix_web::cookie::{Cookie, SameSite};
+use actix_web::http::{header, StatusCode};
+use actix_web::middleware::DefaultHeaders;
+use actix_web::{web, HttpResponse, ResponseError};
+use std::sync::Arc;
+
+/// The session cookie's name.
+pub const SESSION_COOKIE: &str = "cheq_session";
+/// Largest form body read.
+pub const MAX_FORM: usize = 64 * 1024;
+
+/// The Content-Security-Policy of every response: no script at all, styles
+/// from this origin only, forms post only here, never framed.
+pub const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// Everything the handlers share.
+pub struct CsState {
+    pub cs: Arc<Cs>,
+    pub accounts: Arc<dyn Accounts>,
+    pub login: LocalLogin,
+    pub sessions: SessionService,
+    pub limiter: Limiter,
+    pub start_path: String,
+    pub secure_cookies: bool,
+    /// The raw API (§10), sharing `cs`.
+    pub api: web::Data<crate::confirm::api::Api>,
+}
+
+impl std::fmt::Debug for CsState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CsState").finish_non_exhaustive()
+    }
+}
+
+/// Why a page could not be shown: a flow error (an error page, its status
+/// from [`crate::confirm::status`]), or a visitor who must sign in first.
+#[derive(Debug, thiserror::Error)]
+pub enum WebError {
+    #[error("{0}")]
+    Cs(#[from] CsError),
+    #[error("sign in first")]
+    SignIn { next: String },
+}
+
+impl From<crate::confirm::auth::AuthError> for WebError {
+    fn from(e: crate::confirm::auth::AuthError) -> Self {
+        WebError::Cs(e.into())
+    }
+}
+
+impl ResponseError for WebError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            WebError::Cs(e) => crate::confirm::status::of(e).0,
+            WebError::SignIn { .. } => StatusCode::SEE_OTHER,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let e = match self {
+            WebError::SignIn { next } => return to_login(next),
+            WebError::Cs(e) => e,
+        };
+        let status = self.status_code();
+        if let CsError::Internal(detail) = e {
+            log::error!("internal error: {}", crate::text::one_line(detail));
+        }
+        let mut res = HttpResponse::build(status);
+        res.content_type("text/html; charset=utf-8")
+            .insert_header((header::CACHE_CONTROL, "no-store"));
+        if let CsError::TooManyAttempts { retry_after } = e {
+            res.insert_header((header::RETRY_AFTER, retry_after.to_string()));
+        }
+        res.body(pages::error_page(e, status.as_u16()))
+    }
+}
+
+/// The headers every response carries (clickjacking, referrer, sniffing);
+/// over https also HSTS.
+pub fn security_headers(https: bool) -> DefaultHeaders {
+    let headers = DefaultHeaders::new()
+        .add((header::CONTENT_SECURITY_POLICY, CSP))
+        .add((header::X_FRAME_OPTIONS, "DENY"))
+        .add((header::REFERRER_POLICY, "no-referrer"))
+        .add((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .add((header::CACHE_CONTROL, "no-store"));
+    if https {
+        headers.add((header::STRICT_TRANSPORT_SECURITY, "max-age=31536000"))
+    } else {
+        headers
+    }
+}
+
+/// Registers the routes and the state (used by the server and by tests).
+pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<CsState>) {
+    use handlers::*;
+    let start = state.start_path.clone();
+    crate::confirm::api::configure(cfg, state.api.clone());
+    cfg.app_data(state)
+        .app_data(
+            web::FormConfig::default()
+                .limit(MAX_FORM)
+                .error_handler(|e, _| {
+                    let err = match e {
+                        actix_web::error::UrlencodedError::Overflow { .. } => {
+                            CsError::PayloadTooLarge
+                        }
+                        e => CsError::BadRequest(format!("the form could not be read: {e}")),
+                    };
+                    WebError::from(err).into()
+                }),
+        )
+        .app_data(web::QueryConfig::default().error_handler(|e, _| {
+            WebError::from(CsError::BadRequest(format!(
+                "the query could not be read: {e}"
+            )))
+            .into()
+        }))
+        .service(
+            resource(&start)
+                .route(web::get().to(home))
+                .route(web::post().to(start_confirmation)),
+        )
+        .service(
+            resource("/login")
+                .route(web::get().to(login_form))
+                .route(web::post().to(login)),
+        )
+        .service(resource("/logout").route(web::post().to(logout)))
+        .service(
+            resource("/c/{id}")
+                .route(web::get().to(confirmation))
+                .route(web::post().to(decide)),
+        )
+        .service(resource("/history").route(web::get().to(history)))
+        .service(resource("/history/{id}.json").route(web::get().to(evidence)))
+        .service(resource("/.well-known/jwks.json").route(web::get().to(jwks)))
+        .service(resource("/healthz").route(web::get().to(crate::httpkit::healthz)))
+        .service(resource("/static/style.css").route(web::get().to(style)))
+        .default_service(web::to(not_found));
+}
+
+fn resource(path: &str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(|| async {
+        Err::<HttpResponse, _>(WebError::from(CsError::MethodNotAllowed))
+    }))
+}
+
+async fn not_found() -> Result<HttpResponse, WebError> {
+    Err(CsError::NotFound.into())
+}
+
+fn see_other(location: &str) -> HttpResponse {
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, location))
+        .finish()
+}
+
+fn to_login(next: &str) -> HttpResponse {
+    let q = serde_urlencoded::to_string([("next", next)]).unwrap_or_default();
+    see_other(&format!("/login?{q}"))
+}
+
+fn session_cookie(state: &CsState, id: &str) -> Cookie<'static> {
+    Cookie::build(SESSION_COOKIE, id.to_owned())
+        .path("/")
+        .http_only(true)
+        .same_site(SameSite::Lax)
+        .secure(state.secure_cookies)
+        .finish()
+}
+
+/// Only local paths are followed after login (no open redirect).
+fn safe_next(next: Option<&str>) -> String {
+    // A local path of plain URL characters only: browsers drop tabs and line
+    // breaks before parsing, so "/\t/evil.example" would become "//evil…".
+    let plain = |n: &str| {
+        n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/_.~%?=&-+:@!$'()*,;".contains(&b))
+    };
+    match next {
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && plain(n) && n.len() <= 4096 => {
+            n.to_owned()
+        }
+        _ => "/history".to_owned(),
+    }
+}
+
+fn check_csrf(state: &CsState, session_id: &str, token: Option<&str>) -> Result<(), CsError> {
+    match token {
+        Some(t) if state.sessions.check_csrf(session_id, t) => Ok(()),
+        _ => Err(CsError::Csrf),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::body::MessageBody;
+
+    #[actix_web::test]
+    async fn hsts_only_over_https() {
+        use actix_web::{test, App};
+        for https in [false, true] {
+            let app = test::init_service(
+                App::new()
+                    .wrap(security_headers(https))
+                    .route("/", web::get().to(HttpResponse::Ok)),
+            )
+            .await;
+            let res =
+                test::call_service(&app, test::TestRequest::get().uri("/").to_request()).await;
+            let h = res.headers();
+            assert_eq!(h.contains_key(header::STRICT_TRANSPORT_SECURITY), https);
+            assert_eq!(h.get(header::X_FRAME_OPTIONS).unwrap(), "DENY");
+            assert_eq!(h.get(header::CONTENT_SECURITY_POLICY).unwrap(), CSP);
+        }
+    }
+
+    #[test]
+    fn only_plain_local_paths_are_followed_after_login() {
+        for ok in [
+            "/c/abc",
+            "/history",
+            "/?resource_uri=http%3A%2F%2F127.0.0.1%3A8081%2Fcheq%2Fx",
+        ] {
+            assert_eq!(safe_next(Some(ok)), ok);
+        }
+        for bad in [
+            "//evil.example",
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/\\evil.example",
+            "https://evil.example/",
+            "evil",
+            "/caf\u{e9}",
+            "",
+        ] {
+            assert_eq!(safe_next(Some(bad)), "/history", "{bad:?}");
+        }
+        assert_eq!(safe_next(None), "/history");
+    }
+
+    fn body(e: &WebError) -> (u16, String) {
+        let res = e.error_response();
+        let status = res.status().as_u16();
+        let bytes = res.into_body().try_into_bytes().unwrap();
+        (status, String::from_utf8(bytes.to_vec()).unwrap())
+    }
+
+    #[test]
+    fn every_error_has_a_page_a_person_understands() {
+        let words = [
+            "does not work for that resource server",
+            "Missing resource_uri",
+            "No such confirmation",
+            "does not know this request",
+            "security token",
+            "signed in as &quot;alice&quot;",
+            "could not be reached",
+            "Do not act on it",
+            "did not answer in time",
+            "no nonce",
+            "expired",
+            "already decided",
+            "Review it again",
+            "8 s",
+            "Method not allowed",
+            "too large",
+            "internal problem",
+        ];
+        let errors = crate::confirm::status::every_error();
+        assert_eq!(errors.len(), words.len());
+        for ((e, status), text) in errors.into_iter().zip(words) {
+            let (got, html) = body(&WebError::Cs(e.clone()));
+            assert_eq!(got, status, "{e:?}");
+            assert!(html.contains(text), "{e:?}: {html}");
+            assert!(!html.contains("sled exploded"), "internal detail leaked");
+            assert!(
+                !html.contains("name=\"decision\""),
+                "no decision button on an error page"
+            );
+        }
+        let res = WebError::Cs(CsError::TooManyAttempts { retry_after: 8 }).error_response();
+        assert_eq!(res.headers().get("retry-after").unwrap(), "8");
+        let res = WebError::SignIn {
+            next: "/c/x".into(),
+        }
+        .error_response();
+        assert_eq!(res.status(), StatusCode::SEE_OTHER);
+        assert_eq!(
+            res.headers().get("location").unwrap(),
+            "/login?next=%2Fc%2Fx"
+        );
+    }
+}

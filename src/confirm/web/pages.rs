@@ -1,0 +1,211 @@
+//! The pages of the browser front end (askama templates in `templates/`) and
+//! the words a person reads: titles and messages of errors, the state of a
+//! delivery. Every page is rendered here; handlers only fill these structs.
+
+use crate::confirm::flow::{CsError, InputProblems};
+use crate::confirm::view::CheqView;
+use crate::store::cs::{DecisionRecord, Delivery, Refusal};
+use askama::Template;
+use chrono::{TimeZone, Utc};
+use indexmap::IndexMap;
+
+#[derive(Template)]
+#[template(path = "start.html")]
+pub struct StartPage<'a> {
+    pub user: Option<&'a str>,
+    pub csrf: String,
+}
+
+#[derive(Template)]
+#[template(path = "login.html")]
+pub struct LoginPage<'a> {
+    pub next: &'a str,
+    pub csrf: &'a str,
+    pub error: Option<&'a str>,
+    pub username: &'a str,
+}
+
+#[derive(Template)]
+#[template(path = "confirm.html")]
+pub struct ConfirmPage<'a> {
+    pub id: &'a str,
+    pub v: &'a CheqView,
+    pub user: &'a str,
+    pub csrf: String,
+    pub problems: &'a InputProblems,
+    pub entered: &'a IndexMap<String, String>,
+    pub cs_origin: &'a str,
+}
+
+impl ConfirmPage<'_> {
+    pub fn error_for(&self, name: &str) -> Option<&str> {
+        self.problems.for_field(name)
+    }
+    pub fn warnings_error(&self) -> Option<&str> {
+        self.problems.warnings_unacknowledged.then_some(
+            "this request carries warnings: confirm that you have read them before accepting",
+        )
+    }
+    pub fn entered_for(&self, name: &str) -> &str {
+        self.entered.get(name).map(String::as_str).unwrap_or("")
+    }
+}
+
+#[derive(Template)]
+#[template(path = "outcome.html")]
+pub struct OutcomePage<'a> {
+    pub r: &'a DecisionRecord,
+    pub user: &'a str,
+    pub csrf: String,
+    pub earlier: bool,
+    pub when: String,
+    pub status_line: String,
+    /// The evidence link's name (the record id).
+    pub evidence_id: String,
+}
+
+#[derive(Template)]
+#[template(path = "history.html")]
+pub struct HistoryPage<'a> {
+    pub user: &'a str,
+    pub csrf: String,
+    pub rows: Vec<HistoryRow>,
+}
+
+pub struct HistoryRow {
+    /// The record id (the evidence link's name).
+    pub id: String,
+    pub operation_name: String,
+    pub resource_origin: String,
+    pub decision: String,
+    pub when: String,
+    pub delivery: String,
+}
+
+impl HistoryRow {
+    pub fn of(r: DecisionRecord) -> Self {
+        HistoryRow {
+            id: r.key().id(),
+            when: when(r.decided_at),
+            delivery: r.delivery.label().to_owned(),
+            operation_name: r.operation_name,
+            resource_origin: r.resource_origin,
+            decision: r.decision.to_string(),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+pub struct ErrorPage<'a> {
+    pub title: &'a str,
+    pub message: String,
+    pub untrusted: bool,
+    pub status: u16,
+}
+
+/// Renders a page; a template failure is an internal error.
+pub fn render(t: &impl Template) -> Result<String, CsError> {
+    t.render()
+        .map_err(|e| CsError::Internal(format!("template: {e}")))
+}
+
+/// A time as pages show it.
+pub fn when(ts: i64) -> String {
+    Utc.timestamp_opt(ts, 0)
+        .single()
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .unwrap_or_default()
+}
+
+/// Words for a delivery state.
+pub trait DeliveryLabel {
+    /// A short word for pages.
+    fn label(&self) -> &'static str;
+}
+
+impl DeliveryLabel for Delivery {
+    fn label(&self) -> &'static str {
+        crate::confirm::view::delivery_label(self)
+    }
+}
+
+/// The sentence under an outcome.
+pub fn status_line(r: &DecisionRecord) -> String {
+    match &r.delivery {
+        Delivery::Pending { .. } => "Delivery pending: the resource server has not been reached yet. This service keeps trying until it answers or the request expires; you need not do anything.".into(),
+        Delivery::Delivered { decision, .. } => format!("Delivered: the resource server recorded the decision ({}).", decision.status_word()),
+        Delivery::Refused { refusal: Refusal::ResourceServer { error, description, .. }, .. } => {
+            if description.is_empty() {
+                format!("The resource server refused the decision: {error}")
+            } else {
+                format!("The resource server refused the decision: {error}: {description}")
+            }
+        }
+        Delivery::Refused { refusal: Refusal::Unregistered, .. } => "The decision was not sent: the resource server is no longer registered with this service.".into(),
+        Delivery::Refused { refusal: Refusal::Unsealable, .. } => "The decision was not sent: its sealed copy could not be opened.".into(),
+        Delivery::Expired { .. } => "The request expired before the resource server could be reached; it was not carried out.".into(),
+    }
+}
+
+/// The page title of an error.
+pub fn title(e: &CsError) -> &'static str {
+    match e {
+        CsError::NotRegistered(_) => "Unknown resource server",
+        CsError::BadRequest(_) => "Bad request",
+        CsError::NotFound => "Not found",
+        CsError::Csrf => "Form expired",
+        CsError::WrongUser { .. } => "Not your request",
+        CsError::Unreachable { .. } => "Resource server unreachable",
+        CsError::Timeout { .. } => "Resource server too slow",
+        CsError::Untrusted { .. } => "Do not trust this request",
+        CsError::NotCountersignable(_) => "This request cannot be confirmed",
+        CsError::Expired(_) => "Request expired",
+        CsError::Gone => "Request no longer open",
+        CsError::UnknownAtRs { .. } => "Unknown request",
+        CsError::Changed => "The request changed",
+        CsError::TooManyAttempts { .. } => "Too many attempts",
+        CsError::MethodNotAllowed => "Method not allowed",
+        CsError::PayloadTooLarge => "Too large",
+        CsError::Internal(_) => "Something went wrong",
+    }
+}
+
+/// What a person reads about an error.
+pub fn message(e: &CsError) -> String {
+    match e {
+        CsError::NotRegistered(detail) => format!(
+            "This confirmation service does not work for that resource server, so it did not contact it. {detail}"
+        ),
+        CsError::Csrf => "The form's security token was missing or did not match your session. Go back, reload the page and try again.".into(),
+        CsError::Untrusted { origin, reason } => format!(
+            "The request that claims to come from {origin} failed verification: {reason}. Nothing was signed. Do not act on it."
+        ),
+        CsError::NotCountersignable(reason) => format!(
+            "The request is missing what is needed to confirm it safely: {reason}."
+        ),
+        CsError::Changed => "The request is not the one you were shown. Review it again before deciding.".into(),
+        CsError::Internal(_) => "The confirmation service had an internal problem. Nothing was signed. Try again later.".into(),
+        other => {
+            let mut s = other.to_string();
+            if let Some(first) = s.get(..1) {
+                let upper = first.to_uppercase();
+                s.replace_range(..1, &upper);
+            }
+            s.push('.');
+            s
+        }
+    }
+}
+
+/// The error page of `e`, with status `status`.
+pub fn error_page(e: &CsError, status: u16) -> String {
+    let page = ErrorPage {
+        title: title(e),
+        message: message(e),
+        untrusted: matches!(e, CsError::Untrusted { .. }),
+        status,
+    };
+    page.render()
+        .unwrap_or_else(|_| "<!doctype html><title>Error</title><p>Error</p>".to_owned())
+}
