@@ -15,6 +15,7 @@
 //! - [`resource`]: the reference resource server and agent client (§1, §3, §6, §7).
 //! - [`time`]: time as a parameter (`Clock`), shared by every layer.
 //! - [`text`]: making untrusted text safe for one line of a log.
+//! - [`testkit`]: the loopback CS + RS configurations of the tests, benches and demo.
 //! - [`cli`]: the `cheq` command line.
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -28,5 +29,6 @@ pub mod keyfile;
 pub mod resource;
 pub mod sign;
 pub mod store;
+pub mod testkit;
 pub mod text;
 pub mod time;

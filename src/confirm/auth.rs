@@ -616,7 +616,7 @@ mod tests {
         assert_eq!(s.unwrap().locked_until, 272);
     }
 
-    #[actix_web::test]
+    #[tokio::test]
     async fn a_guarded_attempt_counts_before_checking_and_forgets_on_success() {
         let (_dir, l) = limiter();
         let user = LimitKey::LoginUser("alice".into());
@@ -647,7 +647,7 @@ mod tests {
         assert_eq!(l.store.get("login-user:alice").unwrap(), None);
     }
 
-    #[actix_web::test]
+    #[tokio::test]
     async fn a_gateway_gets_back_only_the_failure_counted_in_advance() {
         let (_dir, l) = limiter();
         let gw = [LimitKey::Gateway("g".into())];

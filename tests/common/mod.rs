@@ -10,7 +10,6 @@
 use actix_web::dev::ServerHandle;
 use actix_web::{web, App, HttpResponse, HttpServer};
 use cheq::cheq::UriPack;
-use cheq::cli::demo::LoopbackPair;
 use cheq::confirm::auth::{hash_secret, new_account};
 use cheq::confirm::server::{start_background, Background};
 use cheq::confirm::{CsConfig, CsState};
@@ -18,6 +17,7 @@ use cheq::keyfile::load_or_create_key;
 use cheq::resource::{agent, InvokeOutcome, RsConfig, RsState};
 use cheq::sign::{b64, Jwks, SigningKey, TrustStore};
 use cheq::store::cs::DecisionRecord;
+use cheq::testkit::LoopbackPair;
 use cheq::time::{Clock, ManualClock, SystemClock};
 use serde_json::{json, Map, Value};
 use std::io::{Read, Write};
