@@ -245,6 +245,8 @@ struct ConfirmPage<'a> {
     errors: &'a [(String, String)],
     entered: &'a IndexMap<String, String>,
     cs_origin: &'a str,
+    /// How long is left until `v.expires`, in words ("in 9 minutes").
+    expires_in: String,
 }
 
 impl ConfirmPage<'_> {
@@ -295,6 +297,27 @@ fn when(ts: i64) -> String {
         .single()
         .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
         .unwrap_or_default()
+}
+
+/// How long is left from `now` until `expires` (RFC 3339), in words, rounded
+/// down: "in 9 minutes", "in 2 hours 5 minutes", "in 3 days".
+fn time_left(expires: &str, now: chrono::DateTime<Utc>) -> String {
+    let Ok(t) = chrono::DateTime::parse_from_rfc3339(expires) else {
+        return String::new();
+    };
+    let plural = |n: i64, unit: &str| format!("{n} {unit}{}", if n == 1 { "" } else { "s" });
+    match (t.with_timezone(&Utc) - now).num_seconds() {
+        s if s <= 0 => "already expired".into(),
+        s if s < 60 => "in less than a minute".into(),
+        s if s < 3600 => format!("in {}", plural(s / 60, "minute")),
+        s if s < 86400 && s % 3600 < 60 => format!("in {}", plural(s / 3600, "hour")),
+        s if s < 86400 => format!(
+            "in {} {}",
+            plural(s / 3600, "hour"),
+            plural(s % 3600 / 60, "minute")
+        ),
+        s => format!("in {}", plural(s / 86400, "day")),
+    }
 }
 
 fn status_line(r: &DecisionRecord) -> String {
@@ -541,6 +564,7 @@ async fn confirmation(
                 errors: &[],
                 entered: &IndexMap::new(),
                 cs_origin: &state.cs_origin(),
+                expires_in: time_left(&open.view.expires, state.cs.now()),
             };
             Ok(html(actix_web::http::StatusCode::OK, render(&page)?))
         }
@@ -616,6 +640,7 @@ async fn decide(
                         errors: &errors,
                         entered: &entered,
                         cs_origin: &state.cs_origin(),
+                        expires_in: time_left(&open.view.expires, state.cs.now()),
                     };
                     Ok(html(
                         actix_web::http::StatusCode::UNPROCESSABLE_ENTITY,
@@ -734,5 +759,23 @@ mod tests {
             assert_eq!(safe_next(Some(bad)), "/history", "{bad:?}");
         }
         assert_eq!(safe_next(None), "/history");
+    }
+
+    #[test]
+    fn time_left_in_words() {
+        let now = Utc.with_ymd_and_hms(2026, 5, 1, 12, 0, 0).unwrap();
+        for (expires, words) in [
+            ("2026-05-01T11:59:00Z", "already expired"),
+            ("2026-05-01T12:00:00Z", "already expired"),
+            ("2026-05-01T12:00:59Z", "in less than a minute"),
+            ("2026-05-01T12:01:59Z", "in 1 minute"),
+            ("2026-05-01T12:09:30Z", "in 9 minutes"),
+            ("2026-05-01T13:00:30Z", "in 1 hour"),
+            ("2026-05-01T14:05:00Z", "in 2 hours 5 minutes"),
+            ("2026-05-04T13:00:00Z", "in 3 days"),
+            ("not a time", ""),
+        ] {
+            assert_eq!(time_left(expires, now), words, "{expires}");
+        }
     }
 }
