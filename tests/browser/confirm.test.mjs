@@ -1,12 +1,14 @@
 // End to end in a real browser: the demo (CS + RS) runs as real processes, the
 // agent invokes a tool, headless Chromium logs in as alice, reads the
 // confirmation page, clicks Accept, and the test checks the RS outcome through
-// the agent's result URI. A screenshot of the confirmation page is saved under
-// target/browser/.
+// the agent's result URI. The last test runs axe-core on the login,
+// confirmation, outcome and history pages at 1280, 900 and 390 px and saves a
+// screenshot of each under target/browser/ (e.g. history-390.png).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import net from 'node:net';
@@ -16,6 +18,9 @@ const root = resolve(import.meta.dirname, '..', '..');
 const cheq = process.env.CHEQ_BIN || join(root, 'target', 'debug', 'cheq');
 const password = 'correct horse battery staple';
 const shots = join(root, 'target', 'browser');
+// axe-core's source, evaluated in the page through the DevTools protocol: the
+// pages' CSP (no script at all) stays on, so axe sees them as a person does.
+const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 mkdirSync(shots, { recursive: true });
 
 function freePort() {
@@ -51,6 +56,7 @@ const browser = await chromium.launch({
 });
 
 after(async () => {
+  writeFileSync(join(shots, 'axe.json'), JSON.stringify(audits, null, 2));
   await browser.close();
   demo.kill('SIGTERM');
   rmSync(dataDir, { recursive: true, force: true });
@@ -130,6 +136,64 @@ async function openPack(page, pack) {
   await Promise.all([page.waitForNavigation(), page.click('#go')]);
 }
 
+/** axe-core's violations on the page as it is now (the CSP stays on: the
+ * source goes in through the DevTools protocol, not a <script> tag). */
+async function axeViolations(page) {
+  if (!(await page.evaluate(() => typeof window.axe === 'object'))) {
+    await page.evaluate(axeSource);
+  }
+  const { violations } = await page.evaluate(() => window.axe.run(document, { resultTypes: ['violations'] }));
+  return violations.map((v) => ({
+    id: v.id, impact: v.impact, help: v.help,
+    targets: v.nodes.map((n) => n.target.join(' ')),
+  }));
+}
+
+/** The words (runs of non-space) inside `selector` that the layout broke
+ * across two lines. */
+function brokenWords(page, selector) {
+  return page.evaluate((sel) => {
+    const broken = [];
+    for (const el of document.querySelectorAll(sel)) {
+      const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+      for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+        for (const m of n.data.matchAll(/\S+/g)) {
+          const r = document.createRange();
+          r.setStart(n, m.index);
+          r.setEnd(n, m.index + m[0].length);
+          const lines = new Set([...r.getClientRects()].filter((b) => b.width > 0).map((b) => Math.round(b.top)));
+          if (lines.size > 1) broken.push(m[0]);
+        }
+      }
+    }
+    return broken;
+  }, selector);
+}
+
+const audits = {};
+
+/** Runs axe on the page as it is; fails on a serious or critical violation. */
+async function audit(page, name) {
+  const violations = await axeViolations(page);
+  audits[name] = violations;
+  for (const v of violations) console.log(`axe ${name}: ${v.impact} ${v.id} (${v.help}) at ${v.targets.join(', ')}`);
+  const bad = violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  assert.deepEqual(bad, [], `${name}: axe violations`);
+}
+
+/** At 1280, 900 and 390 px: axe finds nothing serious or critical, nothing is wider
+ * than the screen, no word in `unbroken` is split, and a screenshot is saved. */
+async function lookAt(page, name, unbroken) {
+  for (const width of [1280, 900, 390]) {
+    await page.setViewportSize({ width, height: width > 500 ? 900 : 844 });
+    await page.screenshot({ path: join(shots, `${name}-${width}.png`), fullPage: true });
+    await audit(page, `${name}-${width}`);
+    const [scroll, client] = await page.evaluate(() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]);
+    assert.ok(scroll <= client, `${name} at ${width} px is ${scroll} px wide`);
+    if (unbroken) assert.deepEqual(await brokenWords(page, unbroken), [], `${name} at ${width} px: words split across lines`);
+  }
+}
+
 test('alice accepts a booking in Chromium and the RS runs it', async () => {
   await waitFor(`${cs}/healthz`).catch((e) => { throw new Error(`${e.message}\n${demoLog}`); });
   await waitFor(`${rs}/healthz`);
@@ -194,6 +258,7 @@ test('alice types private values in Chromium; the CS keeps none of them', async 
   await toInput.fill(to);
   await amountInput.fill(amount);
   await page.screenshot({ path: join(shots, 'private-values.png'), fullPage: true });
+  await audit(page, 'private-values');
   await Promise.all([page.waitForNavigation(), page.click('button[name=decision][value=accept]')]);
   const outcome = await page.content();
   assert.match(outcome, /you chose to accept/i);
@@ -216,4 +281,46 @@ test('alice types private values in Chromium; the CS keeps none of them', async 
   // in the kept CHEQ payload, base64url-encoded).
   assert.notDeepEqual(filesHolding(csData, 'ACME'), [], 'the scan found not even the payee');
   await page.close();
+});
+
+test('the login, confirmation, outcome and history pages pass axe and fit a phone', async () => {
+  await waitFor(`${cs}/healthz`).catch((e) => { throw new Error(`${e.message}\n${demoLog}`); });
+  const pack = agent('flight_number=UA77', 'flight_date=2026-12-10', 'cabin_class=PREMIUM_ECONOMY', 'price_usd=890');
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  try {
+    // Control: axe does run in a page under a CSP that forbids all script.
+    await page.route('http://cheq.test/', (r) => r.fulfill({
+      contentType: 'text/html',
+      headers: { 'content-security-policy': "default-src 'none'" },
+      body: '<!doctype html><html><title>x</title><body><img src="x.png"></body></html>',
+    }));
+    await page.goto('http://cheq.test/');
+    assert.ok((await axeViolations(page)).some((v) => v.id === 'image-alt' && v.impact === 'critical'), 'axe runs');
+    await page.unroute('http://cheq.test/');
+
+    await openPack(page, pack);
+    assert.ok(await page.$('input[name=password]'), 'a new context is asked to sign in');
+    await lookAt(page, 'login');
+    await signInIfAsked(page);
+
+    const confirmation = page.url();
+    assert.match(await page.textContent('.expires-in'), /^in (\d+ minutes?|less than a minute)$/);
+    assert.match(await page.textContent('.facts'), /\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(UTC\)/);
+    await lookAt(page, 'confirmation', '.facts dt, .facts dd time');
+
+    await Promise.all([page.waitForNavigation(), page.click('button[name=decision][value=accept]')]);
+    assert.equal((await page.textContent('h1')).trim(), 'You accepted “Book a flight”.');
+    await lookAt(page, 'outcome', '.facts dt, .facts dd');
+
+    await page.goto(confirmation);
+    assert.equal((await page.textContent('h1')).trim(), 'You already decided this request: you accepted “Book a flight”.');
+    await lookAt(page, 'outcome-again', '.facts dt, .facts dd');
+
+    await page.goto(`${cs}/history`);
+    assert.ok((await page.$$('table.history tbody tr')).length >= 1);
+    await lookAt(page, 'history', 'table.history th, table.history td');
+  } finally {
+    await context.close();
+  }
 });

@@ -2,8 +2,8 @@
 //! render a page. Who is signed in comes from the [`SignedIn`] extractor.
 
 use super::pages::{
-    render, status_line, when, ConfirmPage, HistoryPage, HistoryRow, LoginPage, OutcomePage,
-    StartPage,
+    render, status_line, time_left, when, ConfirmPage, HistoryPage, HistoryRow, LoginPage,
+    OutcomePage, StartPage,
 };
 use super::{
     check_csrf, safe_next, see_other, session_cookie, to_login, CsState, SignedIn, Visitor,
@@ -57,6 +57,7 @@ fn confirm_page(
         problems,
         entered,
         cs_origin: state.cs.cs_origin(),
+        expires_in: time_left(&open.view.expires, state.cs.now()),
     };
     Ok(html(status, render(&page)?))
 }

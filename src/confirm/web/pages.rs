@@ -35,6 +35,8 @@ pub struct ConfirmPage<'a> {
     pub problems: &'a InputProblems,
     pub entered: &'a IndexMap<String, String>,
     pub cs_origin: &'a str,
+    /// How long is left until `v.expires`, in words ("in 9 minutes").
+    pub expires_in: String,
 }
 
 impl ConfirmPage<'_> {
@@ -116,6 +118,27 @@ pub fn when(ts: i64) -> String {
         .single()
         .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
         .unwrap_or_default()
+}
+
+/// How long is left from `now` until `expires` (RFC 3339), in words, rounded
+/// down: "in 9 minutes", "in 2 hours 5 minutes", "in 3 days".
+pub fn time_left(expires: &str, now: chrono::DateTime<Utc>) -> String {
+    let Ok(t) = chrono::DateTime::parse_from_rfc3339(expires) else {
+        return String::new();
+    };
+    let plural = |n: i64, unit: &str| format!("{n} {unit}{}", if n == 1 { "" } else { "s" });
+    match (t.with_timezone(&Utc) - now).num_seconds() {
+        s if s <= 0 => "already expired".into(),
+        s if s < 60 => "in less than a minute".into(),
+        s if s < 3600 => format!("in {}", plural(s / 60, "minute")),
+        s if s < 86400 && s % 3600 < 60 => format!("in {}", plural(s / 3600, "hour")),
+        s if s < 86400 => format!(
+            "in {} {}",
+            plural(s / 3600, "hour"),
+            plural(s % 3600 / 60, "minute")
+        ),
+        s => format!("in {}", plural(s / 86400, "day")),
+    }
 }
 
 /// Words for a delivery state.
@@ -208,4 +231,27 @@ pub fn error_page(e: &CsError, status: u16) -> String {
     };
     page.render()
         .unwrap_or_else(|_| "<!doctype html><title>Error</title><p>Error</p>".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_left_in_words() {
+        let now = Utc.with_ymd_and_hms(2026, 5, 1, 12, 0, 0).unwrap();
+        for (expires, words) in [
+            ("2026-05-01T11:59:00Z", "already expired"),
+            ("2026-05-01T12:00:00Z", "already expired"),
+            ("2026-05-01T12:00:59Z", "in less than a minute"),
+            ("2026-05-01T12:01:59Z", "in 1 minute"),
+            ("2026-05-01T12:09:30Z", "in 9 minutes"),
+            ("2026-05-01T13:00:30Z", "in 1 hour"),
+            ("2026-05-01T14:05:00Z", "in 2 hours 5 minutes"),
+            ("2026-05-04T13:00:00Z", "in 3 days"),
+            ("not a time", ""),
+        ] {
+            assert_eq!(time_left(expires, now), words, "{expires}");
+        }
+    }
 }
