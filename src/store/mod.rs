@@ -29,7 +29,9 @@
 
 pub mod cs;
 pub mod records;
+pub mod rs;
 pub mod sled_cs;
+pub mod sled_rs;
 mod sled_store;
 
 pub use self::sled_store::SledNonceStore;
