@@ -17,8 +17,7 @@
 //! - [`error`]: the error types of each layer and their single HTTP mapping
 //!   (into [`crate::httpkit::JsonError`], shared with the CS).
 //!
-//! Only [`server::build_state`] names a storage backend (sled, through
-//! [`crate::store::sled_rs`]).
+//! Only [`server::build_state`] chooses the storage backend.
 
 pub mod agent;
 pub mod cheq_rs;
