@@ -671,6 +671,13 @@ async fn transfer_funds_collects_private_values() {
         (status.as_u16(), body["error"].clone()),
         (400, json!("invalid_cheq"))
     );
+    // Refused by rule 3 of the verifier, naming the first missing input.
+    let why = body["error_description"].as_str().unwrap();
+    assert!(
+        why.contains("rule 3") && why.contains("\"from account\""),
+        "{why}"
+    );
+    assert_eq!(rs.state.executions(), 0);
 
     let collected: IndexMap<String, String> = [
         ("from account", "12345678"),

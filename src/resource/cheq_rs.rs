@@ -1,11 +1,12 @@
 //! The resource-server side of CHEQ (PROTOCOL.md §1, §3, §4, §6, §7), for any
-//! API server to embed: no HTTP and nothing of the demo tools here.
+//! API server to embed: no HTTP, no database and nothing of the demo tools
+//! here.
 //!
 //! - [`CheqRs::mint`] makes a pending confirmation: random resource and result
 //!   ids (128 bits each), a nonce of 24 random bytes, `date` now and `expires`
 //!   now + TTL (at most 24 h), signs the payload as the resource server and
-//!   returns the URI pack (§1). The pending confirmation is kept in sled, so it
-//!   survives a restart.
+//!   returns the URI pack (§1). The pending confirmation is kept in the
+//!   [`CheqRecords`] store, durably, so it survives a restart.
 //! - [`CheqRs::fetch`] serves it to the CS (§3): the signed document, or
 //!   `Expired` / `AlreadyDecided` (410) / `NotFound` (404).
 //! - [`CheqRs::decide`] takes the countersigned document (§6).
@@ -15,10 +16,10 @@
 //!
 //! # Exactly once, across crashes
 //!
-//! A decision goes through these steps (the nonce is flushed before anything
-//! else happens; the operation's effect and the final record are flushed
-//! before the answer; step 2's write is covered by step 4's flush, since the
-//! nonce of step 1 already stands for the decision):
+//! A decision goes through these steps (the nonce is durable before anything
+//! else happens; the operation's effect and the final record are durable
+//! before the answer; step 2's write need not be, since the nonce of step 1
+//! already stands for the decision and step 4's durable write covers it):
 //!
 //! 1. the nonce is recorded in the [`NonceStore`] with the SHA-256 of the exact
 //!    body bytes (§6: "records the nonce durably before it answers");
@@ -29,6 +30,9 @@
 //! 4. the record moves to `done` with the operation's result, and only then is
 //!    the answer sent.
 //!
+//! Steps 2 and 4 are compare-and-set moves ([`CheqRecords::advance`]): a
+//! record only moves from the state it was read in.
+//!
 //! A crash anywhere leaves a state a re-delivery completes: the CS keeps
 //! delivering the same bytes until it gets an answer (§6), a byte-identical
 //! body is recognised by its digest (in the nonce store or in the record) and
@@ -37,8 +41,9 @@
 //! was reached. Step 3 can therefore be re-entered after a crash that happened
 //! after the operation's effect but before step 4, so an [`Operation`] MUST be
 //! idempotent per key: the demo tools write their effect and its result under
-//! that key in one sled insert and return the stored result when the key is
-//! already present; a real API passes the key on as its own idempotency key.
+//! that key in one atomic write of their execution log
+//! ([`crate::store::rs::Executions`]) and return the stored result when the key
+//! is already present; a real API passes the key on as its own idempotency key.
 //! Decisions on one confirmation are serialised by a lock (striped by id), so
 //! two concurrent deliveries of the same document cannot both run the
 //! operation, while different confirmations proceed in parallel.
@@ -51,15 +56,17 @@
 //! `expired` for a CHEQ that is then accepted.
 
 use super::error::CheqRsError;
-use crate::cheq::{Cheq, UriPack};
+use crate::cheq::{Cheq, Decision, DecisionAnswer, UriPack};
 use crate::sign::verify::CLOCK_SKEW_SECS;
-use crate::sign::{b64, verify_decision, Context, Decision, Jwks, SigningKey, TrustStore};
-use crate::store::{NonceEntry, NonceStore, RecordOutcome, SledNonceStore};
+use crate::sign::{
+    b64, verify_decision, Context, Jwks, SigningKey, TrustStore, VerifiedDecision, VerifyError,
+};
+use crate::store::rs::{CheqRecord, CheqRecords, CheqState, RsStore, Transition};
+use crate::store::{NonceEntry, NonceStore, RecordOutcome, StoreError};
 use crate::time::Clock;
 use chrono::{DateTime, Duration, SecondsFormat, TimeZone, Utc};
 use indexmap::IndexMap;
 use rand::RngCore;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, Mutex};
@@ -77,10 +84,6 @@ pub const MAX_TTL_SECS: i64 = 24 * 3600;
 
 /// Stripes of the per-confirmation decision lock.
 const LOCK_STRIPES: usize = 64;
-
-const CONFIRMATIONS_TREE: &str = "rs.confirmations";
-const RESULTS_TREE: &str = "rs.results";
-const NONCES_TREE: &str = "rs.nonces";
 
 /// The confirmed action. Runs once per confirmation (see the module docs).
 pub trait Operation: Send + Sync + 'static {
@@ -130,26 +133,6 @@ pub struct Minted {
     pub expires: DateTime<Utc>,
 }
 
-/// The answer to a decision (§6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DecisionAnswer {
-    pub decision: Decision,
-}
-
-impl DecisionAnswer {
-    /// `{"status":"accepted"}` or `{"status":"rejected"}`.
-    pub fn to_json(self) -> Value {
-        json!({"status": status_word(self.decision)})
-    }
-}
-
-fn status_word(d: Decision) -> &'static str {
-    match d {
-        Decision::Accept => "accepted",
-        Decision::Reject => "rejected",
-    }
-}
-
 /// The result as the agent sees it (§7).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ResultView {
@@ -171,49 +154,32 @@ impl ResultView {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(tag = "state", rename_all = "lowercase")]
-enum State {
-    Pending,
-    Decided {
-        decision: String,
-        digest: String,
-    },
-    Done {
-        decision: String,
-        digest: String,
-        #[serde(default)]
-        result: Option<Value>,
-    },
+/// When the CHEQ of `record` expires.
+fn expires_at(record: &CheqRecord) -> DateTime<Utc> {
+    Utc.timestamp_opt(record.expires, 0)
+        .single()
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Record {
-    id: String,
-    result_id: String,
-    resource_uri: String,
-    nonce: String,
-    /// Unix seconds.
-    expires: i64,
-    document: String,
-    action: Value,
-    #[serde(flatten)]
-    state: State,
+/// The caller data of a nonce entry: the decision's wire word.
+fn nonce_data(decision: Decision) -> Vec<u8> {
+    decision.as_str().as_bytes().to_vec()
 }
 
-impl Record {
-    fn expires_at(&self) -> DateTime<Utc> {
-        Utc.timestamp_opt(self.expires, 0)
-            .single()
-            .unwrap_or(DateTime::<Utc>::MIN_UTC)
-    }
+/// Reads back the decision [`nonce_data`] wrote in the entry of `nonce`.
+fn nonce_decision(nonce: &str, entry: &NonceEntry) -> Result<Decision, StoreError> {
+    std::str::from_utf8(&entry.data)
+        .ok()
+        .and_then(Decision::parse)
+        .ok_or_else(|| StoreError::Corrupt {
+            key: nonce.to_owned(),
+            reason: "the nonce entry does not name a decision".to_owned(),
+        })
 }
 
 /// The RS side of CHEQ: pending confirmations, decisions, results.
 pub struct CheqRs {
-    db: sled::Db,
-    confirmations: sled::Tree,
-    results: sled::Tree,
+    records: Arc<dyn CheqRecords>,
     nonces: Arc<dyn NonceStore>,
     key: SigningKey,
     trust: TrustStore,
@@ -248,13 +214,13 @@ fn digest_b64(body: &[u8]) -> String {
 }
 
 impl CheqRs {
-    /// Opens the RS state in `db` (its trees `rs.*`).
+    /// The RS side of CHEQ on `store` (its `records` and `nonces`).
     ///
     /// `base_url` is the RS origin (`https://api.example`); `trust` must trust
     /// the confirmation server's keys (the RS's own key is added here);
     /// `confirmation_uri` goes into every URI pack and payload.
-    pub fn open(
-        db: sled::Db,
+    pub fn new(
+        store: &RsStore,
         key: SigningKey,
         trust: TrustStore,
         base_url: &str,
@@ -269,12 +235,9 @@ impl CheqRs {
         trust
             .add_resource_server(&base_url, own)
             .map_err(|e| CheqRsError::Mint(e.to_string()))?;
-        let nonces = SledNonceStore::with_db(db.clone(), NONCES_TREE)?;
         Ok(CheqRs {
-            confirmations: db.open_tree(CONFIRMATIONS_TREE)?,
-            results: db.open_tree(RESULTS_TREE)?,
-            db,
-            nonces: Arc::new(nonces),
+            records: store.records.clone(),
+            nonces: store.nonces.clone(),
             key,
             trust,
             base_url,
@@ -347,7 +310,7 @@ impl CheqRs {
         let document = crate::sign::sign_resource(&payload, &self.key)?;
         let pack = UriPack::new(&self.confirmation_uri, &resource_uri, &result_uri)
             .map_err(|e| CheqRsError::Mint(e.to_string()))?;
-        let record = Record {
+        let record = CheqRecord {
             id: id.clone(),
             result_id: result_id.clone(),
             resource_uri,
@@ -355,10 +318,13 @@ impl CheqRs {
             expires: expires.timestamp(),
             document: document.clone(),
             action: req.action,
-            state: State::Pending,
+            state: CheqState::Pending,
         };
-        self.results.insert(result_id.as_bytes(), id.as_bytes())?;
-        self.save(&record)?;
+        if !self.records.create(&record)? {
+            return Err(CheqRsError::Mint(
+                "a random id is already taken; try again".into(),
+            ));
+        }
         Ok(Minted {
             id,
             result_id,
@@ -369,30 +335,6 @@ impl CheqRs {
         })
     }
 
-    fn load(&self, id: &str) -> Result<Option<Record>, CheqRsError> {
-        match self.confirmations.get(id.as_bytes())? {
-            None => Ok(None),
-            Some(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|_| CheqRsError::Corrupt(id.to_owned())),
-        }
-    }
-
-    /// Writes a record and flushes it (and every earlier write) to disk.
-    fn save(&self, record: &Record) -> Result<(), CheqRsError> {
-        self.write(record)?;
-        self.db.flush()?;
-        Ok(())
-    }
-
-    /// Writes a record without waiting for the disk.
-    fn write(&self, record: &Record) -> Result<(), CheqRsError> {
-        let bytes =
-            serde_json::to_vec(record).map_err(|_| CheqRsError::Corrupt(record.id.clone()))?;
-        self.confirmations.insert(record.id.as_bytes(), bytes)?;
-        Ok(())
-    }
-
     fn stripe(&self, id: &str) -> &Mutex<()> {
         let i = Sha256::digest(id.as_bytes())[0] as usize % self.locks.len().max(1);
         &self.locks[i]
@@ -400,11 +342,11 @@ impl CheqRs {
 
     /// The resource-signed document of confirmation `id`, for the CS (§3).
     pub fn fetch(&self, id: &str) -> Result<String, CheqRsError> {
-        let record = self.load(id)?.ok_or(CheqRsError::NotFound)?;
-        if record.state != State::Pending || self.nonces.get(&record.nonce)?.is_some() {
+        let record = self.records.get(id)?.ok_or(CheqRsError::NotFound)?;
+        if record.state != CheqState::Pending || self.nonces.get(&record.nonce)?.is_some() {
             return Err(CheqRsError::AlreadyDecided);
         }
-        if self.clock.now() >= record.expires_at() {
+        if self.clock.now() >= expires_at(&record) {
             return Err(CheqRsError::Expired);
         }
         Ok(record.document)
@@ -419,40 +361,29 @@ impl CheqRs {
         body: &[u8],
     ) -> Result<DecisionAnswer, CheqRsError> {
         let _guard = self.stripe(id).lock().unwrap_or_else(|e| e.into_inner());
-        let record = self.load(id)?.ok_or(CheqRsError::NotFound)?;
+        let record = self.records.get(id)?.ok_or(CheqRsError::NotFound)?;
         let digest = digest_b64(body);
         let now = self.clock.now();
 
         // A byte-identical re-delivery gets the same answer (and completes the
         // steps a crash may have cut short); anything else for a decided nonce
         // is a replay.
-        let recorded = self.nonces.get(&record.nonce)?;
-        let earlier = match (&record.state, &recorded) {
-            (
-                State::Decided {
-                    digest: d,
-                    decision: e,
-                }
-                | State::Done {
-                    digest: d,
-                    decision: e,
-                    ..
-                },
-                _,
-            ) => Some((d.clone(), e.as_bytes().to_vec())),
-            (State::Pending, Some(entry)) => Some((b64::encode(entry.digest), entry.data.clone())),
-            (State::Pending, None) => None,
+        let earlier = match (record.state.digest(), record.state.decision()) {
+            (Some(d), Some(e)) => Some((d.to_owned(), e)),
+            _ => match self.nonces.get(&record.nonce)? {
+                Some(entry) => Some((
+                    b64::encode(entry.digest),
+                    nonce_decision(&record.nonce, &entry)?,
+                )),
+                None => None,
+            },
         };
-        if let Some((earlier, earlier_decision)) = earlier {
+        if let Some((earlier, found)) = earlier {
             if earlier != digest {
                 return Err(CheqRsError::Replayed);
             }
-            let found = std::str::from_utf8(&earlier_decision)
-                .ok()
-                .and_then(Decision::parse)
-                .ok_or_else(|| CheqRsError::Corrupt(record.id.clone()))?;
             if found != decision {
-                return Err(crate::sign::VerifyError::DecisionMismatch {
+                return Err(VerifyError::DecisionMismatch {
                     expected: decision,
                     found,
                 }
@@ -461,7 +392,7 @@ impl CheqRs {
             return self.complete(record, body, now);
         }
 
-        if now > record.expires_at() + Duration::seconds(CLOCK_SKEW_SECS) {
+        if now > expires_at(&record) + Duration::seconds(CLOCK_SKEW_SECS) {
             return Err(CheqRsError::Expired);
         }
         let verified = self.verify(&record, body, Some(decision), now)?;
@@ -471,24 +402,25 @@ impl CheqRs {
         let entry = NonceEntry {
             digest: digest_bytes,
             expires_at: record.expires + CLOCK_SKEW_SECS + 1,
-            data: decision.as_str().as_bytes().to_vec(),
+            data: nonce_data(decision),
         };
         match self.nonces.record(&record.nonce, &entry)? {
             RecordOutcome::Fresh | RecordOutcome::SameAsBefore(_) => {
-                self.complete_verified(record, body, verified)
+                self.complete_verified(record, body, &verified)
             }
             RecordOutcome::Conflict(_) => Err(CheqRsError::Replayed),
         }
     }
 
-    /// Verifies a decision for `record`, and checks what the RS needs besides §5.
+    /// Verifies a decision for `record` (§5, rules 1–4, the required inputs
+    /// of rule 3 included), and that it carries the nonce this RS issued.
     fn verify(
         &self,
-        record: &Record,
+        record: &CheqRecord,
         body: &[u8],
         expected: Option<Decision>,
         now: DateTime<Utc>,
-    ) -> Result<(Decision, IndexMap<String, String>), CheqRsError> {
+    ) -> Result<VerifiedDecision, CheqRsError> {
         let ctx = Context {
             now,
             resource_uri: Some(&record.resource_uri),
@@ -500,75 +432,76 @@ impl CheqRs {
                 "the nonce is not the one this resource server issued".into(),
             ));
         }
-        let collected = verified.claims().collected.clone().unwrap_or_default();
-        if verified.decision() == Decision::Accept {
-            for p in &verified.cheq().parameters {
-                if let Some(input) = &p.input {
-                    let missing = !matches!(collected.get(&p.name), Some(v) if !v.is_empty());
-                    if input.required && missing {
-                        return Err(CheqRsError::InvalidOther(format!(
-                            "rule 3: the required input \"{}\" was not collected",
-                            p.name
-                        )));
-                    }
-                }
-            }
-        }
-        Ok((verified.decision(), collected))
+        Ok(verified)
     }
 
     /// Steps 2–4 of the module docs, for a body whose nonce is recorded.
     fn complete(
         &self,
-        record: Record,
+        record: CheqRecord,
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<DecisionAnswer, CheqRsError> {
-        if let State::Done { decision, .. } = &record.state {
-            return answer(decision, &record.id);
+        if let CheqState::Done { decision, .. } = record.state {
+            return Ok(DecisionAnswer { decision });
         }
         // The body was verified when first delivered; verify again to read it,
         // at a time it was valid (it may be re-delivered after expiry).
-        let at = now.min(record.expires_at());
+        let at = now.min(expires_at(&record));
         let verified = self.verify(&record, body, None, at)?;
-        self.complete_verified(record, body, verified)
+        self.complete_verified(record, body, &verified)
     }
 
     /// Steps 2–4 for a body just verified (`verified` is what it says).
     fn complete_verified(
         &self,
-        mut record: Record,
+        record: CheqRecord,
         body: &[u8],
-        (decision, collected): (Decision, IndexMap<String, String>),
+        verified: &VerifiedDecision,
     ) -> Result<DecisionAnswer, CheqRsError> {
+        let decision = verified.decision();
         let digest = digest_b64(body);
-        if let State::Done { decision, .. } = &record.state {
-            return answer(decision, &record.id);
-        }
-        if record.state == State::Pending {
-            record.state = State::Decided {
-                decision: decision.as_str().to_owned(),
-                digest: digest.clone(),
-            };
-            // Not flushed on its own: the flushed nonce of step 1 already
-            // stands for the decision, and step 4's flush covers this write.
-            self.write(&record)?;
+        let decided = CheqState::Decided {
+            decision,
+            digest: digest.clone(),
+        };
+        match &record.state {
+            CheqState::Done { decision, .. } => {
+                return Ok(DecisionAnswer {
+                    decision: *decision,
+                })
+            }
+            // Not durable on its own: the durable nonce of step 1 already
+            // stands for the decision, and step 4's durable write covers this.
+            CheqState::Pending => {
+                let moved =
+                    self.records
+                        .advance(&record.id, &CheqState::Pending, &decided, false)?;
+                if let Some(answer) = settled_elsewhere(moved, &digest)? {
+                    return Ok(answer);
+                }
+            }
+            CheqState::Decided { .. } => {}
         }
         let result = match decision {
-            Decision::Accept => Some(
-                self.operation
-                    .execute(&record.id, &record.action, &collected)
-                    .map_err(CheqRsError::Operation)?,
-            ),
+            Decision::Accept => {
+                let none = IndexMap::new();
+                let collected = verified.claims().collected.as_ref().unwrap_or(&none);
+                Some(
+                    self.operation
+                        .execute(&record.id, &record.action, collected)
+                        .map_err(CheqRsError::Operation)?,
+                )
+            }
             Decision::Reject => None,
         };
-        record.state = State::Done {
-            decision: decision.as_str().to_owned(),
-            digest,
+        let done = CheqState::Done {
+            decision,
+            digest: digest.clone(),
             result,
         };
-        self.save(&record)?;
-        Ok(DecisionAnswer { decision })
+        let moved = self.records.advance(&record.id, &decided, &done, true)?;
+        Ok(settled_elsewhere(moved, &digest)?.unwrap_or(DecisionAnswer { decision }))
     }
 
     /// Forgets what can no longer matter: nonce entries of expired CHEQs (the
@@ -585,41 +518,29 @@ impl CheqRs {
         let now = self.clock.now();
         let nonces = self.nonces.collect_expired(now.timestamp())?;
         let cutoff = (now - keep).timestamp() - CLOCK_SKEW_SECS;
-        let mut records = 0;
-        for item in self.confirmations.iter() {
-            let (key, bytes) = item?;
-            let Ok(record) = serde_json::from_slice::<Record>(&bytes) else {
-                continue;
-            };
-            if record.expires < cutoff {
-                self.results.remove(record.result_id.as_bytes())?;
-                self.confirmations.remove(key)?;
-                records += 1;
-            }
-        }
-        self.db.flush()?;
+        let records = self.records.collect_expired(cutoff)?;
         Ok((nonces, records))
     }
 
     /// The result behind `result_id` (§7).
     pub fn result(&self, result_id: &str) -> Result<ResultView, CheqRsError> {
-        let id = self
-            .results
-            .get(result_id.as_bytes())?
+        let record = self
+            .records
+            .by_result(result_id)?
             .ok_or(CheqRsError::ResultNotFound)?;
-        let id = String::from_utf8_lossy(&id).into_owned();
-        let record = self.load(&id)?.ok_or(CheqRsError::ResultNotFound)?;
         Ok(match record.state {
-            State::Done {
-                decision, result, ..
-            } => match Decision::parse(&decision) {
-                Some(Decision::Accept) => ResultView::Accepted(result.unwrap_or(Value::Null)),
-                Some(Decision::Reject) => ResultView::Rejected,
-                None => return Err(CheqRsError::Corrupt(id)),
-            },
-            State::Decided { .. } => ResultView::Pending,
-            State::Pending => {
-                if self.clock.now() > record.expires_at() + Duration::seconds(CLOCK_SKEW_SECS) {
+            CheqState::Done {
+                decision: Decision::Accept,
+                result,
+                ..
+            } => ResultView::Accepted(result.unwrap_or(Value::Null)),
+            CheqState::Done {
+                decision: Decision::Reject,
+                ..
+            } => ResultView::Rejected,
+            CheqState::Decided { .. } => ResultView::Pending,
+            CheqState::Pending => {
+                if self.clock.now() > expires_at(&record) + Duration::seconds(CLOCK_SKEW_SECS) {
                     ResultView::Expired
                 } else {
                     ResultView::Pending
@@ -629,255 +550,25 @@ impl CheqRs {
     }
 }
 
-fn answer(decision: &str, id: &str) -> Result<DecisionAnswer, CheqRsError> {
-    Decision::parse(decision)
-        .map(|decision| DecisionAnswer { decision })
-        .ok_or_else(|| CheqRsError::Corrupt(id.to_owned()))
-}
-
-#[cfg(test)]
-mod tests {
-    //! Crash recovery: each durable step of the module docs, cut short.
-    use super::*;
-    use crate::resource::tools::DemoTools;
-    use crate::sign::{countersign, verify_resource, Channel, DecisionInput};
-    use crate::time::ManualClock;
-
-    struct Fixture {
-        _dir: tempfile::TempDir,
-        db: sled::Db,
-        rs: CheqRs,
-        tools: Arc<DemoTools>,
-        cs: SigningKey,
-        clock: Arc<ManualClock>,
-    }
-
-    fn fixture() -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::Config::new().path(dir.path()).open().unwrap();
-        let cs = SigningKey::from_seed("cs", &[1; 32]).unwrap();
-        let mut trust = TrustStore::new();
-        trust
-            .add_confirmation_server(
-                "http://127.0.0.1:9",
-                Jwks::new(vec![cs.public_key()]).unwrap(),
-            )
-            .unwrap();
-        let clock = Arc::new(ManualClock::new(Utc::now()));
-        let tools = Arc::new(DemoTools::open(db.clone()).unwrap());
-        let rs = CheqRs::open(
-            db.clone(),
-            SigningKey::from_seed("rs", &[2; 32]).unwrap(),
-            trust,
-            "http://127.0.0.1:8",
-            "http://127.0.0.1:9/confirm",
-            clock.clone(),
-            tools.clone(),
-        )
-        .unwrap();
-        Fixture {
-            _dir: dir,
-            db,
-            rs,
-            tools,
-            cs,
-            clock,
-        }
-    }
-
-    impl Fixture {
-        fn mint(&self) -> Minted {
-            self.rs
-                .mint(MintRequest {
-                    operation: "http://127.0.0.1:8/tools/x:invoke".into(),
-                    operation_name: "Book a flight".into(),
-                    parameters: vec![json!({"parameter name": "flight number", "parameter value": "UA23"})],
-                    subject: "alice".into(),
-                    language: None,
-                    ttl: Duration::seconds(600),
-                    action: json!({"tool": "book_flight", "inputs": {"flight_number": "UA23", "price_usd": 500}}),
-                })
-                .unwrap()
-        }
-
-        fn decide_doc(&self, m: &Minted, decision: Decision, iat_offset: i64) -> String {
-            let mut trust = TrustStore::new();
-            trust
-                .add_resource_server(
-                    "http://127.0.0.1:8",
-                    Jwks::from_value(&self.rs.jwks()).unwrap(),
-                )
-                .unwrap();
-            let now = self.clock.now();
-            let v = verify_resource(m.document.as_bytes(), &trust, &Context::at(now)).unwrap();
-            let amr = vec!["pwd".to_owned()];
-            countersign(
-                &v,
-                &self.cs,
-                DecisionInput {
-                    decision,
-                    sub: "alice",
-                    also_known_as: &[],
-                    auth_time: now.timestamp(),
-                    amr: &amr,
-                    channel: Channel::Api,
-                    view_text: "view",
-                    collected: None,
-                },
-                now + Duration::seconds(iat_offset),
-            )
-            .unwrap()
-        }
-
-        fn record_nonce(&self, m: &Minted, body: &str) {
-            let nonces = SledNonceStore::with_db(self.db.clone(), NONCES_TREE).unwrap();
-            let mut digest = [0u8; 32];
-            digest.copy_from_slice(&Sha256::digest(body.as_bytes()));
-            let rec = self.rs.load(&m.id).unwrap().unwrap();
-            let entry = NonceEntry {
-                digest,
-                expires_at: rec.expires + 61,
-                data: b"accept".to_vec(),
-            };
-            assert_eq!(
-                nonces.record(&rec.nonce, &entry).unwrap(),
-                RecordOutcome::Fresh
-            );
-        }
-
-        fn mark_decided(&self, m: &Minted, body: &str) {
-            let mut rec = self.rs.load(&m.id).unwrap().unwrap();
-            rec.state = State::Decided {
-                decision: "accept".into(),
-                digest: digest_b64(body.as_bytes()),
-            };
-            self.rs.save(&rec).unwrap();
-        }
-    }
-
-    #[test]
-    fn crash_after_recording_the_nonce() {
-        let f = fixture();
-        let m = f.mint();
-        let body = f.decide_doc(&m, Decision::Accept, 0);
-        let other = f.decide_doc(&m, Decision::Accept, 1);
-        f.record_nonce(&m, &body);
-        assert_eq!(f.rs.result(&m.result_id).unwrap(), ResultView::Pending);
-        assert!(matches!(
-            f.rs.fetch(&m.id),
-            Err(CheqRsError::AlreadyDecided)
-        ));
-        // Another document for that nonce is a replay, even though the record is pending.
-        assert!(matches!(
-            f.rs.decide(&m.id, Decision::Accept, other.as_bytes()),
-            Err(CheqRsError::Replayed)
-        ));
-        assert_eq!(f.tools.runs(), 0);
-        // The re-delivery completes it.
-        let a =
-            f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
-                .unwrap();
-        assert_eq!(a.decision, Decision::Accept);
-        assert_eq!(f.tools.runs(), 1);
-        assert!(matches!(
-            f.rs.result(&m.result_id).unwrap(),
-            ResultView::Accepted(_)
-        ));
-        f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
-            .unwrap();
-        assert_eq!(f.tools.runs(), 1);
-    }
-
-    #[test]
-    fn crash_after_marking_decided_before_the_operation() {
-        let f = fixture();
-        let m = f.mint();
-        let body = f.decide_doc(&m, Decision::Accept, 0);
-        f.record_nonce(&m, &body);
-        f.mark_decided(&m, &body);
-        assert_eq!(f.rs.result(&m.result_id).unwrap(), ResultView::Pending);
-        assert!(matches!(
-            f.rs.fetch(&m.id),
-            Err(CheqRsError::AlreadyDecided)
-        ));
-        f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
-            .unwrap();
-        assert_eq!(f.tools.runs(), 1);
-        assert!(matches!(
-            f.rs.result(&m.result_id).unwrap(),
-            ResultView::Accepted(_)
-        ));
-    }
-
-    #[test]
-    fn crash_after_the_operation_before_storing_its_result() {
-        let f = fixture();
-        let m = f.mint();
-        let body = f.decide_doc(&m, Decision::Accept, 0);
-        f.record_nonce(&m, &body);
-        f.mark_decided(&m, &body);
-        let rec = f.rs.load(&m.id).unwrap().unwrap();
-        let ran = f
-            .tools
-            .execute(&m.id, &rec.action, &IndexMap::new())
-            .unwrap();
-        assert_eq!(f.tools.runs(), 1);
-        f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
-            .unwrap();
-        assert_eq!(f.tools.runs(), 1, "the operation must not run twice");
-        assert_eq!(
-            f.rs.result(&m.result_id).unwrap(),
-            ResultView::Accepted(ran)
-        );
-    }
-
-    #[test]
-    fn collect_expired_keeps_refusing_replays() {
-        let f = fixture();
-        let m = f.mint();
-        let body = f.decide_doc(&m, Decision::Accept, 0);
-        let other = f.decide_doc(&m, Decision::Accept, 1);
-        f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
-            .unwrap();
-        f.clock.advance(Duration::seconds(700));
-        assert_eq!(f.rs.collect_expired(Duration::days(7)).unwrap(), (1, 0));
-        assert!(matches!(
-            f.rs.decide(&m.id, Decision::Accept, other.as_bytes()),
-            Err(CheqRsError::Replayed)
-        ));
-        f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
-            .unwrap();
-        assert_eq!(f.tools.runs(), 1);
-        f.clock.advance(Duration::days(8));
-        assert_eq!(f.rs.collect_expired(Duration::days(7)).unwrap(), (0, 1));
-        assert!(matches!(
-            f.rs.result(&m.result_id),
-            Err(CheqRsError::ResultNotFound)
-        ));
-        assert!(matches!(f.rs.fetch(&m.id), Err(CheqRsError::NotFound)));
-    }
-
-    #[test]
-    fn ttl_is_bounded() {
-        let f = fixture();
-        let mut req = MintRequest {
-            operation: "http://127.0.0.1:8/op".into(),
-            operation_name: "Op".into(),
-            parameters: vec![],
-            subject: "alice".into(),
-            language: None,
-            ttl: Duration::seconds(MAX_TTL_SECS + 1),
-            action: Value::Null,
-        };
-        assert!(f.rs.mint(req.clone()).is_err());
-        req.ttl = Duration::seconds(MAX_TTL_SECS);
-        let m = f.rs.mint(req).unwrap();
-        let cheq = Cheq::parse(&m.payload).unwrap();
-        let fields = cheq.countersign_fields().unwrap();
-        assert_eq!(
-            fields.expires - fields.date,
-            Duration::seconds(MAX_TTL_SECS)
-        );
-        assert!(b64::decode(&fields.nonce).unwrap().len() >= 16);
+/// After the compare-and-set move of step 2 or 4: `None` to go on (it moved,
+/// or another writer took step 2 for the same body); the answer another
+/// writer reached for the same body; or `Replayed` when the record holds
+/// another body's decision.
+fn settled_elsewhere(
+    moved: Transition,
+    digest: &str,
+) -> Result<Option<DecisionAnswer>, CheqRsError> {
+    match moved {
+        Transition::Moved => Ok(None),
+        Transition::Missing => Err(CheqRsError::NotFound),
+        Transition::Other(current) => match current.state {
+            CheqState::Done {
+                decision,
+                digest: d,
+                ..
+            } if d == digest => Ok(Some(DecisionAnswer { decision })),
+            CheqState::Decided { digest: d, .. } if d == digest => Ok(None),
+            _ => Err(CheqRsError::Replayed),
+        },
     }
 }

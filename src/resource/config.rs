@@ -3,7 +3,7 @@
 //! ```toml
 //! listen = "127.0.0.1:8081"
 //! public_url = "http://127.0.0.1:8081"     # the RS origin; URIs in URI packs start with it
-//! data_dir = "rs-data"                     # sled database (pending confirmations, nonces)
+//! data_dir = "rs-data"                     # the RS database (confirmations, nonces, executions)
 //! signing_key = "rs-data/rs-key.jwk"       # private JWK; generated (mode 0600) when missing
 //! # key_id = "rs-1"                        # kid of a generated key (default: random)
 //! # cheq_ttl_secs = 900                    # CHEQ lifetime, 1..=86400 (PROTOCOL.md §4)

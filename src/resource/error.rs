@@ -1,14 +1,17 @@
 //! Errors of each layer of the resource server, and their single HTTP mapping
-//! ([`ApiError`], the only `ResponseError`). Every HTTP error is JSON
-//! `{"error","error_description"}` (PROTOCOL.md §6, RFC 6749 §5.2).
+//! into [`ApiError`] (the shared [`JsonError`] of both servers). Every HTTP
+//! error is JSON `{"error","error_description"}` (PROTOCOL.md §3, §6, §7,
+//! RFC 6749 §5.2, RFC 6750 §3).
 
 use super::config::ConfigError;
+use crate::httpkit::{JsonError, JwksError};
 use crate::sign::{KeyError, SignError, TrustError, VerifyError};
 use crate::store::StoreError;
-use actix_web::http::{header, StatusCode};
-use actix_web::{HttpResponse, ResponseError};
-use serde_json::json;
-use std::fmt;
+use actix_web::http::StatusCode;
+
+/// An HTTP error answer of the RS: status, `error` code, `error_description`
+/// and, for 401 answers, the `WWW-Authenticate` challenge.
+pub type ApiError = JsonError;
 
 /// The RS side of CHEQ ([`super::cheq_rs`]).
 #[derive(Debug, thiserror::Error)]
@@ -33,18 +36,8 @@ pub enum CheqRsError {
     Sign(#[from] SignError),
     #[error("{0}")]
     Store(#[from] StoreError),
-    #[error("database: {0}")]
-    Db(String),
-    #[error("stored record {0} is corrupt")]
-    Corrupt(String),
     #[error("the operation failed: {0}")]
     Operation(String),
-}
-
-impl From<sled::Error> for CheqRsError {
-    fn from(e: sled::Error) -> Self {
-        CheqRsError::Db(e.to_string())
-    }
 }
 
 impl From<VerifyError> for CheqRsError {
@@ -110,67 +103,15 @@ pub enum RsError {
     },
     #[error("trust: {0}")]
     Trust(#[from] TrustError),
-    #[error("cannot fetch the confirmation server's keys from {uri}: {message}")]
-    JwksFetch { uri: String, message: String },
+    #[error("cannot read the confirmation server's keys: {0}")]
+    CsJwks(#[from] JwksError),
     #[error("data store: {0}")]
     Store(#[from] StoreError),
-    #[error("data store: {0}")]
-    Db(#[from] sled::Error),
     #[error("{0}")]
     CheqRs(#[from] CheqRsError),
 }
 
-/// An HTTP error answer: status, `error` code and `error_description`.
-#[derive(Debug)]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub code: &'static str,
-    pub description: String,
-    /// `WWW-Authenticate` value, for 401 answers.
-    pub challenge: Option<String>,
-}
-
-impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, description: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            code,
-            description: description.into(),
-            challenge: None,
-        }
-    }
-}
-
-impl fmt::Display for ApiError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} {}: {}",
-            self.status.as_u16(),
-            self.code,
-            self.description
-        )
-    }
-}
-
-impl std::error::Error for ApiError {}
-
-impl ResponseError for ApiError {
-    fn status_code(&self) -> StatusCode {
-        self.status
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        let mut res = HttpResponse::build(self.status);
-        res.insert_header((header::CACHE_CONTROL, "no-store"));
-        if let Some(challenge) = &self.challenge {
-            res.insert_header((header::WWW_AUTHENTICATE, challenge.as_str()));
-        }
-        res.json(json!({"error": self.code, "error_description": self.description}))
-    }
-}
-
-impl From<CheqRsError> for ApiError {
+impl From<CheqRsError> for JsonError {
     fn from(e: CheqRsError) -> Self {
         use CheqRsError::*;
         let (status, code) = match &e {
@@ -180,7 +121,7 @@ impl From<CheqRsError> for ApiError {
             Invalid { .. } | InvalidOther(_) => (StatusCode::BAD_REQUEST, "invalid_cheq"),
             Replayed => (StatusCode::CONFLICT, "replayed"),
             Operation(_) => (StatusCode::INTERNAL_SERVER_ERROR, "operation_failed"),
-            Mint(_) | Sign(_) | Store(_) | Db(_) | Corrupt(_) => {
+            Mint(_) | Sign(_) | Store(_) => {
                 log::error!("resource server: {e}");
                 (StatusCode::INTERNAL_SERVER_ERROR, "server_error")
             }
@@ -189,55 +130,59 @@ impl From<CheqRsError> for ApiError {
             Replayed => {
                 "this CHEQ's nonce was already decided with a different document".to_owned()
             }
-            Store(_) | Db(_) | Corrupt(_) => "internal storage error".to_owned(),
+            Store(_) => "internal storage error".to_owned(),
             _ => e.to_string(),
         };
-        ApiError::new(status, code, description)
+        JsonError::new(status, code, description)
     }
 }
 
-impl From<TokenError> for ApiError {
+impl From<TokenError> for JsonError {
     fn from(e: TokenError) -> Self {
         use TokenError::*;
         let description = e.to_string();
         match e {
             InvalidRequest(_) => {
-                ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", description)
+                JsonError::new(StatusCode::BAD_REQUEST, "invalid_request", description)
             }
-            InvalidClient { basic } => ApiError {
-                challenge: basic.then(|| "Basic realm=\"cheq\"".to_owned()),
-                ..ApiError::new(StatusCode::UNAUTHORIZED, "invalid_client", description)
-            },
-            UnsupportedGrantType => ApiError::new(
+            InvalidClient { basic } => {
+                let e = JsonError::new(StatusCode::UNAUTHORIZED, "invalid_client", description);
+                if basic {
+                    e.with_challenge("Basic realm=\"cheq\"")
+                } else {
+                    e
+                }
+            }
+            UnsupportedGrantType => JsonError::new(
                 StatusCode::BAD_REQUEST,
                 "unsupported_grant_type",
                 description,
             ),
-            InvalidScope => ApiError::new(StatusCode::BAD_REQUEST, "invalid_scope", description),
-            MissingToken => ApiError {
-                challenge: Some("Bearer realm=\"cheq\"".to_owned()),
-                ..ApiError::new(StatusCode::UNAUTHORIZED, "invalid_token", description)
-            },
-            InvalidToken => ApiError {
-                challenge: Some("Bearer realm=\"cheq\", error=\"invalid_token\"".to_owned()),
-                ..ApiError::new(StatusCode::UNAUTHORIZED, "invalid_token", description)
-            },
-            WrongRole(_) => ApiError::new(StatusCode::FORBIDDEN, "insufficient_scope", description),
+            InvalidScope => JsonError::new(StatusCode::BAD_REQUEST, "invalid_scope", description),
+            MissingToken => JsonError::new(StatusCode::UNAUTHORIZED, "invalid_token", description)
+                .with_challenge("Bearer realm=\"cheq\""),
+            InvalidToken => JsonError::new(StatusCode::UNAUTHORIZED, "invalid_token", description)
+                .with_challenge("Bearer realm=\"cheq\", error=\"invalid_token\""),
+            WrongRole(_) => {
+                JsonError::new(StatusCode::FORBIDDEN, "insufficient_scope", description)
+            }
         }
     }
 }
 
-impl From<ToolError> for ApiError {
+impl From<ToolError> for JsonError {
     fn from(e: ToolError) -> Self {
         use ToolError::*;
         let description = e.to_string();
         match e {
-            UnknownTool(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", description),
-            BadRequest(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", description),
-            BadParameter { .. } => {
-                ApiError::new(StatusCode::BAD_REQUEST, "invalid_parameter", description)
+            UnknownTool(_) => JsonError::new(StatusCode::NOT_FOUND, "not_found", description),
+            BadRequest(_) => {
+                JsonError::new(StatusCode::BAD_REQUEST, "invalid_request", description)
             }
-            Failed(_) => ApiError::new(
+            BadParameter { .. } => {
+                JsonError::new(StatusCode::BAD_REQUEST, "invalid_parameter", description)
+            }
+            Failed(_) => JsonError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "tool_failed",
                 description,

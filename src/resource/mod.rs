@@ -5,7 +5,8 @@
 //! Layout:
 //! - [`cheq_rs`]: the RS side of CHEQ, embeddable by any API server: minting a
 //!   pending confirmation, serving it (§3), taking the decision exactly once
-//!   (§6) and answering the result (§7). No HTTP, no demo specifics.
+//!   (§6) and answering the result (§7). No HTTP, no database, no demo
+//!   specifics: its state lives behind the traits of [`crate::store::rs`].
 //! - [`oauth`]: the OAuth 2.0 client credentials token endpoint (RFC 6749 §4.4)
 //!   used by the CS (§3) and by agents.
 //! - [`tools`]: the two demo A2T tools (`book_flight`, `transfer_funds`), their
@@ -13,7 +14,10 @@
 //! - [`config`]: the settings, read from `rs.toml`.
 //! - [`server`]: the actix-web routes, app state, [`server::run`].
 //! - [`agent`]: a small agent-side client (`invoke`, `poll_result`).
-//! - [`error`]: the error types of each layer and their single HTTP mapping.
+//! - [`error`]: the error types of each layer and their single HTTP mapping
+//!   (into [`crate::httpkit::JsonError`], shared with the CS).
+//!
+//! Only [`server::build_state`] chooses the storage backend.
 
 pub mod agent;
 pub mod cheq_rs;

@@ -8,14 +8,12 @@
 
 use super::config::{ClientConfig, ClientRole};
 use super::error::TokenError;
+use crate::httpkit::{self, AuthHeaderError};
 use crate::time::Clock;
-use base64::engine::general_purpose::STANDARD;
-use base64::Engine as _;
 use chrono::{DateTime, Duration, Utc};
 use rand::RngCore;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -57,48 +55,18 @@ impl std::fmt::Debug for TokenService {
     }
 }
 
-fn same_secret(a: &str, b: &str) -> bool {
-    // Compare digests so the time taken does not depend on where they differ.
-    let (a, b) = (Sha256::digest(a.as_bytes()), Sha256::digest(b.as_bytes()));
-    a.iter()
-        .zip(b.iter())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-        == 0
-}
-
-fn form_decode(s: &str) -> String {
-    url::form_urlencoded::parse(format!("x={s}").as_bytes())
-        .next()
-        .map(|(_, v)| v.into_owned())
-        .unwrap_or_default()
-}
-
-/// Reads `Authorization: Basic …` into (client id, secret).
-pub fn parse_basic(value: &str) -> Result<(String, String), TokenError> {
-    let bad = || TokenError::InvalidClient { basic: true };
-    let (scheme, rest) = value.trim().split_once(' ').ok_or_else(bad)?;
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return Err(TokenError::InvalidRequest(
+/// Reads `Authorization: Basic …` at the token endpoint into (client id,
+/// secret): another scheme is a bad request, a malformed header a failed
+/// client authentication.
+fn basic_credentials(value: &str) -> Result<(String, String), TokenError> {
+    httpkit::parse_basic(Some(value)).map_err(|e| match e {
+        AuthHeaderError::OtherScheme => TokenError::InvalidRequest(
             "unsupported Authorization scheme at the token endpoint".into(),
-        ));
-    }
-    let bytes = STANDARD.decode(rest.trim()).map_err(|_| bad())?;
-    let text = String::from_utf8(bytes).map_err(|_| bad())?;
-    let (id, secret) = text.split_once(':').ok_or_else(bad)?;
-    Ok((form_decode(id), form_decode(secret)))
-}
-
-/// Reads `Authorization: Bearer …`.
-pub fn parse_bearer(value: Option<&str>) -> Result<&str, TokenError> {
-    let value = value.ok_or(TokenError::MissingToken)?.trim();
-    match value.split_once(' ') {
-        Some((scheme, token))
-            if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() =>
-        {
-            Ok(token.trim())
+        ),
+        AuthHeaderError::Missing | AuthHeaderError::Malformed => {
+            TokenError::InvalidClient { basic: true }
         }
-        _ => Err(TokenError::InvalidToken),
-    }
+    })
 }
 
 impl TokenService {
@@ -129,7 +97,7 @@ impl TokenService {
                 ))
             }
             (Some(h), false) => {
-                let (id, secret) = parse_basic(h)?;
+                let (id, secret) = basic_credentials(h)?;
                 (true, id, secret)
             }
             (None, true) => (
@@ -142,7 +110,7 @@ impl TokenService {
         let client = self
             .clients
             .get(&id)
-            .filter(|c| same_secret(&c.client_secret, &secret))
+            .filter(|c| httpkit::same_secret(c.client_secret.as_bytes(), secret.as_bytes()))
             .ok_or(TokenError::InvalidClient { basic })?;
         match form.grant_type.as_deref() {
             None => return Err(TokenError::InvalidRequest("missing grant_type".into())),
@@ -181,7 +149,10 @@ impl TokenService {
         authorization: Option<&str>,
         role: ClientRole,
     ) -> Result<TokenInfo, TokenError> {
-        let token = parse_bearer(authorization)?;
+        let token = httpkit::parse_bearer(authorization).map_err(|e| match e {
+            AuthHeaderError::Missing => TokenError::MissingToken,
+            AuthHeaderError::OtherScheme | AuthHeaderError::Malformed => TokenError::InvalidToken,
+        })?;
         let tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
         let info = tokens
             .get(token)

@@ -12,12 +12,14 @@
 //! | `POST /cheq/confirmations/{id}?accept` / `?reject` | CS | the decision (§6) |
 //! | `GET /cheq/results/{id}` | anyone holding the URI | the result (§7) |
 
-use super::cheq_rs::{CheqRs, CONFIRMATIONS_PATH, RESULTS_PATH};
+use super::cheq_rs::{CheqRs, ResultView, CONFIRMATIONS_PATH, RESULTS_PATH};
 use super::config::{ClientRole, RsConfig};
 use super::error::{ApiError, CheqRsError, RsError, ToolError};
 use super::oauth::{TokenRequest, TokenService};
 use super::tools::{self, DemoTools, Policy, Tool};
-use crate::sign::{Decision, Jwks, SigningKey, TrustStore};
+use crate::cheq::Decision;
+use crate::httpkit::{self, authorization, json_resource};
+use crate::sign::{SigningKey, TrustStore};
 use crate::time::{Clock, SystemClock};
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
@@ -59,38 +61,6 @@ pub fn load_or_create_key(path: &Path, kid: Option<&str>) -> Result<SigningKey, 
     })
 }
 
-async fn load_cs_jwks(config: &RsConfig) -> Result<Jwks, RsError> {
-    let cs = &config.confirmation_server;
-    if let Some(file) = &cs.jwks_file {
-        let what = format!("confirmation_server.jwks_file {}", file.display());
-        let bytes = std::fs::read(file).map_err(|source| RsError::Io {
-            what: what.clone(),
-            source,
-        })?;
-        return Jwks::from_bytes(&bytes).map_err(|source| RsError::Key { what, source });
-    }
-    let uri = cs.jwks_uri.clone().unwrap_or_default();
-    let fetch_err = |message: String| RsError::JwksFetch {
-        uri: uri.clone(),
-        message,
-    };
-    let client = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(10))
-        .build()
-        .map_err(|e| fetch_err(e.to_string()))?;
-    let res = client
-        .get(&uri)
-        .header(header::ACCEPT.as_str(), "application/json")
-        .send()
-        .await
-        .map_err(|e| fetch_err(e.to_string()))?;
-    if !res.status().is_success() {
-        return Err(fetch_err(format!("HTTP {}", res.status())));
-    }
-    let bytes = res.bytes().await.map_err(|e| fetch_err(e.to_string()))?;
-    Jwks::from_bytes(&bytes).map_err(|e| fetch_err(e.to_string()))
-}
-
 /// Opens the data directory, keys and trust, and builds the app state.
 pub async fn build_state(
     config: &RsConfig,
@@ -102,21 +72,16 @@ pub async fn build_state(
         source,
     })?;
     let key = load_or_create_key(&config.signing_key, config.key_id.as_deref())?;
-    let jwks = load_cs_jwks(config).await?;
+    let cs = &config.confirmation_server;
+    let jwks = httpkit::load_jwks(cs.jwks_file.as_deref(), cs.jwks_uri.as_deref()).await?;
     let mut trust = TrustStore::new();
-    let cs_origin = url::Url::parse(&config.confirmation_server.uri)
-        .map(|u| u.origin().ascii_serialization())
-        .map_err(|e| super::config::ConfigError::Invalid {
-            key: "confirmation_server.uri".into(),
-            message: e.to_string(),
-        })?;
-    trust.add_confirmation_server(&cs_origin, jwks)?;
-    let db = sled::Config::new()
-        .path(config.data_dir.join("rs.sled"))
-        .open()?;
-    let tools = Arc::new(DemoTools::open(db.clone())?);
-    let cheq = CheqRs::open(
-        db,
+    // `validate` checked that the confirmation URI parses.
+    trust.add_confirmation_server(&httpkit::origin_of(&cs.uri), jwks)?;
+    // The one place the RS names its storage backend.
+    let (_db, store) = crate::store::sled_rs::open_dir(&config.data_dir.join("rs.sled"))?;
+    let tools = Arc::new(DemoTools::new(store.executions.clone()));
+    let cheq = CheqRs::new(
+        &store,
         key,
         trust,
         &config.base_url(),
@@ -146,36 +111,27 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<RsState>) {
     let confirmation = format!("{CONFIRMATIONS_PATH}{{id}}");
     let result = format!("{RESULTS_PATH}{{id}}");
     cfg.app_data(state)
-        .service(resource("/healthz").route(web::get().to(healthz)))
-        .service(resource("/.well-known/jwks.json").route(web::get().to(jwks)))
-        .service(resource("/oauth/token").route(web::post().to(token)))
-        .service(resource("/tools").route(web::get().to(list_tools)))
+        .service(json_resource("/healthz").route(web::get().to(httpkit::healthz)))
+        .service(json_resource("/.well-known/jwks.json").route(web::get().to(jwks)))
+        .service(json_resource("/oauth/token").route(web::post().to(token)))
+        .service(json_resource("/tools").route(web::get().to(list_tools)))
         .service(
-            resource("/tools/{tail}")
+            json_resource("/tools/{tail}")
                 .route(web::get().to(get_tool))
                 .route(web::post().to(invoke_tool)),
         )
         .service(
-            resource(&confirmation)
+            json_resource(&confirmation)
                 .route(web::get().to(get_confirmation))
                 .route(web::post().to(post_decision)),
         )
-        .service(resource(&result).route(web::get().to(get_result)))
-        .default_service(web::to(not_found));
+        .service(json_resource(&result).route(web::get().to(get_result)))
+        .default_service(web::to(httpkit::json_not_found));
 }
 
-/// A resource whose unsupported methods get a JSON 405.
-fn resource(path: &str) -> actix_web::Resource {
-    web::resource(path).default_service(web::to(method_not_allowed))
-}
-
-async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
-    Err(ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "invalid_request",
-        "method not allowed here",
-    ))
-}
+/// How long a confirmation record is kept after its CHEQ expired (its
+/// result stays readable that long, §7).
+pub const KEEP_DECIDED: Duration = Duration::days(7);
 
 /// Largest request body read (a decision is at most 64 KiB of payload, §4,
 /// plus signatures).
@@ -230,35 +186,26 @@ pub async fn run(config: RsConfig) -> Result<(), RsError> {
         config.public_url
     );
     let cheq = state.cheq.clone();
-    // tokio::spawn, not actix's spawn_local: `run` works under #[tokio::main] too.
-    let collector = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(3600));
-        loop {
-            tick.tick().await;
+    let collector = httpkit::spawn_periodic(
+        "resource server: expired nonces and old confirmations",
+        httpkit::COLLECT_EVERY,
+        move || {
             let cheq = cheq.clone();
-            let collected =
-                tokio::task::spawn_blocking(move || cheq.collect_expired(Duration::days(7))).await;
-            match collected {
-                Ok(Ok((n, r))) if n + r > 0 => {
-                    log::info!("collected {n} expired nonces and {r} old confirmations")
-                }
-                Ok(Err(e)) => log::warn!("collecting expired entries: {e}"),
-                _ => {}
+            async move {
+                tokio::task::spawn_blocking(move || cheq.collect_expired(KEEP_DECIDED))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map(|(nonces, records)| nonces + records)
+                    .map_err(|e| e.to_string())
             }
-        }
-    });
+        },
+    );
     let served = serve(listener, state)?.await;
     collector.abort();
     served.map_err(|source| RsError::Io {
         what: "server".into(),
         source,
     })
-}
-
-fn auth_header(req: &HttpRequest) -> Option<&str> {
-    req.headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
 }
 
 async fn blocking<T: Send + 'static>(
@@ -274,22 +221,9 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
-async fn not_found() -> Result<HttpResponse, ApiError> {
-    Err(ApiError::new(
-        StatusCode::NOT_FOUND,
-        "not_found",
-        "no such resource",
-    ))
-}
-
-async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(json!({"status": "ok"}))
-}
-
+/// `GET /.well-known/jwks.json` (§9).
 async fn jwks(state: web::Data<RsState>) -> HttpResponse {
-    HttpResponse::Ok()
-        .insert_header((header::CACHE_CONTROL, "max-age=300"))
-        .json(state.cheq.jwks())
+    httpkit::jwks_response(&state.cheq.jwks())
 }
 
 async fn token(
@@ -305,7 +239,7 @@ async fn token(
             format!("the body must be application/x-www-form-urlencoded: {e}"),
         )
     })?;
-    let answer = state.tokens.issue(auth_header(&req), &form)?;
+    let answer = state.tokens.issue(authorization(&req), &form)?;
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .insert_header((header::PRAGMA, "no-cache"))
@@ -313,7 +247,7 @@ async fn token(
 }
 
 async fn list_tools(state: web::Data<RsState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    state.tokens.check(auth_header(&req), ClientRole::Agent)?;
+    state.tokens.check(authorization(&req), ClientRole::Agent)?;
     let items: Vec<Value> = state.catalogue.iter().map(Tool::signature).collect();
     Ok(HttpResponse::Ok().json(json!({
         "items": items,
@@ -326,7 +260,7 @@ async fn get_tool(
     req: HttpRequest,
     tail: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.tokens.check(auth_header(&req), ClientRole::Agent)?;
+    state.tokens.check(authorization(&req), ClientRole::Agent)?;
     let tool = tools::find(&state.catalogue, &tail)
         .ok_or_else(|| ToolError::UnknownTool(tail.into_inner()))?;
     Ok(HttpResponse::Ok().json(tool.signature()))
@@ -338,7 +272,7 @@ async fn invoke_tool(
     tail: web::Path<String>,
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let who = state.tokens.check(auth_header(&req), ClientRole::Agent)?;
+    let who = state.tokens.check(authorization(&req), ClientRole::Agent)?;
     let body = read_body(body).await?;
     let tail = tail.into_inner();
     let Some(id) = tail.strip_suffix(":invoke") else {
@@ -387,9 +321,11 @@ async fn get_confirmation(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.tokens.check(auth_header(&req), ClientRole::Cs)?;
-    // A read: sled answers from memory, no need to leave the worker.
-    let document = state.cheq.fetch(&id).map_err(ApiError::from)?;
+    state.tokens.check(authorization(&req), ClientRole::Cs)?;
+    // The store may wait on I/O: off the async worker.
+    let cheq = state.cheq.clone();
+    let id = id.into_inner();
+    let document = blocking(move || cheq.fetch(&id)).await?;
     Ok(HttpResponse::Ok()
         .content_type("application/jose+json")
         .insert_header((header::CACHE_CONTROL, "no-store"))
@@ -418,7 +354,7 @@ async fn post_decision(
     id: web::Path<String>,
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    state.tokens.check(auth_header(&req), ClientRole::Cs)?;
+    state.tokens.check(authorization(&req), ClientRole::Cs)?;
     let decision = decision_from_query(req.query_string())?;
     let body = read_body(body).await?;
     let cheq = state.cheq.clone();
@@ -433,8 +369,10 @@ async fn get_result(
     state: web::Data<RsState>,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let view = state.cheq.result(&id).map_err(ApiError::from)?;
-    let mut res = if view == super::cheq_rs::ResultView::Pending {
+    let cheq = state.cheq.clone();
+    let id = id.into_inner();
+    let view = blocking(move || cheq.result(&id)).await?;
+    let mut res = if view == ResultView::Pending {
         let mut r = HttpResponse::Accepted();
         r.insert_header((header::RETRY_AFTER, state.retry_after_secs.to_string()));
         r

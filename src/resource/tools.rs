@@ -9,16 +9,19 @@
 //!
 //! Invocations are validated against the tool's signature; errors are A2T-style
 //! 4xx JSON. Execution ([`DemoTools`]) is idempotent per key, as
-//! [`Operation`] requires: the result is stored under the key in the same
-//! sled insert that stands for the effect.
+//! [`Operation`] requires: the result is stored under the key in the one
+//! atomic write of the execution log ([`Executions::record`]) that stands for
+//! the effect.
 
 use super::cheq_rs::{MintRequest, Operation};
 use super::error::ToolError;
+use crate::store::rs::{Execution, Executions};
 use chrono::{Duration, NaiveDate};
 use indexmap::IndexMap;
 use rand::RngCore;
 use serde_json::{json, Map, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// A tool input type (A2T §6.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -407,11 +410,17 @@ pub fn cheq_request(
 }
 
 /// Runs the demo tools; idempotent per key (see the module docs).
-#[derive(Debug)]
 pub struct DemoTools {
-    db: sled::Db,
-    executions: sled::Tree,
+    executions: Arc<dyn Executions>,
     runs: AtomicU64,
+}
+
+impl std::fmt::Debug for DemoTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DemoTools")
+            .field("runs", &self.runs)
+            .finish_non_exhaustive()
+    }
 }
 
 fn outputs(pairs: &[(&str, Value)]) -> Value {
@@ -428,12 +437,12 @@ fn is_amount(s: &str) -> bool {
 }
 
 impl DemoTools {
-    pub fn open(db: sled::Db) -> Result<Self, sled::Error> {
-        Ok(DemoTools {
-            executions: db.open_tree("rs.executions")?,
-            db,
+    /// The demo tools, keeping their execution log in `executions`.
+    pub fn new(executions: Arc<dyn Executions>) -> Self {
+        DemoTools {
+            executions,
             runs: AtomicU64::new(0),
-        })
+        }
     }
 
     /// How many times an operation actually ran (not counting idempotent repeats).
@@ -509,27 +518,21 @@ impl Operation for DemoTools {
         action: &Value,
         collected: &IndexMap<String, String>,
     ) -> Result<Value, String> {
-        if let Some(done) = self
-            .executions
-            .get(key.as_bytes())
-            .map_err(|e| e.to_string())?
-        {
-            return serde_json::from_slice(&done).map_err(|e| e.to_string());
+        if let Some(done) = self.executions.get(key).map_err(|e| e.to_string())? {
+            return Ok(done);
         }
         let result = Self::perform(action, collected)?;
-        let bytes = serde_json::to_vec(&result).map_err(|e| e.to_string())?;
-        // The insert is the effect: one atomic write, then flushed.
-        let earlier = self
+        // The stored result is the effect: one atomic write, durable.
+        match self
             .executions
-            .compare_and_swap(key.as_bytes(), None as Option<&[u8]>, Some(bytes))
-            .map_err(|e| e.to_string())?;
-        if let Err(cas) = earlier {
-            if let Some(current) = cas.current {
-                return serde_json::from_slice(&current).map_err(|e| e.to_string());
+            .record(key, &result)
+            .map_err(|e| e.to_string())?
+        {
+            Execution::Fresh => {
+                self.runs.fetch_add(1, Ordering::SeqCst);
+                Ok(result)
             }
+            Execution::Existing(earlier) => Ok(earlier),
         }
-        self.db.flush().map_err(|e| e.to_string())?;
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        Ok(result)
     }
 }

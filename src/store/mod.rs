@@ -28,7 +28,10 @@
 //! collect only with `now` taken from the same clock.
 
 pub mod cs;
+pub mod rs;
 pub mod sled_cs;
+mod sled_json;
+pub mod sled_rs;
 mod sled_store;
 
 pub use self::sled_store::SledNonceStore;

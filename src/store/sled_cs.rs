@@ -18,33 +18,11 @@
 //! pointing at no record (or at the winner's), which every reader skips.
 
 use super::cs::*;
+use super::sled_json::{corrupt, decode, encode, tree};
 use super::sled_store::backend_error;
 use super::StoreError;
 use std::path::Path;
 use std::sync::Arc;
-
-fn corrupt(key: &[u8], reason: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt {
-        key: String::from_utf8_lossy(key).into_owned(),
-        reason: reason.to_string(),
-    }
-}
-
-fn decode<T: serde::de::DeserializeOwned>(key: &[u8], bytes: &[u8]) -> Result<T, StoreError> {
-    serde_json::from_slice(bytes).map_err(|e| corrupt(key, e))
-}
-
-fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
-    serde_json::to_vec(value).map_err(|e| StoreError::Backend {
-        op: "encode",
-        message: e.to_string(),
-    })
-}
-
-fn tree(db: &sled::Db, name: &str) -> Result<sled::Tree, StoreError> {
-    db.open_tree(name)
-        .map_err(|e| backend_error("open_tree", e))
-}
 
 /// Opens every CS store in `db`.
 pub fn open(db: &sled::Db) -> Result<CsStore, StoreError> {

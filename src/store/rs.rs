@@ -1,0 +1,204 @@
+//! What the reference resource server keeps (PROTOCOL.md §1, §3, §6, §7):
+//! its CHEQ records, the nonces it took decisions for, and the demo tools'
+//! execution log. Each is a trait, so that a SQL database can implement it
+//! with the same guarantees as the embedded sled backend ([`super::sled_rs`]):
+//!
+//! - [`CheqRecords::create`] is an "insert if absent" of a minted record and
+//!   its result-id index (the result id is unique as well), durable before it
+//!   returns;
+//! - [`CheqRecords::advance`] moves a record from one [`CheqState`] to the
+//!   next only if it is still in the state the caller read (compare-and-set),
+//!   so that two writers can never both take the same step; the caller says
+//!   whether the step must be durable before it returns;
+//! - [`CheqRecords::collect_expired`] drops the records whose CHEQ expired
+//!   before a cutoff;
+//! - [`Executions::record`] stores an operation's result under its
+//!   idempotency key if the key is absent: that one atomic write *is* the
+//!   effect (§6: the operation runs at most once);
+//! - the nonces of §6 are the crate's [`NonceStore`].
+//!
+//! The steps a decision goes through, and why each write is durable or not,
+//! are in `resource::cheq_rs`.
+
+use super::{NonceStore, StoreError};
+use crate::cheq::Decision;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::Arc;
+
+// ---- CHEQ records ----
+
+/// Where a confirmation stands (the steps of a decision, §6).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum CheqState {
+    /// Minted and served (§3); no decision taken yet.
+    Pending,
+    /// A decision is recorded (its nonce too), the operation may not have run.
+    Decided {
+        decision: Decision,
+        /// base64url SHA-256 of the exact decision document bytes.
+        digest: String,
+    },
+    /// The decision is complete; the result is what the agent reads (§7).
+    Done {
+        decision: Decision,
+        /// base64url SHA-256 of the exact decision document bytes.
+        digest: String,
+        /// The operation's result (`None` for a rejection).
+        #[serde(default)]
+        result: Option<Value>,
+    },
+}
+
+impl CheqState {
+    /// The decision taken, once there is one.
+    pub fn decision(&self) -> Option<Decision> {
+        match self {
+            CheqState::Pending => None,
+            CheqState::Decided { decision, .. } | CheqState::Done { decision, .. } => {
+                Some(*decision)
+            }
+        }
+    }
+
+    /// The digest of the decision document, once there is one.
+    pub fn digest(&self) -> Option<&str> {
+        match self {
+            CheqState::Pending => None,
+            CheqState::Decided { digest, .. } | CheqState::Done { digest, .. } => Some(digest),
+        }
+    }
+}
+
+/// One confirmation the RS minted (§1, §4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheqRecord {
+    /// The confirmation id (last segment of the resource URI), 128 random bits.
+    pub id: String,
+    /// The result id (last segment of the result URI), 128 random bits.
+    pub result_id: String,
+    pub resource_uri: String,
+    pub nonce: String,
+    /// The CHEQ's `expires`, unix seconds.
+    pub expires: i64,
+    /// The resource-signed document (§5), as served (§3).
+    pub document: String,
+    /// What to run when accepted (opaque to the store).
+    pub action: Value,
+    #[serde(flatten)]
+    pub state: CheqState,
+}
+
+/// What [`CheqRecords::advance`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transition {
+    /// The record was in the expected state and is now in the new one.
+    Moved,
+    /// The record is in another state (here, as it is now); nothing was written.
+    Other(Box<CheqRecord>),
+    /// There is no record with that id.
+    Missing,
+}
+
+/// The RS's CHEQ records, by confirmation id, with an index by result id.
+pub trait CheqRecords: Send + Sync {
+    /// Stores a newly minted `record` and its result-id index entry, unless a
+    /// record already has its id or its result id (insert if absent; then
+    /// nothing is stored and `false` is returned). Durable before it returns
+    /// `true`.
+    fn create(&self, record: &CheqRecord) -> Result<bool, StoreError>;
+    /// The record with confirmation id `id`.
+    fn get(&self, id: &str) -> Result<Option<CheqRecord>, StoreError>;
+    /// The record whose result id is `result_id` (§7).
+    fn by_result(&self, result_id: &str) -> Result<Option<CheqRecord>, StoreError>;
+    /// Moves the record `id` from state `from` to state `to`, only if it is
+    /// in `from` now (compare-and-set; every other member is kept). With
+    /// `durable`, the move is on disk before this returns; otherwise a crash
+    /// may lose it (and a later durable write of the same backend covers it).
+    fn advance(
+        &self,
+        id: &str,
+        from: &CheqState,
+        to: &CheqState,
+        durable: bool,
+    ) -> Result<Transition, StoreError>;
+    /// Removes the records whose CHEQ expired before `cutoff` (unix seconds),
+    /// with their result-id index entries; returns how many records went.
+    fn collect_expired(&self, cutoff: i64) -> Result<usize, StoreError>;
+}
+
+// ---- the demo tools' execution log ----
+
+/// What [`Executions::record`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Execution {
+    /// This call stored the result: the operation's effect happened now.
+    Fresh,
+    /// A result was stored under the key before (here); nothing was written.
+    Existing(Value),
+}
+
+/// The idempotent execution log of the demo operations: one result per
+/// idempotency key (the confirmation id, or a random key for a call that
+/// needs no confirmation).
+pub trait Executions: Send + Sync {
+    /// The result stored under `key`, if the operation ran.
+    fn get(&self, key: &str) -> Result<Option<Value>, StoreError>;
+    /// Stores `result` under `key` if the key is absent, in one atomic write
+    /// that stands for the effect (compare-and-set). Whatever the outcome, the
+    /// stored result is durable before this returns.
+    fn record(&self, key: &str, result: &Value) -> Result<Execution, StoreError>;
+}
+
+// ---- the bundle ----
+
+/// Everything the RS keeps, from one backend.
+#[derive(Clone)]
+pub struct RsStore {
+    /// The nonces of decided CHEQs (§6).
+    pub nonces: Arc<dyn NonceStore>,
+    /// The CHEQ records and their result index.
+    pub records: Arc<dyn CheqRecords>,
+    /// The demo tools' execution log.
+    pub executions: Arc<dyn Executions>,
+}
+
+impl std::fmt::Debug for RsStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RsStore").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn records_keep_the_stored_format() {
+        // The format the RS wrote before the states were typed.
+        let old = json!({
+            "id": "i", "result_id": "r", "resource_uri": "u", "nonce": "n",
+            "expires": 5, "document": "d", "action": null,
+            "state": "done", "decision": "accept", "digest": "g", "result": {"x": 1}
+        });
+        let r: CheqRecord = serde_json::from_value(old.clone()).unwrap();
+        assert_eq!(r.state.decision(), Some(Decision::Accept));
+        assert_eq!(r.state.digest(), Some("g"));
+        assert_eq!(serde_json::to_value(&r).unwrap(), old);
+        let pending = json!({
+            "id": "i", "result_id": "r", "resource_uri": "u", "nonce": "n",
+            "expires": 5, "document": "d", "action": null, "state": "pending"
+        });
+        let r: CheqRecord = serde_json::from_value(pending).unwrap();
+        assert_eq!(r.state, CheqState::Pending);
+        assert_eq!(r.state.decision(), None);
+        let bad = json!({
+            "id": "i", "result_id": "r", "resource_uri": "u", "nonce": "n",
+            "expires": 5, "document": "d", "action": null,
+            "state": "decided", "decision": "maybe", "digest": "g"
+        });
+        assert!(serde_json::from_value::<CheqRecord>(bad).is_err());
+    }
+}

@@ -1,0 +1,36 @@
+//! JSON values in sled trees, for the backends of [`super::cs`] and
+//! [`super::rs`]: decoding never panics, an unreadable value is
+//! [`StoreError::Corrupt`].
+
+use super::sled_store::backend_error;
+use super::StoreError;
+
+/// A stored value that cannot be read.
+pub(crate) fn corrupt(key: &[u8], reason: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Reads a JSON value stored under `key`.
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    key: &[u8],
+    bytes: &[u8],
+) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| corrupt(key, e))
+}
+
+/// A value as stored (JSON).
+pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(value).map_err(|e| StoreError::Backend {
+        op: "encode",
+        message: e.to_string(),
+    })
+}
+
+/// Opens a tree of `db`.
+pub(crate) fn tree(db: &sled::Db, name: &str) -> Result<sled::Tree, StoreError> {
+    db.open_tree(name)
+        .map_err(|e| backend_error("open_tree", e))
+}

@@ -1,0 +1,242 @@
+//! The reference resource server's state ([`super::rs`]) on the embedded
+//! `sled` database (PROTOCOL.md §6, §7): one tree per kind of record, JSON
+//! values, the tree names the RS has always used (an existing `rs.sled`
+//! keeps working).
+//!
+//! | tree | key | value |
+//! |---|---|---|
+//! | `rs.confirmations` | confirmation id | [`CheqRecord`] |
+//! | `rs.results` | result id | confirmation id |
+//! | `rs.nonces` (and `rs.nonces.expiry`) | nonce | see [`SledNonceStore`] |
+//! | `rs.executions` | idempotency key | the operation's result |
+//!
+//! No sled transaction (see `sled_store` for why). Each compare-and-set of
+//! [`super::rs`] is one sled `compare_and_swap`; where two trees change
+//! together, they change in an order a crash cannot turn into a wrong
+//! answer:
+//!
+//! - [`CheqRecords::create`] writes the record, then its index entry: a crash
+//!   in between leaves a record no result URI reaches (its URI pack was never
+//!   handed out), which collection removes like any other;
+//! - [`CheqRecords::collect_expired`] removes the index entry, then the
+//!   record: a crash in between leaves a record the next pass removes.
+//!
+//! "Durable" means sled's `flush()` (with the caveat spelled out in
+//! `sled_store`: it survives a killed process, not every power loss).
+
+use super::rs::*;
+use super::sled_json::{decode, encode, tree};
+use super::sled_store::backend_error;
+use super::{SledNonceStore, StoreError};
+use serde_json::Value;
+use std::path::Path;
+use std::sync::Arc;
+
+const CONFIRMATIONS_TREE: &str = "rs.confirmations";
+const RESULTS_TREE: &str = "rs.results";
+const NONCES_TREE: &str = "rs.nonces";
+const EXECUTIONS_TREE: &str = "rs.executions";
+
+/// How many times a compare-and-swap is retried after losing a race before
+/// the store gives up with an error (each retry re-reads what won).
+const CAS_ATTEMPTS: usize = 16;
+
+fn flush(db: &sled::Db) -> Result<(), StoreError> {
+    db.flush().map_err(|e| backend_error("flush", e))?;
+    Ok(())
+}
+
+fn lost_races(op: &'static str) -> StoreError {
+    StoreError::Backend {
+        op,
+        message: format!("lost {CAS_ATTEMPTS} compare-and-swap races in a row"),
+    }
+}
+
+/// Opens every RS store in `db`.
+pub fn open(db: &sled::Db) -> Result<RsStore, StoreError> {
+    Ok(RsStore {
+        nonces: Arc::new(SledNonceStore::with_db(db.clone(), NONCES_TREE)?),
+        records: Arc::new(SledRecords {
+            records: tree(db, CONFIRMATIONS_TREE)?,
+            results: tree(db, RESULTS_TREE)?,
+            db: db.clone(),
+        }),
+        executions: Arc::new(SledExecutions {
+            tree: tree(db, EXECUTIONS_TREE)?,
+            db: db.clone(),
+        }),
+    })
+}
+
+/// Opens (creating it if needed) a sled database at `dir` and every RS store
+/// in it. sled locks the directory: a second open while it is open fails.
+pub fn open_dir(dir: &Path) -> Result<(sled::Db, RsStore), StoreError> {
+    let db = sled::Config::new()
+        .path(dir)
+        .open()
+        .map_err(|e| backend_error("open", e))?;
+    let store = open(&db)?;
+    Ok((db, store))
+}
+
+// ---- CHEQ records ----
+
+struct SledRecords {
+    db: sled::Db,
+    records: sled::Tree,
+    results: sled::Tree,
+}
+
+impl CheqRecords for SledRecords {
+    fn create(&self, record: &CheqRecord) -> Result<bool, StoreError> {
+        let err = |e| backend_error("create", e);
+        let id = record.id.as_bytes();
+        let taken = self
+            .records
+            .compare_and_swap(id, None as Option<&[u8]>, Some(encode(record)?))
+            .map_err(err)?
+            .is_err();
+        if taken {
+            return Ok(false);
+        }
+        let taken = self
+            .results
+            .compare_and_swap(record.result_id.as_bytes(), None as Option<&[u8]>, Some(id))
+            .map_err(err)?
+            .is_err();
+        if taken {
+            // Ours, never published: no one else can have changed it.
+            self.records.remove(id).map_err(err)?;
+            return Ok(false);
+        }
+        flush(&self.db)?;
+        Ok(true)
+    }
+
+    fn get(&self, id: &str) -> Result<Option<CheqRecord>, StoreError> {
+        self.records
+            .get(id.as_bytes())
+            .map_err(|e| backend_error("get", e))?
+            .map(|b| decode(id.as_bytes(), &b))
+            .transpose()
+    }
+
+    fn by_result(&self, result_id: &str) -> Result<Option<CheqRecord>, StoreError> {
+        let Some(id) = self
+            .results
+            .get(result_id.as_bytes())
+            .map_err(|e| backend_error("by_result", e))?
+        else {
+            return Ok(None);
+        };
+        let Some(bytes) = self
+            .records
+            .get(&id)
+            .map_err(|e| backend_error("by_result", e))?
+        else {
+            return Ok(None);
+        };
+        let record: CheqRecord = decode(&id, &bytes)?;
+        Ok((record.result_id == result_id).then_some(record))
+    }
+
+    fn advance(
+        &self,
+        id: &str,
+        from: &CheqState,
+        to: &CheqState,
+        durable: bool,
+    ) -> Result<Transition, StoreError> {
+        let err = |e| backend_error("advance", e);
+        let key = id.as_bytes();
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(old) = self.records.get(key).map_err(err)? else {
+                return Ok(Transition::Missing);
+            };
+            let mut record: CheqRecord = decode(key, &old)?;
+            if &record.state != from {
+                return Ok(Transition::Other(Box::new(record)));
+            }
+            record.state = to.clone();
+            let swapped = self
+                .records
+                .compare_and_swap(key, Some(old), Some(encode(&record)?))
+                .map_err(err)?;
+            if swapped.is_ok() {
+                if durable {
+                    flush(&self.db)?;
+                }
+                return Ok(Transition::Moved);
+            }
+        }
+        Err(lost_races("advance"))
+    }
+
+    fn collect_expired(&self, cutoff: i64) -> Result<usize, StoreError> {
+        let err = |e| backend_error("collect_expired", e);
+        let mut n = 0;
+        for item in self.records.iter() {
+            let (key, bytes) = item.map_err(err)?;
+            // A record that cannot be read cannot say when it expires: it
+            // stays (it keeps refusing its nonce) for an operator to look at.
+            let Ok(record) = serde_json::from_slice::<CheqRecord>(&bytes) else {
+                continue;
+            };
+            if record.expires < cutoff {
+                self.results
+                    .remove(record.result_id.as_bytes())
+                    .map_err(err)?;
+                self.records.remove(key).map_err(err)?;
+                n += 1;
+            }
+        }
+        flush(&self.db)?;
+        Ok(n)
+    }
+}
+
+// ---- the execution log ----
+
+struct SledExecutions {
+    db: sled::Db,
+    tree: sled::Tree,
+}
+
+impl Executions for SledExecutions {
+    fn get(&self, key: &str) -> Result<Option<Value>, StoreError> {
+        self.tree
+            .get(key.as_bytes())
+            .map_err(|e| backend_error("get execution", e))?
+            .map(|b| decode(key.as_bytes(), &b))
+            .transpose()
+    }
+
+    fn record(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
+        let err = |e| backend_error("record execution", e);
+        let bytes = encode(result)?;
+        for _ in 0..CAS_ATTEMPTS {
+            let swapped = self
+                .tree
+                .compare_and_swap(
+                    key.as_bytes(),
+                    None as Option<&[u8]>,
+                    Some(bytes.as_slice()),
+                )
+                .map_err(err)?;
+            let outcome = match swapped {
+                Ok(()) => Execution::Fresh,
+                Err(sled::CompareAndSwapError {
+                    current: Some(current),
+                    ..
+                }) => Execution::Existing(decode(key.as_bytes(), &current)?),
+                // sled never reports a failed swap with nothing there; retry.
+                Err(_) => continue,
+            };
+            // Also for `Existing`: another thread's write may not be flushed yet.
+            flush(&self.db)?;
+            return Ok(outcome);
+        }
+        Err(lost_races("record execution"))
+    }
+}

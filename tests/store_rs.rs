@@ -1,0 +1,341 @@
+//! The resource server's store (`store::rs`, PROTOCOL.md §6, §7): the
+//! contract of its traits, written against the trait objects of an
+//! [`RsStore`] so that every backend runs the same checks (today: sled, on
+//! real files in temporary directories), then what only a real database can
+//! show: reopening keeps everything, and records the RS wrote before the
+//! traits existed still read.
+
+use cheq::cheq::Decision;
+use cheq::store::rs::{CheqRecord, CheqState, Execution, RsStore, Transition};
+use cheq::store::{NonceEntry, RecordOutcome};
+use serde_json::{json, Value};
+use std::sync::{Arc, Barrier};
+
+fn record(id: &str, result_id: &str, expires: i64) -> CheqRecord {
+    CheqRecord {
+        id: id.to_owned(),
+        result_id: result_id.to_owned(),
+        resource_uri: format!("http://127.0.0.1:8/cheq/confirmations/{id}"),
+        nonce: format!("nonce-{id}"),
+        expires,
+        document: "{}".to_owned(),
+        action: json!({"tool": "book_flight"}),
+        state: CheqState::Pending,
+    }
+}
+
+fn decided(digest: &str) -> CheqState {
+    CheqState::Decided {
+        decision: Decision::Accept,
+        digest: digest.to_owned(),
+    }
+}
+
+fn done(digest: &str, result: Value) -> CheqState {
+    CheqState::Done {
+        decision: Decision::Accept,
+        digest: digest.to_owned(),
+        result: Some(result),
+    }
+}
+
+// ---- the contract, for any backend ----
+
+fn records_insert_if_absent(store: &RsStore) {
+    let r = record("a", "ra", 100);
+    assert!(store.records.create(&r).unwrap());
+    assert_eq!(store.records.get("a").unwrap(), Some(r.clone()));
+    assert_eq!(store.records.by_result("ra").unwrap(), Some(r.clone()));
+    assert_eq!(store.records.get("nobody").unwrap(), None);
+    assert_eq!(store.records.by_result("nothing").unwrap(), None);
+
+    // The same id, or the same result id, is refused and changes nothing.
+    assert!(!store.records.create(&record("a", "rb", 200)).unwrap());
+    assert!(!store.records.create(&record("b", "ra", 200)).unwrap());
+    assert_eq!(store.records.get("a").unwrap(), Some(r.clone()));
+    assert_eq!(store.records.by_result("ra").unwrap(), Some(r));
+    assert_eq!(store.records.get("b").unwrap(), None);
+    assert_eq!(store.records.by_result("rb").unwrap(), None);
+}
+
+fn records_advance_by_compare_and_set(store: &RsStore) {
+    let r = record("c", "rc", 100);
+    assert!(store.records.create(&r).unwrap());
+    let step2 = decided("d1");
+    assert_eq!(
+        store
+            .records
+            .advance("c", &CheqState::Pending, &step2, false)
+            .unwrap(),
+        Transition::Moved
+    );
+    // A second writer that read `pending` loses, and is told what won.
+    match store
+        .records
+        .advance("c", &CheqState::Pending, &decided("d2"), false)
+        .unwrap()
+    {
+        Transition::Other(now) => assert_eq!(now.state, step2),
+        other => panic!("expected Other, got {other:?}"),
+    }
+    let step4 = done("d1", json!({"ok": true}));
+    assert_eq!(
+        store.records.advance("c", &step2, &step4, true).unwrap(),
+        Transition::Moved
+    );
+    let now = store.records.get("c").unwrap().unwrap();
+    assert_eq!(now.state, step4);
+    // Every other member is kept; the index still finds it.
+    assert_eq!(
+        CheqRecord {
+            state: r.state.clone(),
+            ..now.clone()
+        },
+        r
+    );
+    assert_eq!(store.records.by_result("rc").unwrap(), Some(now));
+    assert_eq!(
+        store
+            .records
+            .advance("missing", &CheqState::Pending, &step2, true)
+            .unwrap(),
+        Transition::Missing
+    );
+}
+
+fn records_advance_once_under_contention(store: &RsStore) {
+    assert!(store.records.create(&record("race", "rrace", 100)).unwrap());
+    let threads = 8;
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|i| {
+            let store = store.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                store
+                    .records
+                    .advance(
+                        "race",
+                        &CheqState::Pending,
+                        &decided(&format!("d{i}")),
+                        false,
+                    )
+                    .unwrap()
+            })
+        })
+        .collect();
+    let moved = handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .filter(|t| *t == Transition::Moved)
+        .count();
+    assert_eq!(moved, 1);
+}
+
+fn records_collect_by_cutoff(store: &RsStore) {
+    for (id, expires) in [("old", 10), ("edge", 50), ("new", 90)] {
+        assert!(store
+            .records
+            .create(&record(id, &format!("r{id}"), expires))
+            .unwrap());
+    }
+    assert_eq!(store.records.collect_expired(50).unwrap(), 1);
+    assert_eq!(store.records.get("old").unwrap(), None);
+    assert_eq!(store.records.by_result("rold").unwrap(), None);
+    assert!(store.records.get("edge").unwrap().is_some());
+    assert!(store.records.by_result("redge").unwrap().is_some());
+    assert_eq!(store.records.collect_expired(50).unwrap(), 0);
+    assert_eq!(store.records.collect_expired(91).unwrap(), 2);
+    assert_eq!(store.records.get("new").unwrap(), None);
+    // A collected id can be minted again.
+    assert!(store.records.create(&record("old", "rold", 200)).unwrap());
+}
+
+fn executions_once_per_key(store: &RsStore) {
+    assert_eq!(store.executions.get("k").unwrap(), None);
+    let first = json!({"output_parameters": [{"name": "status", "value": "DONE"}]});
+    assert_eq!(
+        store.executions.record("k", &first).unwrap(),
+        Execution::Fresh
+    );
+    assert_eq!(
+        store.executions.record("k", &json!("second")).unwrap(),
+        Execution::Existing(first.clone())
+    );
+    assert_eq!(store.executions.get("k").unwrap(), Some(first));
+
+    let threads = 8;
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|i| {
+            let store = store.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                store.executions.record("contended", &json!(i)).unwrap()
+            })
+        })
+        .collect();
+    let outcomes: Vec<Execution> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(
+        outcomes.iter().filter(|o| **o == Execution::Fresh).count(),
+        1
+    );
+    let winner = store.executions.get("contended").unwrap().unwrap();
+    for o in outcomes {
+        if let Execution::Existing(v) = o {
+            assert_eq!(v, winner);
+        }
+    }
+}
+
+fn nonces_in_the_bundle(store: &RsStore) {
+    let entry = NonceEntry {
+        digest: [1; 32],
+        expires_at: 100,
+        data: b"accept".to_vec(),
+    };
+    assert_eq!(
+        store.nonces.record("n", &entry).unwrap(),
+        RecordOutcome::Fresh
+    );
+    assert!(matches!(
+        store.nonces.record("n", &entry).unwrap(),
+        RecordOutcome::SameAsBefore(_)
+    ));
+    let other = NonceEntry {
+        digest: [2; 32],
+        ..entry.clone()
+    };
+    assert_eq!(
+        store.nonces.record("n", &other).unwrap(),
+        RecordOutcome::Conflict(entry)
+    );
+    assert_eq!(store.nonces.collect_expired(101).unwrap(), 1);
+    assert_eq!(store.nonces.get("n").unwrap(), None);
+}
+
+/// Everything a backend must do, on one fresh store.
+fn contract(store: &RsStore) {
+    records_insert_if_absent(store);
+    records_advance_by_compare_and_set(store);
+    records_advance_once_under_contention(store);
+    records_collect_by_cutoff(store);
+    executions_once_per_key(store);
+    nonces_in_the_bundle(store);
+}
+
+// ---- sled ----
+
+#[test]
+fn sled_meets_the_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_db, store) = cheq::store::sled_rs::open_dir(dir.path()).unwrap();
+    contract(&store);
+}
+
+#[test]
+fn sled_keeps_everything_across_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = record("x", "rx", 100);
+    let step4 = done("dx", json!({"booking_reference": "ABCD"}));
+    {
+        let (db, store) = cheq::store::sled_rs::open_dir(dir.path()).unwrap();
+        assert!(store.records.create(&r).unwrap());
+        assert!(store.records.create(&record("y", "ry", 100)).unwrap());
+        store
+            .records
+            .advance("x", &CheqState::Pending, &decided("dx"), false)
+            .unwrap();
+        store
+            .records
+            .advance("x", &decided("dx"), &step4, true)
+            .unwrap();
+        store.executions.record("x", &json!("ran")).unwrap();
+        let entry = NonceEntry {
+            digest: [3; 32],
+            expires_at: 100,
+            data: b"accept".to_vec(),
+        };
+        store.nonces.record("nonce-x", &entry).unwrap();
+        drop(store);
+        drop(db);
+    }
+    let (_db, store) = reopen(dir.path());
+    let x = store.records.by_result("rx").unwrap().unwrap();
+    assert_eq!(x.state, step4);
+    assert_eq!(x.id, "x");
+    assert_eq!(
+        store.records.get("y").unwrap().unwrap().state,
+        CheqState::Pending
+    );
+    assert_eq!(store.executions.get("x").unwrap(), Some(json!("ran")));
+    assert_eq!(
+        store.nonces.get("nonce-x").unwrap().unwrap().data,
+        b"accept".to_vec()
+    );
+}
+
+/// sled may take a moment to release its lock after the last handle goes.
+fn reopen(dir: &std::path::Path) -> (sled::Db, RsStore) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match cheq::store::sled_rs::open_dir(dir) {
+            Ok(opened) => return opened,
+            Err(e) => {
+                assert!(std::time::Instant::now() < deadline, "reopen: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+#[test]
+fn sled_reads_what_the_rs_wrote_before_the_traits() {
+    // The trees and JSON values the RS wrote with its own sled code.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = sled::open(dir.path()).unwrap();
+        let old = json!({
+            "id": "old", "result_id": "rold", "resource_uri": "u", "nonce": "n",
+            "expires": 5, "document": "d", "action": {"tool": "transfer_funds"},
+            "state": "done", "decision": "reject", "digest": "g"
+        });
+        db.open_tree("rs.confirmations")
+            .unwrap()
+            .insert("old", serde_json::to_vec(&old).unwrap())
+            .unwrap();
+        db.open_tree("rs.results")
+            .unwrap()
+            .insert("rold", "old")
+            .unwrap();
+        db.open_tree("rs.executions")
+            .unwrap()
+            .insert("k", serde_json::to_vec(&json!({"a": 1})).unwrap())
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let (db, store) = reopen(dir.path());
+    let r = store.records.by_result("rold").unwrap().unwrap();
+    assert_eq!(
+        r.state,
+        CheqState::Done {
+            decision: Decision::Reject,
+            digest: "g".into(),
+            result: None
+        }
+    );
+    assert_eq!(store.executions.get("k").unwrap(), Some(json!({"a": 1})));
+    // An unreadable record is an error, never a guess; collection leaves it.
+    db.open_tree("rs.confirmations")
+        .unwrap()
+        .insert("bad", &b"{not json"[..])
+        .unwrap();
+    assert!(matches!(
+        store.records.get("bad"),
+        Err(cheq::store::StoreError::Corrupt { .. })
+    ));
+    assert_eq!(store.records.collect_expired(i64::MAX).unwrap(), 1);
+    assert!(store.records.get("bad").is_err());
+}
