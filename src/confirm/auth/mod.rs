@@ -1,0 +1,288 @@
+//! Who the user is (the CS's embedded login; PROTOCOL.md §2, §5 `sub`,
+//! `auth_time`, `amr`), on the store traits of [`crate::store::cs`]:
+//!
+//! - this module: local accounts with argon2id hashes, checked by
+//!   [`LocalLogin`] behind the [`Authenticator`] trait, so that an OpenID
+//!   Connect login can sit beside it;
+//! - [`sessions`]: server-side sessions and their CSRF tokens;
+//! - [`limits`]: failed attempts per user, address and gateway, with a
+//!   lock-out that doubles, kept in the store.
+//!
+//! No HTTP here.
+
+pub mod limits;
+pub mod sessions;
+
+pub use limits::{LimitKey, Limiter, Policy};
+pub use sessions::SessionService;
+
+use super::flow::CsError;
+pub use crate::store::cs::{Account, Identity, LimitState, Session};
+use crate::store::cs::{AccountPutError, Accounts};
+use crate::store::StoreError;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+use std::sync::Arc;
+
+/// Why an account or session operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("user name {0:?} is not allowed: use 1 to 64 letters, digits, '.', '_', '-' or '@'")]
+    BadUserName(String),
+    #[error("e-mail address {0:?} is not valid")]
+    BadEmail(String),
+    #[error("the password must be at least 8 characters")]
+    WeakPassword,
+    #[error("the PIN must be 4 to 12 digits")]
+    BadPin,
+    #[error("user {0:?} already exists")]
+    Exists(String),
+    #[error("no user {0:?}")]
+    NoSuchUser(String),
+    #[error("{0:?} already names another account (as its user name or e-mail)")]
+    Ambiguous(String),
+    #[error("accounts database: {0}")]
+    Store(#[from] StoreError),
+    #[error("password hashing: {0}")]
+    Hash(String),
+}
+
+impl From<AccountPutError> for AuthError {
+    fn from(e: AccountPutError) -> Self {
+        match e {
+            AccountPutError::Exists(u) => AuthError::Exists(u),
+            AccountPutError::Ambiguous(u) => AuthError::Ambiguous(u),
+            AccountPutError::Store(e) => AuthError::Store(e),
+        }
+    }
+}
+
+/// A way to log a user in. The embedded one is [`LocalLogin`].
+pub trait Authenticator: Send + Sync {
+    /// Checks a user name and password; `None` when they do not match.
+    fn check_password(&self, username: &str, password: &str) -> Result<Option<Account>, AuthError>;
+}
+
+/// Checks a user name: 1 to 64 of `[A-Za-z0-9._@-]`.
+pub fn check_username(name: &str) -> Result<(), AuthError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'));
+    if ok {
+        Ok(())
+    } else {
+        Err(AuthError::BadUserName(name.to_owned()))
+    }
+}
+
+/// Hashes a secret with argon2id and a random salt.
+pub fn hash_secret(secret: &str) -> Result<String, AuthError> {
+    let salt = SaltString::generate(&mut rand::rngs::OsRng);
+    Argon2::default()
+        .hash_password(secret.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| AuthError::Hash(e.to_string()))
+}
+
+/// Checks a secret against an argon2 hash.
+pub fn verify_secret(secret: &str, hash: &str) -> bool {
+    PasswordHash::new(hash)
+        .map(|h| {
+            Argon2::default()
+                .verify_password(secret.as_bytes(), &h)
+                .is_ok()
+        })
+        .unwrap_or(false)
+}
+
+/// A hash to compare against when the user does not exist, so that a login
+/// for an unknown name takes as long as one for a known name.
+pub(crate) fn dummy_hash() -> &'static str {
+    static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DUMMY.get_or_init(|| hash_secret("not a password of anyone").unwrap_or_default())
+}
+
+/// Password, PIN and secret checks (argon2, about 19 MiB and tens of
+/// milliseconds each) run at most this many at once.
+pub const HASHING_PERMITS: usize = 2;
+
+/// Runs an argon2 check on the blocking pool, at most [`HASHING_PERMITS`] at
+/// a time, so that a burst of logins cannot exhaust memory or the pool.
+pub async fn hashing<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, CsError> {
+    static PERMITS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(HASHING_PERMITS);
+    let _permit = PERMITS
+        .acquire()
+        .await
+        .map_err(|_| CsError::Internal("hashing closed".into()))?;
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|_| CsError::Internal("the hashing task failed".into()))
+}
+
+/// Builds a new account record (the hashing is done by the caller's process).
+pub fn new_account(
+    username: &str,
+    email: Option<&str>,
+    password: &str,
+) -> Result<Account, AuthError> {
+    check_username(username)?;
+    if let Some(e) = email {
+        let valid = e.len() <= 254
+            && e.split_once('@')
+                .is_some_and(|(l, d)| !l.is_empty() && d.contains('.') && !d.contains('@'))
+            && !e.chars().any(char::is_whitespace);
+        if !valid {
+            return Err(AuthError::BadEmail(e.to_owned()));
+        }
+    }
+    if password.chars().count() < 8 {
+        return Err(AuthError::WeakPassword);
+    }
+    Ok(Account {
+        username: username.to_owned(),
+        email: email.map(str::to_owned),
+        password_hash: hash_secret(password)?,
+        pin_hash: None,
+    })
+}
+
+/// Stores a new account after checking its names (see [`Accounts::put`]).
+pub fn add_account(
+    accounts: &dyn Accounts,
+    account: &Account,
+    replace: bool,
+) -> Result<(), AuthError> {
+    check_username(&account.username)?;
+    accounts.put(account, replace)?;
+    Ok(())
+}
+
+/// The embedded login: local accounts and their argon2 hashes.
+#[derive(Clone)]
+pub struct LocalLogin {
+    pub accounts: Arc<dyn Accounts>,
+}
+
+impl std::fmt::Debug for LocalLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalLogin").finish_non_exhaustive()
+    }
+}
+
+impl LocalLogin {
+    /// Checks a user's voice PIN (§10). An unknown user, or one without a PIN,
+    /// costs the same argon2 check, so timing does not tell which names exist.
+    pub fn check_pin(&self, username: &str, pin: &str) -> Result<Option<Account>, AuthError> {
+        let account = if check_username(username).is_ok() {
+            self.accounts.get(username)?
+        } else {
+            None
+        };
+        let hash = account
+            .as_ref()
+            .and_then(|a| a.pin_hash.as_deref())
+            .unwrap_or_else(|| dummy_hash());
+        let ok = verify_secret(pin, hash) && account.as_ref().is_some_and(|a| a.pin_hash.is_some());
+        Ok(account.filter(|_| ok))
+    }
+}
+
+impl Authenticator for LocalLogin {
+    fn check_password(&self, username: &str, password: &str) -> Result<Option<Account>, AuthError> {
+        if check_username(username).is_err() {
+            verify_secret(password, dummy_hash());
+            return Ok(None);
+        }
+        match self.accounts.get(username)? {
+            Some(a) if verify_secret(password, &a.password_hash) => Ok(Some(a)),
+            Some(_) => Ok(None),
+            None => {
+                verify_secret(password, dummy_hash());
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// The identity of an account that just authenticated with `amr` at `now`.
+pub fn identity_of(account: &Account, amr: &str, now: i64) -> Identity {
+    Identity {
+        sub: account.username.clone(),
+        also_known_as: account.email.clone().into_iter().collect(),
+        auth_time: now,
+        amr: vec![amr.to_owned()],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sled_cs;
+
+    fn store() -> (tempfile::TempDir, crate::store::cs::CsStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let (_db, store) = sled_cs::open_dir(dir.path()).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn passwords_verify_and_names_are_checked() {
+        let (_dir, store) = store();
+        let accounts = store.accounts.clone();
+        let login = LocalLogin {
+            accounts: accounts.clone(),
+        };
+        let a = new_account("alice", Some("alice@example.com"), "correct horse").unwrap();
+        assert!(!a.password_hash.contains("correct horse"));
+        add_account(&*accounts, &a, false).unwrap();
+        assert!(matches!(
+            add_account(&*accounts, &a, false),
+            Err(AuthError::Exists(_))
+        ));
+        assert!(login
+            .check_password("alice", "correct horse")
+            .unwrap()
+            .is_some());
+        assert!(login
+            .check_password("alice", "wrong horse")
+            .unwrap()
+            .is_none());
+        assert!(login
+            .check_password("bob", "correct horse")
+            .unwrap()
+            .is_none());
+        assert!(login
+            .check_password("../x", "correct horse")
+            .unwrap()
+            .is_none());
+        assert!(new_account("a b", None, "long enough").is_err());
+        assert!(new_account("bob", Some("nope"), "long enough").is_err());
+        assert!(new_account("bob", None, "short").is_err());
+        assert!(!format!("{a:?}").contains("argon2"));
+        // A subject must name one account only.
+        let bob = new_account("alice@example.com", None, "long enough").unwrap();
+        assert!(matches!(
+            add_account(&*accounts, &bob, false),
+            Err(AuthError::Ambiguous(_))
+        ));
+        let carol = new_account("carol", Some("ALICE@example.com"), "long enough").unwrap();
+        assert!(matches!(
+            add_account(&*accounts, &carol, false),
+            Err(AuthError::Ambiguous(_))
+        ));
+        let dave = new_account("dave", Some("dave@example.com"), "long enough").unwrap();
+        add_account(&*accounts, &dave, false).unwrap();
+        // PINs: none set yet, then set.
+        assert!(login.check_pin("dave", "123456").unwrap().is_none());
+        let mut dave = accounts.get("dave").unwrap().unwrap();
+        dave.pin_hash = Some(hash_secret("123456").unwrap());
+        add_account(&*accounts, &dave, true).unwrap();
+        assert!(login.check_pin("dave", "123456").unwrap().is_some());
+        assert!(login.check_pin("dave", "654321").unwrap().is_none());
+        assert!(login.check_pin("nobody", "123456").unwrap().is_none());
+    }
+}
