@@ -12,12 +12,14 @@ pub mod b64;
 pub mod header;
 pub mod jws;
 pub mod keys;
+pub mod secret;
 pub mod signer;
 pub mod trust;
 pub mod verify;
 
 pub use header::{Channel, ConfirmationClaims, Decision, Role};
 pub use keys::{Algorithm, Jwks, KeyError, PublicKey, SigningKey};
+pub use secret::same_secret;
 pub use signer::{
     assemble, countersign, sign_entry, sign_resource, CountersignError, DecisionInput, SignError,
 };

@@ -85,7 +85,7 @@ impl SessionService {
     /// Does `token` belong to this session? (constant time)
     pub fn check_csrf(&self, session_id: &str, token: &str) -> bool {
         let expected = self.csrf_token(session_id);
-        !expected.is_empty() && crate::httpkit::same_secret(expected.as_bytes(), token.as_bytes())
+        !expected.is_empty() && crate::sign::same_secret(expected.as_bytes(), token.as_bytes())
     }
 }
 

@@ -1,0 +1,284 @@
+//! The layers of ARCHITECTURE.md, enforced: every source file is read, its
+//! test module cut off, and what it names is checked against the rules of its
+//! layer. A forbidden import fails this test with the file and the line.
+
+use std::path::{Path, PathBuf};
+
+/// One rule: files whose path (relative to `src/`) starts with one of
+/// `files` must not contain any of `forbidden` (outside their tests).
+struct Rule {
+    layer: &'static str,
+    files: &'static [&'static str],
+    except: &'static [&'static str],
+    forbidden: &'static [&'static str],
+}
+
+const HTTP_SERVER: &[&str] = &["actix_web", "actix_http", "askama", "StatusCode"];
+
+fn rules() -> Vec<Rule> {
+    vec![
+        Rule {
+            layer: "object",
+            files: &["cheq/"],
+            except: &[],
+            forbidden: &[
+                "crate::sign",
+                "crate::store",
+                "crate::confirm",
+                "crate::resource",
+                "crate::httpkit",
+                "crate::cli",
+                "std::fs",
+                "TcpStream",
+                "TcpListener",
+                "reqwest",
+                "sled",
+                "tokio",
+                "actix_web",
+            ],
+        },
+        Rule {
+            layer: "signing core",
+            files: &["sign/"],
+            except: &[],
+            forbidden: &[
+                "crate::store",
+                "crate::confirm",
+                "crate::resource",
+                "crate::httpkit",
+                "crate::cli",
+                "std::fs",
+                "TcpStream",
+                "TcpListener",
+                "reqwest",
+                "sled",
+                "tokio",
+                "actix_web",
+            ],
+        },
+        Rule {
+            layer: "store",
+            files: &["store/"],
+            except: &[],
+            forbidden: &[
+                "crate::confirm",
+                "crate::resource",
+                "crate::httpkit",
+                "crate::cli",
+                "actix_web",
+                "askama",
+            ],
+        },
+        Rule {
+            layer: "store traits (no backend)",
+            files: &["store/cs.rs", "store/rs.rs"],
+            except: &[],
+            forbidden: &["sled::", "sled_"],
+        },
+        Rule {
+            layer: "CS domain",
+            files: &[
+                "confirm/flow/",
+                "confirm/auth/",
+                "confirm/view.rs",
+                "confirm/voice.rs",
+                "confirm/warnings.rs",
+                "confirm/seal.rs",
+                "confirm/registry.rs",
+                "confirm/config.rs",
+            ],
+            except: &[],
+            forbidden: &[
+                "actix_web",
+                "actix_http",
+                "askama",
+                "StatusCode",
+                "crate::httpkit",
+                "crate::confirm::web",
+                "crate::confirm::api",
+                "crate::confirm::status",
+                "super::web",
+                "super::api",
+                "sled::",
+                "sled_cs",
+            ],
+        },
+        Rule {
+            layer: "CS client of resource servers",
+            files: &["confirm/fetch.rs"],
+            except: &[],
+            forbidden: &[
+                "actix_web",
+                "askama",
+                "crate::httpkit",
+                "super::web",
+                "super::api",
+                "sled",
+            ],
+        },
+        Rule {
+            layer: "CS",
+            files: &["confirm/"],
+            except: &[],
+            forbidden: &["crate::resource", "crate::cli"],
+        },
+        Rule {
+            layer: "RS domain",
+            files: &[
+                "resource/cheq_rs.rs",
+                "resource/tools.rs",
+                "resource/config.rs",
+                "resource/agent.rs",
+            ],
+            except: &[],
+            forbidden: HTTP_SERVER,
+        },
+        Rule {
+            layer: "RS",
+            files: &["resource/"],
+            except: &["resource/server.rs"],
+            forbidden: &["crate::confirm", "crate::cli", "sled"],
+        },
+        Rule {
+            layer: "RS start-up",
+            files: &["resource/server.rs"],
+            except: &[],
+            forbidden: &["crate::confirm", "crate::cli"],
+        },
+        Rule {
+            layer: "HTTP kit",
+            files: &["httpkit.rs"],
+            except: &[],
+            forbidden: &[
+                "crate::confirm",
+                "crate::resource",
+                "crate::store",
+                "crate::cli",
+            ],
+        },
+        Rule {
+            layer: "shared helpers",
+            files: &["time.rs", "text.rs", "testkit.rs"],
+            except: &[],
+            forbidden: &[
+                "crate::cheq",
+                "crate::sign",
+                "crate::store",
+                "crate::confirm",
+                "crate::resource",
+                "crate::httpkit",
+                "crate::cli",
+            ],
+        },
+        Rule {
+            layer: "everything below the CLI",
+            files: &[""],
+            except: &["cli/", "main.rs"],
+            forbidden: &["crate::cli", "cheq::cli"],
+        },
+    ]
+}
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The file without its test module(s) and without comments.
+fn code_of(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut skipping_tests = false;
+    let mut depth = 0i32;
+    let mut lines = text.lines().enumerate().peekable();
+    while let Some((n, line)) = lines.next() {
+        let trimmed = line.trim_start();
+        if !skipping_tests && trimmed.starts_with("#[cfg(test)]") {
+            // The item that follows is test-only: skip it to its end.
+            skipping_tests = true;
+            depth = 0;
+            continue;
+        }
+        if skipping_tests {
+            depth += line.matches('{').count() as i32 - line.matches('}').count() as i32;
+            if depth <= 0 && (line.contains('}') || line.trim_end().ends_with(';')) {
+                skipping_tests = false;
+            }
+            continue;
+        }
+        if trimmed.starts_with("//") {
+            continue;
+        }
+        let code = match line.find("//") {
+            Some(i) if !line[..i].contains('"') => &line[..i],
+            _ => line,
+        };
+        out.push((n + 1, code.to_owned()));
+        let _ = lines.peek();
+    }
+    out
+}
+
+#[test]
+fn no_layer_imports_what_it_must_not() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&root, &mut files);
+    assert!(files.len() > 40, "found only {} source files", files.len());
+    let rules = rules();
+    let mut violations = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let rel = file
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let text = std::fs::read_to_string(file).unwrap();
+        let code = code_of(&text);
+        for rule in &rules {
+            let applies = rule.files.iter().any(|f| rel.starts_with(f))
+                && !rule.except.iter().any(|e| rel.starts_with(e));
+            if !applies {
+                continue;
+            }
+            checked += 1;
+            for (n, line) in &code {
+                for word in rule.forbidden {
+                    if line.contains(word) {
+                        violations.push(format!(
+                            "src/{rel}:{n}: the {} layer must not use `{word}`: {}",
+                            rule.layer,
+                            line.trim()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 60, "rules applied only {checked} times");
+    assert!(
+        violations.is_empty(),
+        "forbidden imports (see ARCHITECTURE.md):\n{}",
+        violations.join("\n")
+    );
+}
+
+#[test]
+fn the_checker_sees_a_forbidden_import_and_ignores_tests() {
+    let bad = "use actix_web::HttpResponse;\nfn f() {}\n";
+    assert!(code_of(bad).iter().any(|(_, l)| l.contains("actix_web")));
+    let test_only = "fn f() {}\n#[cfg(test)]\nmod tests {\n    use actix_web::test;\n    fn g() {\n    }\n}\nfn h() { crate::cli::x(); }\n";
+    let code = code_of(test_only);
+    assert!(!code.iter().any(|(_, l)| l.contains("actix_web")));
+    assert!(code.iter().any(|(_, l)| l.contains("crate::cli")));
+    let commented = "// use actix_web::x;\nlet a = 1; // crate::cli\n";
+    assert!(!code_of(commented)
+        .iter()
+        .any(|(_, l)| l.contains("actix_web") || l.contains("crate::cli")));
+}
