@@ -982,3 +982,42 @@ async fn a_decision_the_rs_refuses_is_not_reported_accepted() {
     assert_eq!(env.rs.executions(), 1, "the refused decision ran nothing");
     env.stop().await;
 }
+
+/// The verified CHEQ of a page is kept for the decision on it: a value typed
+/// wrong shows the page again, and the decision is then signed, without the
+/// resource server being asked again (here it has gone away meanwhile).
+#[actix_web::test]
+async fn an_input_error_shows_the_page_again_without_asking_the_resource_server() {
+    let env = start(None).await;
+    let pack = env
+        .invoke_tool("transfer_funds", &transfer_params(Some("ACME"), None))
+        .await;
+    let mut b = env.browser();
+    let (path, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let (from, _) = labelled_input(&page.raw, "from account");
+    let (to, _) = labelled_input(&page.raw, "to account");
+    let (amount, _) = labelled_input(&page.raw, "amount");
+
+    env.rs_handle.stop(true).await;
+
+    let res = post_form(&mut b, &path, &page, "accept", &[]).await;
+    assert_eq!(res.status, 422, "{}", res.text);
+    assert!(res.raw.contains("name=\"decision\""), "the form again");
+    assert!(res.text.contains("a value is required"), "{}", res.text);
+    assert!(res.text.contains("ACME"), "the same request: {}", res.text);
+
+    let values = [
+        (from.as_str(), FROM),
+        (to.as_str(), TO),
+        (amount.as_str(), AMOUNT),
+    ];
+    let res = post_form(&mut b, &path, &page, "accept", &values).await;
+    assert_eq!(res.status, 200, "{}", res.text);
+    assert!(res.text.contains("delivery pending"), "{}", res.text);
+    let records = env.records("alice");
+    assert_eq!(records.len(), 1, "signed once");
+    assert!(records[0].delivery.is_pending());
+    drop(env.background);
+    env.cs_handle.stop(true).await;
+}

@@ -1,0 +1,360 @@
+//! The confirmation server's store (`store::cs`, PROTOCOL.md §2, §6, §8): the
+//! contract of its traits, written against the trait objects of a [`CsStore`]
+//! so that every backend runs the same checks (today: sled, on real files in
+//! temporary directories), then what only a real database can show:
+//! reopening keeps everything.
+
+use cheq::cheq::{Channel, Decision};
+use cheq::store::cs::{
+    Account, AccountPutError, Claim, ConfirmationEntry, CsStore, DecisionRecord, Delivery,
+    Identity, LimitState, RecordKey, Session,
+};
+use cheq::store::sled_cs;
+use std::sync::{Arc, Barrier};
+
+fn record(origin: &str, nonce: &str, user: &str, at: i64) -> DecisionRecord {
+    DecisionRecord {
+        nonce: nonce.into(),
+        user: user.into(),
+        resource_uri: format!("{origin}/cheq/confirmations/{nonce}"),
+        resource_origin: origin.into(),
+        operation: format!("{origin}/op"),
+        operation_name: "Op".into(),
+        decision: Decision::Accept,
+        channel: Channel::Html,
+        decided_at: at,
+        expires: at + 600,
+        document: "{}".into(),
+        delivery: Delivery::Pending {
+            attempts: 0,
+            next_try: at,
+            last_error: None,
+        },
+        sealed: false,
+        collected_hmac: Default::default(),
+    }
+}
+
+const A: &str = "https://a.example";
+const B: &str = "https://b.example";
+
+// ---- the contract, for any backend ----
+
+fn a_record_key_is_claimed_once(store: &CsStore) {
+    let r = &store.records;
+    assert_eq!(
+        r.claim(&record(A, "n1", "alice", 10)).unwrap(),
+        Claim::Fresh
+    );
+    let mut other = record(A, "n1", "alice", 11);
+    other.decision = Decision::Reject;
+    match r.claim(&other).unwrap() {
+        Claim::Existing(old) => assert_eq!(old.decision, Decision::Accept),
+        Claim::Fresh => panic!("claimed twice"),
+    }
+    // §6: another RS's CHEQ with the same nonce is another record.
+    assert_eq!(r.claim(&record(B, "n1", "bob", 12)).unwrap(), Claim::Fresh);
+    assert_eq!(
+        r.get(&RecordKey::new(A, "n1")).unwrap().unwrap().user,
+        "alice"
+    );
+    assert_eq!(
+        r.get(&RecordKey::new(B, "n1")).unwrap().unwrap().user,
+        "bob"
+    );
+    assert_eq!(
+        r.by_resource(&format!("{A}/cheq/confirmations/n1"))
+            .unwrap()
+            .unwrap()
+            .resource_origin,
+        A
+    );
+    assert_eq!(r.get(&RecordKey::new(A, "nope")).unwrap(), None);
+}
+
+fn concurrent_claims_make_one_record(store: &CsStore) {
+    let barrier = Arc::new(Barrier::new(8));
+    let handles: Vec<_> = (0..8)
+        .map(|i| {
+            let records = store.records.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let mut r = record(A, "race", "alice", 100 + i);
+                r.decision = if i % 2 == 0 {
+                    Decision::Accept
+                } else {
+                    Decision::Reject
+                };
+                barrier.wait();
+                records.claim(&r).unwrap()
+            })
+        })
+        .collect();
+    let outcomes: Vec<Claim> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let fresh = outcomes.iter().filter(|c| **c == Claim::Fresh).count();
+    assert_eq!(fresh, 1, "{outcomes:?}");
+    let stored = store
+        .records
+        .get(&RecordKey::new(A, "race"))
+        .unwrap()
+        .unwrap();
+    for c in outcomes {
+        if let Claim::Existing(old) = c {
+            assert_eq!(*old, stored, "every loser sees the winner's record");
+        }
+    }
+}
+
+fn due_deliveries_are_leased_to_one_worker(store: &CsStore) {
+    let r = &store.records;
+    r.claim(&record(A, "d1", "carol", 1000)).unwrap();
+    let mut later = record(A, "d2", "carol", 1000);
+    later.delivery = Delivery::Pending {
+        attempts: 1,
+        next_try: 5000,
+        last_error: Some("down".into()),
+    };
+    r.claim(&later).unwrap();
+    let leased = r.lease_due(1000, 30, 100).unwrap();
+    let nonces: Vec<&str> = leased
+        .iter()
+        .filter(|x| x.user == "carol")
+        .map(|x| x.nonce.as_str())
+        .collect();
+    assert_eq!(nonces, ["d1"], "only the due one");
+    // Leased: nobody else gets it until the lease runs out.
+    assert!(r
+        .lease_due(1001, 30, 100)
+        .unwrap()
+        .iter()
+        .all(|x| x.nonce != "d1"));
+    assert!(r
+        .lease_due(1031, 30, 100)
+        .unwrap()
+        .iter()
+        .any(|x| x.nonce == "d1"));
+    // A final state leaves the outbox.
+    let mut done = r.get(&RecordKey::new(A, "d1")).unwrap().unwrap();
+    done.delivery = Delivery::Delivered {
+        decision: Decision::Accept,
+        at: 1040,
+    };
+    r.update(&done, true).unwrap();
+    assert!(r
+        .lease_due(9999, 30, 100)
+        .unwrap()
+        .iter()
+        .all(|x| x.nonce != "d1"));
+    assert_eq!(r.get(&RecordKey::new(A, "d1")).unwrap().unwrap(), done);
+    let (pending, oldest) = r.pending_summary().unwrap();
+    assert!(pending >= 1);
+    assert!(oldest.is_some());
+}
+
+fn history_is_per_user_newest_first(store: &CsStore) {
+    let r = &store.records;
+    for (nonce, at) in [("h1", 10), ("h2", 30), ("h3", 20)] {
+        r.claim(&record(A, nonce, "dave", at)).unwrap();
+    }
+    r.claim(&record(A, "h4", "erin", 40)).unwrap();
+    let nonces: Vec<String> = r
+        .for_user("dave", 10)
+        .unwrap()
+        .into_iter()
+        .map(|x| x.nonce)
+        .collect();
+    assert_eq!(nonces, ["h2", "h3", "h1"]);
+    assert_eq!(r.for_user("dave", 2).unwrap().len(), 2);
+    assert!(r.for_user("dav", 10).unwrap().is_empty());
+    let id = RecordKey::new(A, "h4").id();
+    assert!(r.by_id_for_user("erin", &id).unwrap().is_some());
+    assert!(
+        r.by_id_for_user("dave", &id).unwrap().is_none(),
+        "not someone else's"
+    );
+}
+
+fn sealed_records_are_listed(store: &CsStore) {
+    let mut s = record(A, "s1", "frank", 10);
+    s.sealed = true;
+    store.records.claim(&s).unwrap();
+    assert!(store
+        .records
+        .sealed()
+        .unwrap()
+        .contains(&RecordKey::new(A, "s1")));
+}
+
+fn entries_start_once_and_are_collected(store: &CsStore) {
+    let e = ConfirmationEntry {
+        resource_uri: format!("{A}/cheq/confirmations/x"),
+        created: 100,
+        document: None,
+    };
+    store.entries.start("x", &e).unwrap();
+    let mut again = e.clone();
+    again.created = 200;
+    store.entries.start("x", &again).unwrap();
+    assert_eq!(store.entries.get("x").unwrap(), Some(e.clone()));
+    let mut fetched = e.clone();
+    fetched.document = Some("{\"doc\":1}".into());
+    store.entries.put("x", &fetched).unwrap();
+    assert_eq!(store.entries.get("x").unwrap(), Some(fetched));
+    assert_eq!(store.entries.collect_older_than(150).unwrap(), 1);
+    assert_eq!(store.entries.get("x").unwrap(), None);
+}
+
+fn account(name: &str, email: Option<&str>) -> Account {
+    Account {
+        username: name.into(),
+        email: email.map(str::to_owned),
+        password_hash: "$argon2id$stand-in".into(),
+        pin_hash: None,
+    }
+}
+
+fn accounts_name_one_subject_each(store: &CsStore) {
+    let a = &store.accounts;
+    a.put(&account("gina", Some("gina@example.com")), false)
+        .unwrap();
+    assert!(matches!(
+        a.put(&account("gina", None), false),
+        Err(AccountPutError::Exists(_))
+    ));
+    assert!(matches!(
+        a.put(&account("gina@example.com", None), false),
+        Err(AccountPutError::Ambiguous(_))
+    ));
+    assert!(matches!(
+        a.put(&account("hank", Some("GINA@example.com")), false),
+        Err(AccountPutError::Ambiguous(_))
+    ));
+    let mut pinned = account("gina", Some("gina@example.com"));
+    pinned.pin_hash = Some("$argon2id$pin".into());
+    a.put(&pinned, true).unwrap();
+    assert_eq!(a.get("gina").unwrap(), Some(pinned));
+    assert_eq!(a.get("nobody").unwrap(), None);
+}
+
+fn sessions_expire(store: &CsStore) {
+    let s = &store.sessions;
+    let live = Session {
+        identity: Some(Identity {
+            sub: "ivy".into(),
+            also_known_as: vec![],
+            auth_time: 1,
+            amr: vec!["pwd".into()],
+        }),
+        expires: 500,
+    };
+    s.put(&[1; 32], &live).unwrap();
+    s.put(
+        &[2; 32],
+        &Session {
+            identity: None,
+            expires: 100,
+        },
+    )
+    .unwrap();
+    assert_eq!(s.get(&[1; 32]).unwrap(), Some(live));
+    assert_eq!(s.collect_expired(200).unwrap(), 1);
+    assert_eq!(s.get(&[2; 32]).unwrap(), None);
+    s.remove(&[1; 32]).unwrap();
+    assert_eq!(s.get(&[1; 32]).unwrap(), None);
+}
+
+fn limits_update_atomically(store: &CsStore) {
+    let l = &store.limits;
+    let barrier = Arc::new(Barrier::new(8));
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let l = l.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                for _ in 0..25 {
+                    l.update("k", &mut |old| {
+                        let mut s = old.unwrap_or_default();
+                        s.failures += 1;
+                        s.last_failure = 10;
+                        Some(s)
+                    })
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(l.get("k").unwrap().unwrap().failures, 200, "no lost update");
+    l.update("locked", &mut |_| {
+        Some(LimitState {
+            failures: 9,
+            locked_until: 1000,
+            last_failure: 10,
+        })
+    })
+    .unwrap();
+    assert_eq!(
+        l.collect(500).unwrap(),
+        1,
+        "the idle one goes, the locked one stays"
+    );
+    assert!(l.get("locked").unwrap().is_some());
+    l.update("locked", &mut |_| None).unwrap();
+    assert_eq!(l.get("locked").unwrap(), None);
+}
+
+fn contract(store: &CsStore) {
+    a_record_key_is_claimed_once(store);
+    concurrent_claims_make_one_record(store);
+    due_deliveries_are_leased_to_one_worker(store);
+    history_is_per_user_newest_first(store);
+    sealed_records_are_listed(store);
+    entries_start_once_and_are_collected(store);
+    accounts_name_one_subject_each(store);
+    sessions_expire(store);
+    limits_update_atomically(store);
+}
+
+#[test]
+fn sled_keeps_the_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_db, store) = sled_cs::open_dir(dir.path()).unwrap();
+    contract(&store);
+}
+
+#[test]
+fn sled_keeps_everything_across_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (db, store) = sled_cs::open_dir(dir.path()).unwrap();
+        store.records.claim(&record(A, "r1", "jo", 10)).unwrap();
+        store.accounts.put(&account("jo", None), false).unwrap();
+        store
+            .limits
+            .update("ip:1.2.3.4", &mut |_| {
+                Some(LimitState {
+                    failures: 3,
+                    locked_until: 0,
+                    last_failure: 5,
+                })
+            })
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let (_db, store) = sled_cs::open_dir(dir.path()).unwrap();
+    assert_eq!(
+        store
+            .records
+            .get(&RecordKey::new(A, "r1"))
+            .unwrap()
+            .unwrap()
+            .user,
+        "jo"
+    );
+    assert!(store.accounts.get("jo").unwrap().is_some());
+    assert_eq!(store.limits.get("ip:1.2.3.4").unwrap().unwrap().failures, 3);
+    assert_eq!(store.records.lease_due(10, 30, 10).unwrap().len(), 1);
+}
