@@ -18,7 +18,7 @@
 //! pointing at no record (or at the winner's), which every reader skips.
 
 use super::cs::*;
-use super::sled_json::{corrupt, decode, encode, tree};
+use super::sled_json::{corrupt, decode, encode, open_db, tree};
 use super::sled_store::backend_error;
 use super::StoreError;
 use std::path::Path;
@@ -45,12 +45,19 @@ pub fn open(db: &sled::Db) -> Result<CsStore, StoreError> {
 
 /// Opens a sled database at `dir` (its files 0600) and every CS store in it.
 pub fn open_dir(dir: &Path) -> Result<(sled::Db, CsStore), StoreError> {
-    let db = sled::Config::new()
-        .path(dir)
-        .open()
-        .map_err(|e| backend_error("open", e))?;
+    let db = open_db(dir)?;
     let store = open(&db)?;
     Ok((db, store))
+}
+
+/// A CS store in a fresh temporary directory (unit tests).
+#[cfg(test)]
+pub(crate) fn temp() -> (tempfile::TempDir, CsStore) {
+    #[allow(clippy::expect_used)]
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    #[allow(clippy::expect_used)]
+    let (_db, store) = open_dir(dir.path()).expect("a sled store");
+    (dir, store)
 }
 
 // ---- entries ----

@@ -1,6 +1,6 @@
-//! JSON values in sled trees, for the backends of [`super::cs`] and
-//! [`super::rs`]: decoding never panics, an unreadable value is
-//! [`StoreError::Corrupt`].
+//! What the sled backends of [`super::cs`] and [`super::rs`] share: opening
+//! a database, and JSON values in its trees (decoding never panics, an
+//! unreadable value is [`StoreError::Corrupt`]).
 
 use super::sled_store::backend_error;
 use super::StoreError;
@@ -33,4 +33,13 @@ pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StoreErr
 pub(crate) fn tree(db: &sled::Db, name: &str) -> Result<sled::Tree, StoreError> {
     db.open_tree(name)
         .map_err(|e| backend_error("open_tree", e))
+}
+
+/// Opens (creating it if needed) a sled database at `dir`. sled locks the
+/// directory: a second open while it is open fails.
+pub(crate) fn open_db(dir: &std::path::Path) -> Result<sled::Db, StoreError> {
+    sled::Config::new()
+        .path(dir)
+        .open()
+        .map_err(|e| backend_error("open", e))
 }

@@ -25,7 +25,7 @@
 //! `sled_store`: it survives a killed process, not every power loss).
 
 use super::rs::*;
-use super::sled_json::{decode, encode, tree};
+use super::sled_json::{decode, encode, open_db, tree};
 use super::sled_store::backend_error;
 use super::{SledNonceStore, StoreError};
 use serde_json::Value;
@@ -72,10 +72,7 @@ pub fn open(db: &sled::Db) -> Result<RsStore, StoreError> {
 /// Opens (creating it if needed) a sled database at `dir` and every RS store
 /// in it. sled locks the directory: a second open while it is open fails.
 pub fn open_dir(dir: &Path) -> Result<(sled::Db, RsStore), StoreError> {
-    let db = sled::Config::new()
-        .path(dir)
-        .open()
-        .map_err(|e| backend_error("open", e))?;
+    let db = open_db(dir)?;
     let store = open(&db)?;
     Ok((db, store))
 }

@@ -95,9 +95,7 @@ mod tests {
     use crate::store::sled_cs;
 
     fn store() -> (tempfile::TempDir, crate::store::cs::CsStore) {
-        let dir = tempfile::tempdir().unwrap();
-        let (_db, store) = sled_cs::open_dir(dir.path()).unwrap();
-        (dir, store)
+        sled_cs::temp()
     }
 
     #[test]
