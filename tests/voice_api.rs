@@ -22,8 +22,8 @@ const GW: &str = "voice-gw";
 const GW_SECRET: &str = "voice-gateway-secret-0123";
 const GW2: &str = "voice-gw-2";
 const GW2_SECRET: &str = "other-gateway-secret-4567";
-const ALICE_PIN: &str = "4321";
-const BOB_PIN: &str = "8765";
+const ALICE_PIN: &str = "432109";
+const BOB_PIN: &str = "876543";
 
 const FROM: &str = "12345678";
 const TO: &str = "87654321";
@@ -378,58 +378,18 @@ async fn voice_api_refusals() {
     let gw = env.voice(&Gateway::new(GW, GW_SECRET));
     let gw2 = env.voice(&Gateway::new(GW2, GW2_SECRET));
 
-    // (a) Wrong PINs: 401 each, then a lock-out (429 + Retry-After), even
-    // with the right PIN.
-    let mut wrong = 0;
-    loop {
-        let a = gw.token("alice", "0000").await;
-        if a.status == 429 {
-            break;
-        }
+    // (a) Wrong PINs: 401 each and never a lock-out: a caller guessing
+    // alice's PIN only slows her checks down (by a delay that grows past 5
+    // failures), and never makes her right PIN fail.
+    for wrong in 0..7 {
+        let a = gw.token("alice", "000000").await;
         a.expect(401, &format!("wrong PIN {wrong}"));
         assert!(a.body.get("access_token").is_none());
-        wrong += 1;
-        assert!(wrong <= 10, "no lock-out after {wrong} wrong PINs");
     }
-    assert!(wrong >= 3, "locked out after only {wrong} wrong PINs");
-    let locked = gw.token("alice", ALICE_PIN).await;
-    locked.expect(429, "the right PIN during the lock-out");
-    assert!(locked.body.get("access_token").is_none());
-    let retry: i64 = locked
-        .header("retry-after")
-        .expect("Retry-After")
-        .parse()
-        .unwrap();
-    assert!((1..=900).contains(&retry), "{retry}");
-    // Per user: another gateway does not help alice…
-    gw2.token("alice", ALICE_PIN)
-        .await
-        .expect(429, "alice through another gateway");
-    // …and per gateway: a gateway speaks for many users, so it has more room,
-    // but one that keeps guessing (here across user names) is held back for
-    // bob too…
-    let mut guesses = wrong;
-    loop {
-        let a = gw.token(&format!("user{guesses}"), "0000").await;
-        if a.status == 429 {
-            break;
-        }
-        a.expect(401, &format!("guess {guesses}"));
-        guesses += 1;
-        assert!(guesses <= 40, "the gateway is never held back");
-    }
-    assert!(
-        guesses > wrong + 3,
-        "the gateway was held back as soon as one user was"
-    );
-    gw.token("bob", BOB_PIN)
-        .await
-        .expect(429, "bob through the guessing gateway");
-    // …while bob through the other gateway is served.
-    gw2.user_token("bob", BOB_PIN).await;
-    // After the lock-out the right PIN works.
-    env.advance(retry + 1);
     let alice = gw2.user_token("alice", ALICE_PIN).await;
+    // The right PIN through the guessing gateway works as well.
+    gw.user_token("bob", BOB_PIN).await;
+    let _ = clock;
 
     // (b) Gateway authentication: wrong secret, unknown gateway, none.
     for (what, credentials) in [

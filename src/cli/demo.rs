@@ -51,17 +51,22 @@ fn write_0600(path: &Path, text: &str) -> Result<(), CliError> {
     file.write_all(text.as_bytes()).map_err(write_err)
 }
 
-fn set_pin(accounts: &dyn crate::store::cs::Accounts, pin: &str) -> Result<(), CliError> {
-    if !(4..=12).contains(&pin.len()) || !pin.chars().all(|c| c.is_ascii_digit()) {
-        return Err(CliError::Server(
-            "CHEQ_DEMO_PIN must be 4 to 12 digits".into(),
-        ));
-    }
+fn set_pin(
+    accounts: &dyn crate::store::cs::Accounts,
+    data_dir: &Path,
+    pin: &str,
+) -> Result<(), CliError> {
+    crate::confirm::auth::check_pin_format(pin)
+        .map_err(|_| CliError::Server("CHEQ_DEMO_PIN must be 6 to 12 digits".into()))?;
+    let pepper = crate::keyfile::load_or_create_secret(
+        &data_dir.join(crate::confirm::auth::PIN_PEPPER_FILE),
+    )
+    .map_err(server)?;
     let mut alice = accounts
         .get("alice")
         .map_err(server)?
         .ok_or_else(|| CliError::Internal("alice was not created".into()))?;
-    alice.pin_hash = Some(crate::confirm::auth::hash_secret(pin).map_err(server)?);
+    alice.pin_hash = Some(crate::confirm::auth::pin_hash(&pepper, pin).map_err(server)?);
     accounts.put(&alice, true).map_err(server)
 }
 
@@ -161,14 +166,14 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
 
         let pin_line = match std::env::var("CHEQ_DEMO_PIN") {
             Ok(pin) if !pin.is_empty() => {
-                set_pin(&*cs_state.accounts, &pin)?;
+                set_pin(&*cs_state.accounts, &cs_config.data_dir, &pin)?;
                 "PIN from CHEQ_DEMO_PIN".to_owned()
             }
             _ => match cs_state.accounts.get("alice").map_err(server)? {
                 Some(a) if a.pin_hash.is_some() => "PIN from an earlier run (unchanged)".to_owned(),
                 _ => {
                     let pin = format!("{:06}", rand::random::<u32>() % 1_000_000);
-                    set_pin(&*cs_state.accounts, &pin)?;
+                    set_pin(&*cs_state.accounts, &cs_config.data_dir, &pin)?;
                     format!("PIN {pin}")
                 }
             },

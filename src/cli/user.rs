@@ -20,7 +20,7 @@ pub struct Args {
 pub enum UserCommand {
     /// Add a user (the password is asked for, or read from standard input).
     Add(AddArgs),
-    /// Set a user's voice PIN (4 to 12 digits) for voice gateways.
+    /// Set a user's voice PIN (6 to 12 digits) for voice gateways.
     SetPin(PinArgs),
 }
 
@@ -127,10 +127,18 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             } else {
                 prompt("PIN")?
             };
-            if !(4..=12).contains(&pin.len()) || !pin.chars().all(|c| c.is_ascii_digit()) {
-                return Err(CliError::Server("the PIN must be 4 to 12 digits".into()));
-            }
-            let hash = hash_secret(&pin).map_err(|e| CliError::Server(e.to_string()))?;
+            crate::confirm::auth::check_pin_format(&pin)
+                .map_err(|e| CliError::Server(e.to_string()))?;
+            std::fs::create_dir_all(&dir).map_err(|source| CliError::Write {
+                path: dir.display().to_string(),
+                source,
+            })?;
+            let pepper = crate::keyfile::load_or_create_secret(
+                &dir.join(crate::confirm::auth::PIN_PEPPER_FILE),
+            )
+            .map_err(|e| CliError::Server(e.to_string()))?;
+            let hash = crate::confirm::auth::pin_hash(&pepper, &pin)
+                .map_err(|e| CliError::Server(e.to_string()))?;
             admin::set_pin(&dir, &a.name, hash).map_err(|e| CliError::Server(e.to_string()))?;
             write_out(out, &format!("set the PIN of {}\n", a.name))
         }

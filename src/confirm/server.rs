@@ -105,14 +105,18 @@ pub async fn build_state(
     }));
     let login = LocalLogin {
         accounts: store.accounts.clone(),
+        pin_pepper: load_or_create_secret(&config.data_dir.join(super::auth::PIN_PEPPER_FILE))?
+            .into(),
     };
     let limiter = Limiter::new(store.limits.clone());
+    let log_key = load_or_create_secret(&config.data_dir.join("log.secret"))?;
     let api = super::api::Api::new(
         cs.clone(),
         login.clone(),
         config.gateways.clone(),
         config.api_token_ttl_secs,
         limiter.clone(),
+        log_key.clone(),
     );
     Ok(web::Data::new(CsState {
         cs,
@@ -123,6 +127,7 @@ pub async fn build_state(
         limiter,
         start_path: config.start_path(),
         secure_cookies: config.is_https(),
+        log_key,
     }))
 }
 
@@ -194,7 +199,7 @@ pub fn start_background(state: &web::Data<CsState>, data_dir: &std::path::Path) 
                 .map_err(|e| e.to_string())?;
             let limits = st
                 .limiter
-                .collect(now - 24 * 3600)
+                .collect(now - super::auth::limits::KNOWN_ADDRESS_SECS)
                 .map_err(|e| e.to_string())?;
             Ok(sessions + entries + limits)
         }

@@ -25,6 +25,7 @@ pub fn of(e: &CsError) -> (StatusCode, &'static str) {
         CsError::TooManyAttempts { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts"),
         CsError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
         CsError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+        CsError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
         CsError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "server_error"),
     }
 }
@@ -77,6 +78,7 @@ pub fn every_error() -> Vec<(CsError, u16)> {
         (CsError::TooManyAttempts { retry_after: 8 }, 429),
         (CsError::MethodNotAllowed, 405),
         (CsError::PayloadTooLarge, 413),
+        (CsError::Busy, 503),
         (CsError::Internal("sled exploded".into()), 500),
     ]
 }

@@ -205,6 +205,18 @@ pub fn http_client() -> reqwest::Client {
         .unwrap()
 }
 
+/// The same, its connections made from another loopback address (Linux
+/// routes all of 127.0.0.0/8 to the loopback device), so that a test can be
+/// two clients at two addresses.
+pub fn http_client_from(ip: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(60))
+        .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap()
+}
+
 impl Browser {
     pub fn new(origin: &str) -> Self {
         Browser {
@@ -530,10 +542,15 @@ secret_hash = "{hash}"
             .unwrap();
     }
 
-    /// Gives `user` a voice PIN (its argon2 hash, as `Account.pin_hash`).
+    /// Gives `user` a voice PIN (its argon2 hash under the CS's PIN pepper,
+    /// as `Account.pin_hash`).
     pub fn set_pin(&self, user: &str, pin: &str) {
         let mut account = self.cs.accounts.get(user).unwrap().expect("no such user");
-        account.pin_hash = Some(hash_secret(pin).unwrap());
+        let pepper = cheq::keyfile::load_or_create_secret(
+            &self.cs_data.join(cheq::confirm::auth::PIN_PEPPER_FILE),
+        )
+        .unwrap();
+        account.pin_hash = Some(cheq::confirm::auth::pin_hash(&pepper, pin).unwrap());
         self.cs.accounts.put(&account, true).unwrap();
     }
 

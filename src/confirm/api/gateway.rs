@@ -5,7 +5,7 @@
 //! stands for.
 
 use super::{json_error, Api};
-use crate::confirm::auth::{dummy_hash, identity_of, verify_secret, LimitKey};
+use crate::confirm::auth::{identity_of, verify_secret, Budget, LimitKey};
 use crate::confirm::config::GatewayConfig;
 use crate::confirm::flow::CsError;
 use crate::httpkit::{authorization, parse_basic, parse_bearer, JsonError};
@@ -71,29 +71,47 @@ fn gateway_hash<'a>(gateways: &'a [GatewayConfig], id: &str) -> Option<&'a str> 
 }
 
 impl Api {
-    /// Checks the gateway's HTTP Basic credentials; returns its client id.
-    async fn gateway(&self, authorization: Option<&str>) -> Result<String, JsonError> {
-        let (id, secret) = parse_basic(authorization).map_err(|_| invalid_client())?;
-        let hash = gateway_hash(&self.gateways, &id).map(str::to_owned);
+    /// Checks the gateway's HTTP Basic credentials, from `address`; returns
+    /// its client id. An unknown id is refused before any hashing; every
+    /// failure counts against the address (and the id from that address), so
+    /// guessing from one place cannot lock the real gateway out elsewhere.
+    async fn gateway(
+        &self,
+        authorization: Option<&str>,
+        address: &str,
+    ) -> Result<String, JsonError> {
         let now = self.cs.now().timestamp();
+        let by_address = [LimitKey::Address(address.to_owned())];
+        if let Some(retry_after) = self.limiter.locked(&by_address, now).map_err(cs)? {
+            return Err(json_error(CsError::TooManyAttempts { retry_after }));
+        }
+        let (id, secret) = parse_basic(authorization).map_err(|_| invalid_client())?;
+        let Some(hash) = gateway_hash(&self.gateways, &id).map(str::to_owned) else {
+            self.limiter.fail(&by_address[0], now).map_err(cs)?;
+            log::info!(
+                "raw API: unknown gateway {}",
+                crate::text::keyed_digest(self.log_key(), &id)
+            );
+            return Err(invalid_client());
+        };
+        let keys = [
+            LimitKey::GatewayAt {
+                gateway: id.clone(),
+                address: address.to_owned(),
+            },
+            LimitKey::Address(address.to_owned()),
+        ];
         let checked = self
             .limiter
-            .guarded(&[LimitKey::Gateway(id.clone())], now, move || {
-                let ok = match &hash {
-                    Some(h) => verify_secret(&secret, h),
-                    None => {
-                        verify_secret(&secret, dummy_hash());
-                        false
-                    }
-                };
-                Ok(ok.then_some(()))
+            .guarded(&keys, address, Budget::Gateways, now, move || {
+                Ok(verify_secret(&secret, &hash).then_some(()))
             })
             .await
             .map_err(json_error)?;
         if checked.is_none() {
             log::info!(
-                "raw API: failed gateway authentication for {:?}",
-                crate::text::one_line(&id)
+                "raw API: failed authentication of gateway {}",
+                crate::text::keyed_digest(self.log_key(), &id)
             );
             return Err(invalid_client());
         }
@@ -104,9 +122,10 @@ impl Api {
     pub(super) async fn issue(
         &self,
         authorization: Option<&str>,
+        address: &str,
         form: TokenForm,
     ) -> Result<Value, JsonError> {
-        let gateway = self.gateway(authorization).await?;
+        let gateway = self.gateway(authorization, address).await?;
         let username = form.username.as_deref().unwrap_or("").trim().to_owned();
         let pin = form.pin.unwrap_or_default();
         if username.is_empty() || pin.is_empty() {
@@ -117,22 +136,23 @@ impl Api {
             ));
         }
         let now = self.cs.now().timestamp();
-        let keys = [
-            LimitKey::PinUser(username.clone()),
-            LimitKey::Gateway(gateway.clone()),
-        ];
+        // A PIN is only slowed down per user, never refused: a caller who
+        // guesses cannot lock the user out (see `auth::limits`).
+        let keys = [LimitKey::Pin(username.clone())];
         let login = self.login.clone();
         let u = username.clone();
         let account = self
             .limiter
-            .guarded(&keys, now, move || login.check_pin(&u, &pin))
+            .guarded(&keys, address, Budget::People, now, move || {
+                login.check_pin(&u, &pin)
+            })
             .await
             .map_err(json_error)?;
         let Some(account) = account else {
             log::info!(
-                "raw API: failed PIN for {:?} via {:?}",
-                crate::text::one_line(&username),
-                crate::text::one_line(&gateway)
+                "raw API: failed PIN for user {} via gateway {}",
+                crate::text::keyed_digest(self.log_key(), &username),
+                crate::text::keyed_digest(self.log_key(), &gateway)
             );
             return Err(JsonError::new(
                 StatusCode::UNAUTHORIZED,
@@ -173,6 +193,10 @@ impl Api {
             None => Err(invalid_token("the token is unknown")),
         }
     }
+}
+
+fn cs(e: crate::store::StoreError) -> JsonError {
+    json_error(CsError::from(e))
 }
 
 /// The user a request's bearer token stands for (§10).

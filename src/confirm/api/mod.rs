@@ -46,9 +46,11 @@ pub fn json_error(e: CsError) -> JsonError {
         e => e.to_string(),
     };
     let mut err = JsonError::new(status, code, description);
-    if let CsError::TooManyAttempts { retry_after } = e {
-        err.retry_after = Some(retry_after);
-    }
+    err.retry_after = match e {
+        CsError::TooManyAttempts { retry_after } => Some(retry_after),
+        CsError::Busy => Some(1),
+        _ => None,
+    };
     err
 }
 
@@ -64,6 +66,7 @@ pub struct Api {
     tokens: Tokens,
     token_ttl: i64,
     limiter: Limiter,
+    log_key: Vec<u8>,
 }
 
 impl std::fmt::Debug for Api {
@@ -79,6 +82,7 @@ impl Api {
         gateways: Vec<GatewayConfig>,
         token_ttl: i64,
         limiter: Limiter,
+        log_key: Vec<u8>,
     ) -> Self {
         Api {
             cs,
@@ -87,8 +91,21 @@ impl Api {
             tokens: Tokens::default(),
             token_ttl,
             limiter,
+            log_key,
         }
     }
+
+    /// The key of the digests that stand for typed names in log lines.
+    fn log_key(&self) -> &[u8] {
+        &self.log_key
+    }
+}
+
+/// The client's address, as limits count it.
+pub(crate) fn peer(req: &HttpRequest) -> String {
+    req.peer_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|| "?".into())
 }
 
 /// Registers the raw API's routes.
@@ -127,7 +144,7 @@ async fn token(
             "the body must be application/x-www-form-urlencoded: {e}"
         ))
     })?;
-    let answer = api.issue(authorization(&req), form).await?;
+    let answer = api.issue(authorization(&req), &peer(&req), form).await?;
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(answer))

@@ -1,43 +1,74 @@
-//! Failed-attempt limits per user, address and gateway, with a lock-out that
-//! doubles, kept in the store so that they survive a restart and hold across
-//! instances. [`Limiter::guarded`] is the one place where a failure is
-//! counted before hashing.
+//! Failed-attempt limits (PROTOCOL.md §2, §10: "failed attempts are
+//! rate-limited"), kept in the store so that they survive a restart and hold
+//! across instances. Two kinds of limit, so that a stranger's wrong guesses
+//! never make the right credential fail:
+//!
+//! - **refusals** for what only the guesser controls: one account from one
+//!   address, one address across accounts, one gateway id from one address.
+//!   Past a few free failures the key is locked (429 + `Retry-After`), the
+//!   lock doubling up to a cap. Only the guessing address is locked out.
+//! - **delays** for what anyone can name: an account (or a user's PIN).
+//!   Checks for one account run one at a time, each after a delay that grows
+//!   with the account's recent failures, so guessing it from many addresses
+//!   is slow, while its owner is never refused. An address from which the
+//!   account signed in before skips the delay.
+//!
+//! [`Limiter::guarded`] is the one place where failures are counted (before
+//! hashing, so concurrent guesses all count) and delays taken.
 
-use super::{hashing, AuthError};
+use super::{hashing, AuthError, Budget};
 use crate::confirm::flow::CsError;
 use crate::store::cs::{LimitState, Limits};
 use crate::store::StoreError;
+use sha2::{Digest, Sha256};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// How one kind of key is limited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
-    /// Failures allowed before the first lock-out.
+    /// Failures allowed before the first lock-out (or delay).
     pub free_failures: u32,
-    /// First lock-out, in seconds; doubles with each further failure.
-    pub base_lock_secs: i64,
-    /// Longest lock-out.
-    pub max_lock_secs: i64,
-    /// Failures are forgotten this long after the last one (once unlocked);
-    /// longer than the longest lock-out, so the doubling can escalate.
+    /// First lock-out (or delay), in seconds; doubles with each further failure.
+    pub base_secs: i64,
+    /// Longest lock-out (or delay).
+    pub max_secs: i64,
+    /// Failures are forgotten this long after the last one (once unlocked).
     pub window_secs: i64,
 }
 
 impl Policy {
-    /// People: 5 free failures, then 2 s doubling up to 15 min.
-    pub const PERSON: Policy = Policy {
+    /// One account from one address: 5 free failures, then 2 s doubling up
+    /// to 15 min.
+    pub const ACCOUNT_AT_ADDRESS: Policy = Policy {
         free_failures: 5,
-        base_lock_secs: 2,
-        max_lock_secs: 900,
+        base_secs: 2,
+        max_secs: 900,
         window_secs: 6 * 3600,
     };
-    /// A gateway speaks for many users, so it gets more room before a
-    /// lock-out and forgets sooner.
-    pub const GATEWAY: Policy = Policy {
+    /// One address, whatever account it names (password spraying; a NAT may
+    /// hide several people): 20 free failures, then 2 s doubling up to 15 min.
+    pub const ADDRESS: Policy = Policy {
         free_failures: 20,
-        base_lock_secs: 2,
-        max_lock_secs: 300,
+        base_secs: 2,
+        max_secs: 900,
+        window_secs: 6 * 3600,
+    };
+    /// One gateway id from one address: 10 free failures, then 2 s doubling
+    /// up to 5 min; forgotten after 10 min of quiet.
+    pub const GATEWAY_AT_ADDRESS: Policy = Policy {
+        free_failures: 10,
+        base_secs: 2,
+        max_secs: 300,
         window_secs: 600,
+    };
+    /// One account (or PIN) from anywhere: a delay, never a refusal. 5 free
+    /// failures, then 1 s doubling up to [`MAX_DELAY_SECS`].
+    pub const ACCOUNT: Policy = Policy {
+        free_failures: 5,
+        base_secs: 1,
+        max_secs: MAX_DELAY_SECS,
+        window_secs: 24 * 3600,
     };
 
     /// The state after one more failure at `now`.
@@ -53,49 +84,93 @@ impl Policy {
         }
         s.last_failure = now;
         s.failures = s.failures.saturating_add(1);
-        if s.failures > self.free_failures {
-            let over = (s.failures - self.free_failures - 1).min(20);
-            s.locked_until = now + (self.base_lock_secs << over).min(self.max_lock_secs);
-        }
+        s.locked_until = now + self.penalty(s.failures);
         s
     }
+
+    /// Seconds of lock-out (or delay) after `failures` failures.
+    pub fn penalty(&self, failures: u32) -> i64 {
+        if failures <= self.free_failures {
+            return 0;
+        }
+        let over = (failures - self.free_failures - 1).min(20);
+        (self.base_secs << over).min(self.max_secs)
+    }
+
+    /// The delay before a check under this (delay) policy, given the state.
+    pub fn delay(&self, state: Option<LimitState>, now: i64) -> i64 {
+        match state {
+            Some(s) if now - s.last_failure <= self.window_secs => self.penalty(s.failures),
+            _ => 0,
+        }
+    }
 }
+
+/// Longest delay before a check of one account.
+pub const MAX_DELAY_SECS: i64 = 15;
 
 /// A key the limiter counts failures for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LimitKey {
-    /// A user name at the login form.
-    LoginUser(String),
-    /// A client address at the login form.
+    /// One account from one address (the login form): refused.
+    AccountAt { account: String, address: String },
+    /// One address, any account or gateway: refused.
     Address(String),
-    /// A user name at the voice PIN check.
-    PinUser(String),
-    /// A gateway (by client id).
-    Gateway(String),
+    /// One gateway id from one address: refused.
+    GatewayAt { gateway: String, address: String },
+    /// One account at the login form, from anywhere: delayed.
+    Account(String),
+    /// One user's voice PIN, through any gateway: delayed.
+    Pin(String),
 }
 
 impl LimitKey {
     fn store_key(&self) -> String {
         match self {
-            LimitKey::LoginUser(u) => format!("login-user:{u}"),
+            LimitKey::AccountAt { account, address } => format!("acct@ip:{account}\0{address}"),
             LimitKey::Address(a) => format!("ip:{a}"),
-            LimitKey::PinUser(u) => format!("pin-user:{u}"),
-            LimitKey::Gateway(g) => format!("gw:{g}"),
+            LimitKey::GatewayAt { gateway, address } => format!("gw@ip:{gateway}\0{address}"),
+            LimitKey::Account(a) => format!("acct:{a}"),
+            LimitKey::Pin(u) => format!("pin:{u}"),
         }
     }
 
-    fn policy(&self) -> Policy {
+    /// The policy of this key.
+    pub fn policy(&self) -> Policy {
         match self {
-            LimitKey::Gateway(_) => Policy::GATEWAY,
-            _ => Policy::PERSON,
+            LimitKey::AccountAt { .. } => Policy::ACCOUNT_AT_ADDRESS,
+            LimitKey::Address(_) => Policy::ADDRESS,
+            LimitKey::GatewayAt { .. } => Policy::GATEWAY_AT_ADDRESS,
+            LimitKey::Account(_) | LimitKey::Pin(_) => Policy::ACCOUNT,
+        }
+    }
+
+    /// Whether this key slows checks down rather than refusing them.
+    pub fn delays(&self) -> bool {
+        matches!(self, LimitKey::Account(_) | LimitKey::Pin(_))
+    }
+
+    /// The key that remembers a success of this delayed key's account from
+    /// `address` (an address the account is known at skips its delay).
+    fn known_at(&self, address: &str) -> Option<String> {
+        match self {
+            LimitKey::Account(a) => Some(format!("known:{a}\0{address}")),
+            LimitKey::Pin(_) => None,
+            _ => None,
         }
     }
 }
 
-/// Failed-attempt limiting per key, in the store (see [`Policy`]).
+/// How long an address where an account signed in stays known.
+pub const KNOWN_ADDRESS_SECS: i64 = 30 * 24 * 3600;
+const STRIPES: usize = 256;
+
+/// Failed-attempt limiting per key, in the store (see the module docs).
 #[derive(Clone)]
 pub struct Limiter {
     store: Arc<dyn Limits>,
+    /// Checks of one delayed key run one at a time (striped).
+    turns: Arc<Vec<tokio::sync::Mutex<()>>>,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -104,48 +179,23 @@ impl std::fmt::Debug for Limiter {
     }
 }
 
-/// Failures counted in advance for an attempt under way; see
-/// [`Limiter::guarded`].
-#[derive(Debug)]
-struct Reserved<'a> {
-    limiter: &'a Limiter,
-    keys: &'a [LimitKey],
-}
-
-impl Reserved<'_> {
-    /// The attempt succeeded: a person's keys are forgotten; a gateway, which
-    /// speaks for others too, gets back only the failure counted in advance.
-    fn succeeded(self, now: i64) -> Result<(), StoreError> {
-        for key in self.keys {
-            let k = key.store_key();
-            match key {
-                LimitKey::Gateway(_) => {
-                    self.limiter.store.update(&k, &mut |old| {
-                        old.map(|mut s| {
-                            s.failures = s.failures.saturating_sub(1);
-                            s.locked_until = s.locked_until.min(now);
-                            s
-                        })
-                    })?;
-                }
-                _ => {
-                    self.limiter.store.update(&k, &mut |_| None)?;
-                }
-            }
-        }
-        Ok(())
-    }
+fn stripe(key: &str) -> usize {
+    Sha256::digest(key.as_bytes())[0] as usize % STRIPES
 }
 
 impl Limiter {
     pub fn new(store: Arc<dyn Limits>) -> Self {
-        Limiter { store }
+        Limiter {
+            store,
+            turns: Arc::new((0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect()),
+        }
     }
 
-    /// Seconds until the first of `keys` may try again, if any is locked.
+    /// Seconds until the first refusing key of `keys` may try again, if any
+    /// is locked. Delaying keys never lock.
     pub fn locked(&self, keys: &[LimitKey], now: i64) -> Result<Option<i64>, StoreError> {
         let mut left = None;
-        for key in keys {
+        for key in keys.iter().filter(|k| !k.delays()) {
             if let Some(s) = self.store.get(&key.store_key())? {
                 let l = s.locked_until - now;
                 if l > 0 {
@@ -164,35 +214,110 @@ impl Limiter {
         Ok(())
     }
 
-    /// Runs one guarded attempt: refused with `TooManyAttempts` when any of
-    /// `keys` is locked; otherwise a failure is counted on every key *before*
-    /// `check` runs (so a burst of concurrent guesses cannot all pass the
-    /// lock check), and taken back when `check` says it succeeded (`Some`).
-    /// `check` runs on the blocking pool, at most [`HASHING_PERMITS`] at once.
+    /// The delay `key` imposes on a check from `address` at `now`.
+    pub fn delay_of(&self, key: &LimitKey, address: &str, now: i64) -> Result<i64, StoreError> {
+        if let Some(known) = key.known_at(address) {
+            if let Some(s) = self.store.get(&known)? {
+                if now - s.last_failure <= KNOWN_ADDRESS_SECS {
+                    return Ok(0);
+                }
+            }
+        }
+        Ok(key.policy().delay(self.store.get(&key.store_key())?, now))
+    }
+
+    /// Runs one guarded check from `address` and returns what it found:
+    /// 1. refused with `TooManyAttempts` when a refusing key is locked;
+    /// 2. a failure is counted on every refusing key *before* the check, so a
+    ///    burst of concurrent guesses cannot all pass step 1;
+    /// 3. for each delaying key, the check waits its turn (one at a time per
+    ///    key) and then the key's delay, unless the account is known at
+    ///    `address`;
+    /// 4. `check` runs on the blocking pool under `budget`; a success
+    ///    (`Some`) takes back the failures counted in advance and remembers
+    ///    the address; a failure is counted on the delaying keys.
     pub async fn guarded<T: Send + 'static>(
         &self,
         keys: &[LimitKey],
+        address: &str,
+        budget: Budget,
         now: i64,
         check: impl FnOnce() -> Result<Option<T>, AuthError> + Send + 'static,
     ) -> Result<Option<T>, CsError> {
         if let Some(retry_after) = self.locked(keys, now)? {
             return Err(CsError::TooManyAttempts { retry_after });
         }
-        for key in keys {
+        for key in keys.iter().filter(|k| !k.delays()) {
             self.fail(key, now)?;
         }
-        let reserved = Reserved {
-            limiter: self,
-            keys,
-        };
-        let outcome = hashing(check).await??;
-        if outcome.is_some() {
-            reserved.succeeded(now)?;
+        let mut turns = Vec::new();
+        let mut stripes: Vec<usize> = keys
+            .iter()
+            .filter(|k| k.delays())
+            .map(|k| stripe(&k.store_key()))
+            .collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        for i in stripes {
+            turns.push(self.turns[i].lock().await);
         }
+        let mut delay = 0;
+        for key in keys.iter().filter(|k| k.delays()) {
+            delay = delay.max(self.delay_of(key, address, now)?);
+        }
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_secs(delay.unsigned_abs())).await;
+        }
+        let outcome = hashing(budget, check).await??;
+        match outcome {
+            Some(_) => self.succeeded(keys, address, now)?,
+            None => {
+                for key in keys.iter().filter(|k| k.delays()) {
+                    self.fail(key, now)?;
+                }
+            }
+        }
+        drop(turns);
         Ok(outcome)
     }
 
-    /// Removes states idle since `cutoff`; returns how many.
+    /// A check succeeded: the failures counted in advance are taken back
+    /// (the whole count, for a key that is the account's own), and the
+    /// address is remembered for the account.
+    fn succeeded(&self, keys: &[LimitKey], address: &str, now: i64) -> Result<(), StoreError> {
+        for key in keys {
+            let k = key.store_key();
+            match key {
+                // A shared key (an address, a gateway) gets back only the
+                // failure counted in advance.
+                LimitKey::Address(_) | LimitKey::GatewayAt { .. } => {
+                    self.store.update(&k, &mut |old| {
+                        old.map(|mut s| {
+                            s.failures = s.failures.saturating_sub(1);
+                            s.locked_until = s.locked_until.min(now);
+                            s
+                        })
+                    })?;
+                }
+                LimitKey::AccountAt { .. } | LimitKey::Account(_) | LimitKey::Pin(_) => {
+                    self.store.update(&k, &mut |_| None)?;
+                }
+            }
+            if let Some(known) = key.known_at(address) {
+                self.store.update(&known, &mut |_| {
+                    Some(LimitState {
+                        failures: 0,
+                        locked_until: 0,
+                        last_failure: now,
+                    })
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes states idle since `cutoff`; returns how many. Known addresses
+    /// are kept for [`KNOWN_ADDRESS_SECS`].
     pub fn collect(&self, cutoff: i64) -> Result<usize, StoreError> {
         self.store.collect(cutoff)
     }
@@ -203,21 +328,28 @@ mod tests {
     use super::*;
     use crate::store::sled_cs;
 
-    fn store() -> (tempfile::TempDir, crate::store::cs::CsStore) {
-        sled_cs::temp()
+    fn limiter() -> (tempfile::TempDir, Limiter) {
+        let (dir, store) = sled_cs::temp();
+        (dir, Limiter::new(store.limits.clone()))
     }
 
-    fn limiter() -> (tempfile::TempDir, Limiter) {
-        let (dir, store) = store();
-        (dir, Limiter::new(store.limits.clone()))
+    fn login_keys(account: &str, address: &str) -> Vec<LimitKey> {
+        vec![
+            LimitKey::AccountAt {
+                account: account.into(),
+                address: address.into(),
+            },
+            LimitKey::Address(address.into()),
+            LimitKey::Account(account.into()),
+        ]
     }
 
     #[test]
     fn lockout_doubles_and_is_capped() {
         let p = Policy {
             free_failures: 3,
-            base_lock_secs: 2,
-            max_lock_secs: 60,
+            base_secs: 2,
+            max_secs: 60,
             window_secs: 6 * 3600,
         };
         let mut s = None;
@@ -239,8 +371,8 @@ mod tests {
     fn failures_are_forgotten_after_a_quiet_window() {
         let p = Policy {
             free_failures: 2,
-            base_lock_secs: 2,
-            max_lock_secs: 60,
+            base_secs: 2,
+            max_secs: 60,
             window_secs: 100,
         };
         let mut s = Some(p.fail(None, 0));
@@ -249,51 +381,126 @@ mod tests {
         s = Some(p.fail(s, 250));
         assert_eq!(s.unwrap().failures, 1);
         s = Some(p.fail(s, 260));
-        assert_eq!(s.unwrap().locked_until, 0);
+        assert_eq!(s.unwrap().locked_until, 260);
         s = Some(p.fail(s, 270));
         assert_eq!(s.unwrap().locked_until, 272);
+    }
+
+    #[test]
+    fn account_delays_grow_to_their_cap() {
+        let p = Policy::ACCOUNT;
+        let delays: Vec<i64> = (0..12).map(|f| p.penalty(f)).collect();
+        assert_eq!(delays, [0, 0, 0, 0, 0, 0, 1, 2, 4, 8, 15, 15]);
+        let s = LimitState {
+            failures: 9,
+            locked_until: 0,
+            last_failure: 100,
+        };
+        assert_eq!(p.delay(Some(s), 100), 8);
+        assert_eq!(p.delay(Some(s), 100 + 24 * 3600 + 1), 0, "forgotten");
     }
 
     #[tokio::test]
     async fn a_guarded_attempt_counts_before_checking_and_forgets_on_success() {
         let (_dir, l) = limiter();
-        let user = LimitKey::LoginUser("alice".into());
-        let keys = [user.clone()];
+        let keys = login_keys("alice", "10.0.0.1");
         for _ in 0..5 {
-            let r = l.guarded(&keys, 0, || Ok(None::<()>)).await.unwrap();
+            let r = l
+                .guarded(&keys, "10.0.0.1", Budget::People, 0, || Ok(None::<()>))
+                .await
+                .unwrap();
             assert!(r.is_none());
         }
         assert_eq!(l.locked(&keys, 0).unwrap(), None);
-        l.guarded(&keys, 0, || Ok(None::<()>)).await.unwrap();
+        l.guarded(&keys, "10.0.0.1", Budget::People, 0, || Ok(None::<()>))
+            .await
+            .unwrap();
         assert_eq!(l.locked(&keys, 0).unwrap(), Some(2));
         // Locked: the check does not even run.
         let refused = l
-            .guarded(&keys, 1, || -> Result<Option<()>, AuthError> {
-                panic!("must not run while locked")
-            })
+            .guarded(
+                &keys,
+                "10.0.0.1",
+                Budget::People,
+                1,
+                || -> Result<Option<()>, AuthError> { panic!("must not run while locked") },
+            )
             .await;
         assert!(matches!(
             refused,
             Err(CsError::TooManyAttempts { retry_after: 1 })
         ));
-        // A success forgets a person's failures.
-        assert!(l
-            .guarded(&keys, 3, || Ok(Some(())))
+    }
+
+    /// A stranger's wrong guesses never refuse the owner from elsewhere:
+    /// their address is locked, the account is only slowed.
+    #[tokio::test]
+    async fn a_strangers_guesses_lock_only_the_strangers_address() {
+        let (_dir, l) = limiter();
+        let bad = login_keys("alice", "6.6.6.6");
+        for _ in 0..6 {
+            let _ = l
+                .guarded(&bad, "6.6.6.6", Budget::People, 0, || Ok(None::<()>))
+                .await;
+        }
+        assert!(
+            l.locked(&bad, 0).unwrap().is_some(),
+            "the guesser is locked"
+        );
+        let good = login_keys("alice", "10.0.0.2");
+        assert_eq!(l.locked(&good, 0).unwrap(), None, "the owner is not");
+        assert_eq!(
+            l.delay_of(&LimitKey::Account("alice".into()), "10.0.0.2", 0)
+                .unwrap(),
+            1,
+            "the account is slowed"
+        );
+        let ok = l
+            .guarded(&good, "10.0.0.2", Budget::People, 0, || Ok(Some(())))
             .await
-            .unwrap()
-            .is_some());
-        assert_eq!(l.store.get("login-user:alice").unwrap(), None);
+            .unwrap();
+        assert!(ok.is_some());
+        // The success forgot the account's failures and remembers the address.
+        assert_eq!(l.store.get("acct:alice").unwrap(), None);
+        for _ in 0..8 {
+            l.fail(&LimitKey::Account("alice".into()), 10).unwrap();
+        }
+        assert_eq!(
+            l.delay_of(&LimitKey::Account("alice".into()), "10.0.0.2", 10)
+                .unwrap(),
+            0,
+            "a known address skips the delay"
+        );
+        assert!(
+            l.delay_of(&LimitKey::Account("alice".into()), "10.0.0.3", 10)
+                .unwrap()
+                > 0
+        );
     }
 
     #[tokio::test]
-    async fn a_gateway_gets_back_only_the_failure_counted_in_advance() {
+    async fn a_shared_key_gets_back_only_the_failure_counted_in_advance() {
         let (_dir, l) = limiter();
-        let gw = [LimitKey::Gateway("g".into())];
+        let gw = [LimitKey::GatewayAt {
+            gateway: "g".into(),
+            address: "10.0.0.9".into(),
+        }];
         for _ in 0..3 {
-            l.guarded(&gw, 0, || Ok(None::<()>)).await.unwrap();
+            l.guarded(&gw, "10.0.0.9", Budget::Gateways, 0, || Ok(None::<()>))
+                .await
+                .unwrap();
         }
-        l.guarded(&gw, 0, || Ok(Some(()))).await.unwrap();
-        assert_eq!(l.store.get("gw:g").unwrap().unwrap().failures, 3);
+        l.guarded(&gw, "10.0.0.9", Budget::Gateways, 0, || Ok(Some(())))
+            .await
+            .unwrap();
+        assert_eq!(
+            l.store
+                .get("gw@ip:g\u{0}10.0.0.9")
+                .unwrap()
+                .unwrap()
+                .failures,
+            3
+        );
     }
 
     #[test]
@@ -303,15 +510,21 @@ mod tests {
             let (_db, store) = sled_cs::open_dir(dir.path()).unwrap();
             let l = Limiter::new(store.limits.clone());
             for _ in 0..6 {
-                l.fail(&LimitKey::PinUser("bob".into()), 100).unwrap();
+                l.fail(&LimitKey::Address("10.1.1.1".into()), 100).unwrap();
             }
         }
-        let (_db, store) = sled_cs::open_dir(dir.path()).unwrap();
+        let mut opened = sled_cs::open_dir(dir.path());
+        for _ in 0..50 {
+            if opened.is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            opened = sled_cs::open_dir(dir.path());
+        }
+        let (_db, store) = opened.unwrap();
         let l = Limiter::new(store.limits.clone());
-        assert_eq!(
-            l.locked(&[LimitKey::PinUser("bob".into())], 100).unwrap(),
-            Some(2)
-        );
+        let key = LimitKey::Address("10.1.1.1".into());
+        assert_eq!(l.store.get(&key.store_key()).unwrap().unwrap().failures, 6);
         assert_eq!(l.collect(10_000).unwrap(), 1);
     }
 }

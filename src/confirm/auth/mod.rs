@@ -33,7 +33,7 @@ pub enum AuthError {
     BadEmail(String),
     #[error("the password must be at least 8 characters")]
     WeakPassword,
-    #[error("the PIN must be 4 to 12 digits")]
+    #[error("the PIN must be 6 to 12 digits")]
     BadPin,
     #[error("user {0:?} already exists")]
     Exists(String),
@@ -86,8 +86,18 @@ pub fn hash_secret(secret: &str) -> Result<String, AuthError> {
         .map_err(|e| AuthError::Hash(e.to_string()))
 }
 
+/// Argon2 checks made by this process so far (tests assert that what must
+/// not hash does not).
+static CHECKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many argon2 checks this process has made.
+pub fn checks_made() -> u64 {
+    CHECKS.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Checks a secret against an argon2 hash.
 pub fn verify_secret(secret: &str, hash: &str) -> bool {
+    CHECKS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     PasswordHash::new(hash)
         .map(|h| {
             Argon2::default()
@@ -104,23 +114,109 @@ pub(crate) fn dummy_hash() -> &'static str {
     DUMMY.get_or_init(|| hash_secret("not a password of anyone").unwrap_or_default())
 }
 
-/// Password, PIN and secret checks (argon2, about 19 MiB and tens of
-/// milliseconds each) run at most this many at once.
+/// Who a hash is checked for: people (passwords at the login form, PINs) and
+/// gateways (their client secrets) have budgets of their own, so that a flood
+/// of bad gateway secrets cannot slow a person's login, nor the reverse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    People,
+    Gateways,
+}
+
+/// Argon2 checks (about 19 MiB and tens of milliseconds each) running at once,
+/// per budget.
 pub const HASHING_PERMITS: usize = 2;
+/// Checks that may wait for a permit, per budget; one more is refused at once
+/// (503 + `Retry-After`), so a flood cannot queue without bound.
+pub const HASHING_QUEUE: usize = 32;
+
+struct HashingBudget {
+    permits: tokio::sync::Semaphore,
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+impl HashingBudget {
+    const fn new() -> Self {
+        HashingBudget {
+            permits: tokio::sync::Semaphore::const_new(HASHING_PERMITS),
+            waiting: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+}
+
+static PEOPLE: HashingBudget = HashingBudget::new();
+static GATEWAYS: HashingBudget = HashingBudget::new();
+
+/// Counts a waiter for as long as it lives.
+struct Waiting(&'static std::sync::atomic::AtomicUsize);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
 
 /// Runs an argon2 check on the blocking pool, at most [`HASHING_PERMITS`] at
-/// a time, so that a burst of logins cannot exhaust memory or the pool.
+/// a time per budget, with at most [`HASHING_QUEUE`] waiting: a burst cannot
+/// exhaust memory or the pool, and is refused with [`CsError::Busy`] beyond.
 pub async fn hashing<T: Send + 'static>(
+    budget: Budget,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, CsError> {
-    static PERMITS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(HASHING_PERMITS);
-    let _permit = PERMITS
+    use std::sync::atomic::Ordering;
+    let b = match budget {
+        Budget::People => &PEOPLE,
+        Budget::Gateways => &GATEWAYS,
+    };
+    if b.waiting.fetch_add(1, Ordering::SeqCst) >= HASHING_QUEUE + HASHING_PERMITS {
+        b.waiting.fetch_sub(1, Ordering::SeqCst);
+        return Err(CsError::Busy);
+    }
+    let _waiting = Waiting(&b.waiting);
+    let _permit = b
+        .permits
         .acquire()
         .await
         .map_err(|_| CsError::Internal("hashing closed".into()))?;
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|_| CsError::Internal("the hashing task failed".into()))
+}
+
+/// The name of the file, in the data directory, of the PIN pepper: a secret
+/// every PIN is keyed with before hashing, so that a copy of the database
+/// alone does not let anyone try the million 6-digit PINs.
+pub const PIN_PEPPER_FILE: &str = "pin.pepper";
+
+/// Checks a PIN: 6 to 12 digits.
+pub fn check_pin_format(pin: &str) -> Result<(), AuthError> {
+    if (6..=12).contains(&pin.len()) && pin.bytes().all(|b| b.is_ascii_digit()) {
+        Ok(())
+    } else {
+        Err(AuthError::BadPin)
+    }
+}
+
+/// What is hashed for a PIN: its HMAC under the pepper.
+fn peppered(pepper: &[u8], pin: &str) -> String {
+    use hmac::{Hmac, Mac};
+    match Hmac::<sha2::Sha256>::new_from_slice(pepper) {
+        Ok(mut mac) => {
+            mac.update(b"cheq pin\0");
+            mac.update(pin.as_bytes());
+            crate::sign::b64::encode(mac.finalize().into_bytes())
+        }
+        Err(_) => String::new(),
+    }
+}
+
+/// The stored hash of a PIN: argon2id of the PIN keyed with the pepper.
+pub fn pin_hash(pepper: &[u8], pin: &str) -> Result<String, AuthError> {
+    check_pin_format(pin)?;
+    if pepper.len() < 16 {
+        return Err(AuthError::Hash("the PIN pepper is too short".into()));
+    }
+    hash_secret(&peppered(pepper, pin))
 }
 
 /// Builds a new account record (the hashing is done by the caller's process).
@@ -165,6 +261,8 @@ pub fn add_account(
 #[derive(Clone)]
 pub struct LocalLogin {
     pub accounts: Arc<dyn Accounts>,
+    /// The key of PINs before hashing (see [`PIN_PEPPER_FILE`]).
+    pub pin_pepper: Arc<[u8]>,
 }
 
 impl std::fmt::Debug for LocalLogin {
@@ -186,7 +284,8 @@ impl LocalLogin {
             .as_ref()
             .and_then(|a| a.pin_hash.as_deref())
             .unwrap_or_else(|| dummy_hash());
-        let ok = verify_secret(pin, hash) && account.as_ref().is_some_and(|a| a.pin_hash.is_some());
+        let ok = verify_secret(&peppered(&self.pin_pepper, pin), hash)
+            && account.as_ref().is_some_and(|a| a.pin_hash.is_some());
         Ok(account.filter(|_| ok))
     }
 }
@@ -233,6 +332,7 @@ mod tests {
         let accounts = store.accounts.clone();
         let login = LocalLogin {
             accounts: accounts.clone(),
+            pin_pepper: Arc::from(&[7u8; 32][..]),
         };
         let a = new_account("alice", Some("alice@example.com"), "correct horse").unwrap();
         assert!(!a.password_hash.contains("correct horse"));
@@ -277,9 +377,22 @@ mod tests {
         // PINs: none set yet, then set.
         assert!(login.check_pin("dave", "123456").unwrap().is_none());
         let mut dave = accounts.get("dave").unwrap().unwrap();
+        // A PIN hashed without the pepper (a copy of the database) is useless.
         dave.pin_hash = Some(hash_secret("123456").unwrap());
         add_account(&*accounts, &dave, true).unwrap();
+        assert!(login.check_pin("dave", "123456").unwrap().is_none());
+        dave.pin_hash = Some(pin_hash(&[7u8; 32], "123456").unwrap());
+        add_account(&*accounts, &dave, true).unwrap();
         assert!(login.check_pin("dave", "123456").unwrap().is_some());
+        assert!(matches!(
+            pin_hash(&[7u8; 32], "12345"),
+            Err(AuthError::BadPin)
+        ));
+        assert!(matches!(
+            pin_hash(&[7u8; 32], "12345a"),
+            Err(AuthError::BadPin)
+        ));
+        assert!(pin_hash(&[7u8; 32], "1234567890123").is_err());
         assert!(login.check_pin("dave", "654321").unwrap().is_none());
         assert!(login.check_pin("nobody", "123456").unwrap().is_none());
     }

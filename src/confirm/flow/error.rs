@@ -42,6 +42,8 @@ pub enum CsError {
     MethodNotAllowed,
     #[error("the request body is too large")]
     PayloadTooLarge,
+    #[error("the service is busy; try again in a moment")]
+    Busy,
     #[error("internal error: {0}")]
     Internal(String),
 }

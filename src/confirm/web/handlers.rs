@@ -10,7 +10,7 @@ use super::{
     WebError, MAX_FORM, SESSION_COOKIE,
 };
 use crate::cheq::{Channel, Decision};
-use crate::confirm::auth::{identity_of, Authenticator, LimitKey};
+use crate::confirm::auth::{identity_of, Authenticator, Budget, LimitKey};
 use crate::confirm::flow::{
     Collected, CsError, DecideError, DecisionRequest, InputProblems, Loaded, Open,
 };
@@ -182,19 +182,28 @@ pub(super) async fn login(
     let username = form.username.unwrap_or_default().trim().to_owned();
     let password = form.password.unwrap_or_default();
     let t = state.cs.now().timestamp();
-    let ip = req
-        .peer_addr()
-        .map(|a| a.ip().to_string())
-        .unwrap_or_else(|| "?".into());
-    let keys = [LimitKey::LoginUser(username.clone()), LimitKey::Address(ip)];
+    let ip = crate::confirm::api::peer(&req);
+    let keys = [
+        LimitKey::AccountAt {
+            account: username.clone(),
+            address: ip.clone(),
+        },
+        LimitKey::Address(ip.clone()),
+        LimitKey::Account(username.clone()),
+    ];
     let login = state.login.clone();
     let (u, p) = (username.clone(), password);
     let checked = state
         .limiter
-        .guarded(&keys, t, move || login.check_password(&u, &p))
+        .guarded(&keys, &ip, Budget::People, t, move || {
+            login.check_password(&u, &p)
+        })
         .await?;
     let Some(account) = checked else {
-        log::info!("failed login for {:?}", crate::text::one_line(&username));
+        log::info!(
+            "failed login for {}",
+            crate::text::keyed_digest(&state.log_key, &username)
+        );
         let page = LoginPage {
             next: &next,
             csrf: &state.sessions.csrf_token(&old_id),

@@ -46,6 +46,8 @@ pub struct CsState {
     pub limiter: Limiter,
     pub start_path: String,
     pub secure_cookies: bool,
+    /// The key of the digests that stand for typed names in log lines.
+    pub log_key: Vec<u8>,
     /// The raw API (§10), sharing `cs`.
     pub api: web::Data<crate::confirm::api::Api>,
 }
@@ -92,8 +94,14 @@ impl ResponseError for WebError {
         let mut res = HttpResponse::build(status);
         res.content_type("text/html; charset=utf-8")
             .insert_header((header::CACHE_CONTROL, "no-store"));
-        if let CsError::TooManyAttempts { retry_after } = e {
-            res.insert_header((header::RETRY_AFTER, retry_after.to_string()));
+        match e {
+            CsError::TooManyAttempts { retry_after } => {
+                res.insert_header((header::RETRY_AFTER, retry_after.to_string()));
+            }
+            CsError::Busy => {
+                res.insert_header((header::RETRY_AFTER, "1"));
+            }
+            _ => {}
         }
         res.body(pages::error_page(e, status.as_u16()))
     }
@@ -291,6 +299,7 @@ mod tests {
             "8 s",
             "Method not allowed",
             "too large",
+            "busy",
             "internal problem",
         ];
         let errors = crate::confirm::status::every_error();

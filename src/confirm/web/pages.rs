@@ -190,6 +190,7 @@ pub fn title(e: &CsError) -> &'static str {
         CsError::TooManyAttempts { .. } => "Too many attempts",
         CsError::MethodNotAllowed => "Method not allowed",
         CsError::PayloadTooLarge => "Too large",
+        CsError::Busy => "Busy",
         CsError::Internal(_) => "Something went wrong",
     }
 }
