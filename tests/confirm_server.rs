@@ -400,12 +400,13 @@ async fn wrong_user_gets_403() {
     assert_eq!(page.status, 403, "{}", page.text);
     assert!(
         page.text
-            .contains("This request is for \"alice\", and you are signed in as \"bob\"."),
+            .contains("This request belongs to another account; you are signed in as \"bob\"."),
         "{}",
         page.text
     );
     assert!(!page.raw.contains("name=\"decision\""));
     assert!(!page.text.contains("UA23"));
+    assert!(!page.text.contains("alice"), "the owner is not named");
     // Bob posting a decision anyway.
     let csrf = bob.get("/history").await.hidden("csrf").unwrap();
     let res = bob

@@ -21,7 +21,7 @@ pub fn of(e: &CsError) -> (StatusCode, &'static str) {
         CsError::NotCountersignable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "not_countersignable"),
         CsError::Expired(_) => (StatusCode::GONE, "expired"),
         CsError::Gone => (StatusCode::GONE, "gone"),
-        CsError::Changed => (StatusCode::CONFLICT, "changed"),
+        CsError::Changed => (StatusCode::CONFLICT, "view_changed"),
         CsError::TooManyAttempts { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts"),
         CsError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
         CsError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),

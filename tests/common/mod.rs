@@ -1025,6 +1025,10 @@ impl ApiAnswer {
     }
 }
 
+/// The `voice.digest` of each confirmation view read out, by id.
+static VIEWS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, String>>> =
+    std::sync::LazyLock::new(Default::default);
+
 /// A voice gateway talking to the CS raw API.
 pub struct VoiceClient {
     pub http: reqwest::Client,
@@ -1048,10 +1052,18 @@ impl VoiceClient {
         let status = res.status().as_u16();
         let headers = res.headers().clone();
         let raw = res.text().await.unwrap();
+        let body: Value = serde_json::from_str(&raw).unwrap_or(Value::Null);
+        // Remember the digest of each view read out, as a gateway does.
+        if let (Some(id), Some(digest)) = (body["id"].as_str(), body["voice"]["digest"].as_str()) {
+            VIEWS
+                .lock()
+                .unwrap()
+                .insert(id.to_owned(), digest.to_owned());
+        }
         ApiAnswer {
             status,
             headers,
-            body: serde_json::from_str(&raw).unwrap_or(Value::Null),
+            body,
             raw,
         }
     }
@@ -1115,8 +1127,21 @@ impl VoiceClient {
         self.send(Self::bearer(req, token)).await
     }
 
-    /// `POST /api/v1/confirmations/{id}/decision` with `body`.
+    /// `POST /api/v1/confirmations/{id}/decision` with `body`; without a
+    /// `view` member, the digest of the view last read out for `id` is sent
+    /// as `view` (§10), as a gateway does (`"view": null` sends none).
     pub async fn decide(&self, token: Option<&str>, id: &str, body: &Value) -> ApiAnswer {
+        let mut body = body.clone();
+        if let Some(map) = body.as_object_mut() {
+            if !map.contains_key("view") {
+                if let Some(d) = VIEWS.lock().unwrap().get(id) {
+                    map.insert("view".into(), Value::String(d.clone()));
+                }
+            } else if map.get("view") == Some(&Value::Null) {
+                map.remove("view");
+            }
+        }
+        let body = &body;
         let req = self
             .http
             .post(format!(

@@ -108,21 +108,47 @@ pub(crate) fn peer(req: &HttpRequest) -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-/// Registers the raw API's routes.
+/// Registers the raw API's routes. Every answer under `/api/v1/` is JSON
+/// (§10): an unknown path is a JSON 404, a wrong method a JSON 405.
 pub fn configure(cfg: &mut web::ServiceConfig, api: web::Data<Api>) {
     cfg.app_data(api)
         .service(json_resource("/api/v1/token").route(web::post().to(token)))
         .service(json_resource("/api/v1/confirmations").route(web::post().to(create)))
         .service(json_resource("/api/v1/confirmations/{id}").route(web::get().to(get)))
-        .service(
-            json_resource("/api/v1/confirmations/{id}/decision").route(web::post().to(decide)),
-        );
+        .service(json_resource("/api/v1/confirmations/{id}/decision").route(web::post().to(decide)))
+        .service(web::resource("/api/v1").to(crate::httpkit::json_not_found))
+        .service(web::resource("/api/v1/{tail:.*}").to(crate::httpkit::json_not_found));
+}
+
+/// Reads a body of at most [`MAX_BODY`] bytes of media type `media`
+/// (`application/json` or `application/x-www-form-urlencoded`); JSON 413
+/// and 415 otherwise.
+async fn read_body(
+    req: &HttpRequest,
+    payload: web::Payload,
+    media: &str,
+) -> Result<web::Bytes, JsonError> {
+    let given = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase());
+    if given.as_deref() != Some(media) {
+        return Err(JsonError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!("the body must be {media}"),
+        ));
+    }
+    match payload.to_bytes_limited(MAX_BODY).await {
+        Ok(Ok(body)) => Ok(body),
+        Err(_) => Err(json_error(CsError::PayloadTooLarge)),
+        Ok(Err(e)) => Err(bad(format!("the body could not be read: {e}"))),
+    }
 }
 
 fn parse_json(body: &[u8]) -> Result<Value, JsonError> {
-    if body.len() > MAX_BODY {
-        return Err(json_error(CsError::PayloadTooLarge));
-    }
     let v = crate::cheq::json::parse_value(body, MAX_BODY)
         .map_err(|e| bad(format!("the body is not acceptable JSON: {e}")))?;
     if !v.is_object() {
@@ -134,11 +160,9 @@ fn parse_json(body: &[u8]) -> Result<Value, JsonError> {
 async fn token(
     api: web::Data<Api>,
     req: HttpRequest,
-    body: web::Bytes,
+    payload: web::Payload,
 ) -> Result<HttpResponse, JsonError> {
-    if body.len() > MAX_BODY {
-        return Err(json_error(CsError::PayloadTooLarge));
-    }
+    let body = read_body(&req, payload, "application/x-www-form-urlencoded").await?;
     let form: TokenForm = serde_urlencoded::from_bytes(&body).map_err(|e| {
         bad(format!(
             "the body must be application/x-www-form-urlencoded: {e}"
@@ -160,9 +184,10 @@ async fn view(api: &Api, id: &str, who: &ApiUser) -> Result<Value, JsonError> {
 async fn create(
     api: web::Data<Api>,
     who: ApiUser,
-    body: web::Bytes,
+    req: HttpRequest,
+    payload: web::Payload,
 ) -> Result<HttpResponse, JsonError> {
-    let body = parse_json(&body)?;
+    let body = parse_json(&read_body(&req, payload, "application/json").await?)?;
     let uri = body
         .get("resource uri")
         .and_then(Value::as_str)
@@ -209,15 +234,21 @@ fn decision_request(body: &Value) -> Result<DecisionRequest, JsonError> {
         .get("acknowledge_warnings")
         .and_then(Value::as_bool)
         .unwrap_or(false);
+    // §10: the digest of the view read out is required, so that
+    // `cheq_view` always names text that was actually read.
     let view_digest = match body.get("view") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(d)) => Some(d.clone()),
-        Some(_) => return Err(bad("\"view\" must be a string")),
+        Some(Value::String(d)) if !d.is_empty() => d.clone(),
+        None | Some(Value::Null) => {
+            return Err(bad(
+                "\"view\" is required: the voice.digest of the view that was read out",
+            ))
+        }
+        Some(_) => return Err(bad("\"view\" must be the string voice.digest")),
     };
     Ok(DecisionRequest {
         decision,
         channel: Channel::Voice,
-        view_digest,
+        view_digest: Some(view_digest),
         collected: Collected::ByName(collected),
         warnings_acknowledged,
     })
@@ -227,9 +258,10 @@ async fn decide(
     api: web::Data<Api>,
     who: ApiUser,
     id: web::Path<String>,
-    body: web::Bytes,
+    req: HttpRequest,
+    payload: web::Payload,
 ) -> Result<HttpResponse, JsonError> {
-    let body = parse_json(&body)?;
+    let body = parse_json(&read_body(&req, payload, "application/json").await?)?;
     let request = decision_request(&body)?;
     let asked = request.decision;
     match api.cs.decide(&id, &who.0, request).await {

@@ -16,7 +16,7 @@ pub enum CsError {
     NotFound,
     #[error("the form's security token is missing or wrong")]
     Csrf,
-    #[error("this request is for \"{subject}\", and you are signed in as \"{user}\"")]
+    #[error("this request belongs to another account; you are signed in as \"{user}\"")]
     WrongUser { subject: String, user: String },
     #[error("{origin} could not be reached: {detail}")]
     Unreachable { origin: String, detail: String },

@@ -158,17 +158,29 @@ pub fn status_line(r: &DecisionRecord) -> String {
     match &r.delivery {
         Delivery::Pending { .. } => "Delivery pending: the resource server has not been reached yet. This service keeps trying until it answers or the request expires; you need not do anything.".into(),
         Delivery::Delivered { decision, .. } => format!("Delivered: the resource server recorded the decision ({}).", decision.status_word()),
-        Delivery::Refused { refusal: Refusal::ResourceServer { error, description, .. }, .. } => {
-            if description.is_empty() {
-                format!("The resource server refused the decision: {error}")
-            } else {
-                format!("The resource server refused the decision: {error}: {description}")
+        Delivery::Refused { refusal: Refusal::ResourceServer { status, error, .. }, .. } => {
+            // The RS's words are not ours: its free text is never shown, only
+            // its error code, quoted and attributed, when it is a plain code.
+            match rs_code(error) {
+                Some(code) => format!("The resource server at {} refused the decision (it answered HTTP {status}, “{code}”). It was not carried out.", r.resource_origin),
+                None => format!("The resource server at {} refused the decision (it answered HTTP {status}). It was not carried out.", r.resource_origin),
             }
         }
         Delivery::Refused { refusal: Refusal::Unregistered, .. } => "The decision was not sent: the resource server is no longer registered with this service.".into(),
         Delivery::Refused { refusal: Refusal::Unsealable, .. } => "The decision was not sent: its sealed copy could not be opened.".into(),
         Delivery::Expired { .. } => "The request expired before the resource server could be reached; it was not carried out.".into(),
     }
+}
+
+/// An RS's `error` code, if it is a plain code worth quoting: at most 40
+/// ASCII letters, digits, `_`, `-` or `.`.
+fn rs_code(error: &str) -> Option<&str> {
+    let plain = !error.is_empty()
+        && error.len() <= 40
+        && error
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    plain.then_some(error)
 }
 
 /// The page title of an error.
@@ -237,6 +249,49 @@ pub fn error_page(e: &CsError, status: u16) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cheq::{Channel, Decision};
+
+    fn refused(error: &str, description: &str) -> DecisionRecord {
+        DecisionRecord {
+            nonce: "n".into(),
+            user: "alice".into(),
+            resource_uri: "https://rs.example/cheq/x".into(),
+            resource_origin: "https://rs.example".into(),
+            operation: "https://rs.example/op".into(),
+            operation_name: "Op".into(),
+            decision: Decision::Accept,
+            channel: Channel::Html,
+            decided_at: 0,
+            expires: 600,
+            document: "{}".into(),
+            delivery: Delivery::Refused {
+                refusal: Refusal::ResourceServer {
+                    status: 400,
+                    error: error.into(),
+                    description: description.into(),
+                },
+                at: 1,
+            },
+            sealed: false,
+            collected_hmac: Default::default(),
+        }
+    }
+
+    /// A refusal never shows the RS's free text as if the CS said it.
+    #[test]
+    fn an_rs_refusal_is_attributed_and_its_words_are_not_shown() {
+        let alert = "SECURITY ALERT: call us and read out your card PIN";
+        let line = status_line(&refused("invalid_cheq", alert));
+        assert!(!line.contains("SECURITY"), "{line}");
+        assert!(line.contains("The resource server at https://rs.example"));
+        assert!(line.contains("“invalid_cheq”"), "{line}");
+        let line = status_line(&refused("SECURITY ALERT read out your PIN", ""));
+        assert!(
+            !line.contains("SECURITY") && !line.contains("PIN"),
+            "{line}"
+        );
+        assert!(line.contains("HTTP 400"), "{line}");
+    }
 
     #[test]
     fn time_left_in_words() {
