@@ -6,7 +6,7 @@ use cheq::sign::{
     Channel, Context, CountersignError, Decision, DecisionInput, Jwks, SigningKey, TrustStore,
     VerifyError,
 };
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
 use serde_json::{json, Value};
 
 const RS_ORIGIN: &str = "https://api.airline.example";
@@ -876,6 +876,69 @@ fn expired_refused_with_skew() {
         fx.verify_dec(&late, Decision::Accept),
         Err(VerifyError::DecidedAfterExpiry)
     );
+}
+
+/// A resource-signed CHEQ made `ahead` of the fixture's now (`date`), valid
+/// for an hour after that.
+fn dated_ahead(fx: &Fx, ahead: chrono::Duration) -> String {
+    let date = now() + ahead;
+    let mut p = payload();
+    p["date"] = date.to_rfc3339_opts(SecondsFormat::Secs, true).into();
+    p["expires"] = (date + chrono::Duration::hours(1))
+        .to_rfc3339_opts(SecondsFormat::Secs, true)
+        .into();
+    fx.resource_doc(&p)
+}
+
+#[test]
+fn dated_in_the_future_refused_with_skew() {
+    let fx = fx();
+    let secs = chrono::Duration::seconds;
+    // 200 days ahead: refused by the verifier, rule 4, with its own variant.
+    let far = dated_ahead(&fx, chrono::Duration::days(200));
+    let err = fx.verify_res(&far).unwrap_err();
+    assert!(matches!(err, VerifyError::DatedInFuture { .. }), "{err:?}");
+    assert_eq!(err.rule(), 4);
+    assert!(
+        err.to_string().contains("later than now") && err.to_string().contains("60 s"),
+        "{err}"
+    );
+    // The 60 s clock skew, and not a second more.
+    for (ahead, ok) in [(59, true), (60, true), (61, false)] {
+        let doc = dated_ahead(&fx, secs(ahead));
+        let got = fx.verify_res(&doc);
+        assert_eq!(got.is_ok(), ok, "now + {ahead} s: {got:?}");
+        if !ok {
+            assert!(matches!(got, Err(VerifyError::DatedInFuture { .. })));
+        }
+    }
+    // The countersigner refuses too, even for a CHEQ verified at a time it
+    // was acceptable (a clock that was ahead, then corrected).
+    let v = verify_resource(
+        far.as_bytes(),
+        &fx.trust,
+        &Context::at(now() + chrono::Duration::days(200)),
+    )
+    .unwrap();
+    assert!(matches!(
+        countersign(&v, &fx.cs, input(Decision::Accept), now()),
+        Err(CountersignError::DatedInFuture { .. })
+    ));
+    // A decision on a future-dated CHEQ (countersigned by a CS whose clock
+    // ran ahead) is refused by the RS's verifier, at +61 s but not at +59 s.
+    for (ahead, ok) in [(59, true), (61, false)] {
+        let doc = dated_ahead(&fx, secs(ahead));
+        let at = now() + secs(ahead);
+        let v = verify_resource(doc.as_bytes(), &fx.trust, &Context::at(at)).unwrap();
+        let decided = countersign(&v, &fx.cs, input(Decision::Accept), at).unwrap();
+        let got = fx.verify_dec(&decided, Decision::Accept);
+        assert_eq!(got.is_ok(), ok, "decision on now + {ahead} s: {got:?}");
+        if !ok {
+            let err = got.unwrap_err();
+            assert!(matches!(err, VerifyError::DatedInFuture { .. }), "{err:?}");
+            assert_eq!(err.rule(), 4);
+        }
+    }
 }
 
 #[test]

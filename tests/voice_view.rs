@@ -48,7 +48,7 @@ fn flight() -> CheqView {
             {"parameter name": "flight number", "parameter description": "The overnight flight from EWR to MAD", "parameter value": "UA23"},
             {"parameter name": "flight date", "parameter value": "2026-12-08"},
             {"parameter name": "cabin class", "parameter value": "BUSINESS"},
-            {"parameter name": "price", "parameter description": "in US dollars", "parameter value": "1200"}
+            {"parameter name": "price", "parameter description": "in US dollars", "parameter value": "1200", "parameter unit": "USD"}
         ]),
         "Book a flight",
     )
@@ -119,10 +119,13 @@ fn the_ssml_is_well_formed_and_marks_characters_dates_and_money() {
         s.contains("<say-as interpret-as=\"date\" format=\"ymd\">2026-12-08</say-as>"),
         "{s}"
     );
+    // Money is said in words, never handed to a synthesiser's currency
+    // rules (which may round).
     assert!(
-        s.contains("<say-as interpret-as=\"currency\">1,200 US dollars</say-as>"),
+        s.contains("price, in US dollars: 1,200 US dollars.</s>"),
         "{s}"
     );
+    assert!(!s.contains("interpret-as=\"currency\""), "{s}");
 }
 
 #[test]
@@ -175,6 +178,146 @@ fn deceptive_text_is_warned_about_in_both_views() {
     );
     well_formed_xml(&v.voice_ssml).unwrap();
     assert!(v.voice_ssml.contains("Warning: the parameter payee"));
+}
+
+/// The line of the voice text that reads the parameter `name`.
+fn line_of<'a>(v: &'a CheqView, name: &str) -> &'a str {
+    v.voice_text
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}:")) || l.starts_with(&format!("{name},")))
+        .unwrap_or_else(|| panic!("no line for {name:?} in\n{}", v.voice_text))
+}
+
+/// Names and descriptions in several languages that speak of money. With no
+/// `parameter unit`, no currency is read: the value is a bare number (§4).
+#[test]
+fn names_and_descriptions_never_supply_a_currency() {
+    let v = view_of(
+        json!([
+            {"parameter name": "Preis (EUR)", "parameter value": "45"},
+            {"parameter name": "料金 (円)", "parameter value": "120000"},
+            {"parameter name": "fare", "parameter description": "in Japanese yen", "parameter value": "120000"},
+            {"parameter name": "amount", "parameter description": "amount in yen", "parameter value": "98000"},
+            {"parameter name": "price in EUR", "parameter value": "99.90"},
+            {"parameter name": "prix", "parameter description": "montant en dollars US", "parameter value": "300"},
+            {"parameter name": "cost", "parameter value": "1200 USD"}
+        ]),
+        "Book a hotel",
+    );
+    for (name, line) in [
+        ("Preis (EUR)", "Preis (EUR): 45."),
+        ("料金 (円)", "料金 (円): 1 2 0 0 0 0."),
+        ("fare", "fare, in Japanese yen: 1 2 0 0 0 0."),
+        ("amount", "amount, amount in yen: 9 8 0 0 0."),
+        ("price in EUR", "price in EUR: 99.90."),
+        ("prix", "prix, montant en dollars US: 300."),
+        // A currency written in the value is the value, read as written.
+        ("cost", "cost: 1200 USD."),
+    ] {
+        assert_eq!(line_of(&v, name), line);
+    }
+    let t = &v.voice_text;
+    for invented in ["US dollars", "euros", "120,000"] {
+        assert!(!t.contains(invented), "{invented:?} was invented:\n{t}");
+    }
+    // The page shows no unit either.
+    assert!(v.parameters.iter().all(|p| p.unit.is_none()));
+    assert!(!v.text.contains("Unit:"), "{}", v.text);
+}
+
+/// `parameter unit` is the one source of a currency or unit, whatever the
+/// name or description claims; the page and the voice both carry it.
+#[test]
+fn parameter_unit_names_the_currency_or_unit() {
+    let v = view_of(
+        json!([
+            {"parameter name": "料金 (円)", "parameter value": "120000", "parameter unit": "JPY"},
+            {"parameter name": "fare", "parameter description": "in US dollars", "parameter value": "120000", "parameter unit": "JPY"},
+            {"parameter name": "Preis (EUR)", "parameter value": "250.00", "parameter unit": "EUR"},
+            {"parameter name": "gold", "parameter value": "12", "parameter unit": "XAU"},
+            {"parameter name": "stay", "parameter value": "3", "parameter unit": "nights"},
+            {"parameter name": "baggage", "parameter value": "0023", "parameter unit": "kg"},
+            {"parameter name": "total", "parameter description": "to be entered", "parameter unit": "USD",
+             "parameter input": {"type": "amount"}}
+        ]),
+        "Book a hotel",
+    );
+    for (name, line) in [
+        ("料金 (円)", "料金 (円): 120,000 Japanese yen."),
+        // The description lies; the unit member is what the CHEQ says.
+        ("fare", "fare, in US dollars: 120,000 Japanese yen."),
+        // Trailing zeros stay.
+        ("Preis (EUR)", "Preis (EUR): 250.00 euros."),
+        // A code this reader does not know, spelled as written.
+        ("gold", "gold: 12 XAU."),
+        ("stay", "stay: 3 nights."),
+        // A leading zero stays: every digit is said.
+        ("baggage", "baggage: 0 0 2 3 kg."),
+        (
+            "total",
+            "total, to be entered: you will be asked for this; the unit is US dollars. Say the amount when prompted.",
+        ),
+    ] {
+        assert_eq!(line_of(&v, name), line);
+    }
+    assert!(
+        v.voice_ssml
+            .contains("<s>料金 (円): 120,000 Japanese yen.</s>"),
+        "{}",
+        v.voice_ssml
+    );
+    assert!(
+        v.voice_ssml
+            .contains("<say-as interpret-as=\"characters\">0023</say-as> kg"),
+        "{}",
+        v.voice_ssml
+    );
+    well_formed_xml(&v.voice_ssml).unwrap();
+    // The page's text (what `cheq_view` hashes for html) shows the value as
+    // written and the unit as written, in their own lines.
+    assert!(
+        v.text.contains(
+            "Parameter: fare\n  Description: in US dollars\n  Value: 120000\n  Unit: JPY\n"
+        ),
+        "{}",
+        v.text
+    );
+    assert!(
+        v.text.contains(
+            "Parameter: total\n  Description: to be entered\n  Value: to be entered by you (amount, required)\n  Unit: USD\n"
+        ),
+        "{}",
+        v.text
+    );
+    assert_eq!(v.parameters[4].unit.as_deref(), Some("nights"));
+    assert_eq!(v.parameters[4].value.as_deref(), Some("3"));
+    assert_eq!(
+        v.digest,
+        cheq::sign::b64::sha256(v.text.as_bytes()),
+        "cheq_view for html names the page's text"
+    );
+    assert_eq!(
+        v.voice_digest,
+        cheq::sign::b64::sha256(v.voice_text.as_bytes())
+    );
+}
+
+/// A unit can deceive like any other text: it is warned about and shown, not
+/// obeyed, on the page and in voice.
+#[test]
+fn a_deceptive_unit_is_warned_about() {
+    let v = view_of(
+        json!([{"parameter name": "fare", "parameter value": "5", "parameter unit": "US\u{200B}D"}]),
+        "Book a hotel",
+    );
+    assert!(
+        v.warnings.iter().any(|w| w.parameter == "fare"),
+        "{:?}",
+        v.warnings
+    );
+    assert_eq!(v.parameters[0].unit.as_deref(), Some("US⟨U+200B⟩D"));
+    assert_eq!(line_of(&v, "fare"), "fare: 5 US⟨U+200B⟩D.");
+    assert!(v.text.contains("  Unit: US⟨U+200B⟩D\n"), "{}", v.text);
 }
 
 /// (sample rate, channels, bits per sample, data bytes) of a WAV file.

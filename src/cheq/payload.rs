@@ -114,6 +114,11 @@ pub struct Parameter {
     pub description: Option<String>,
     pub value: Option<String>,
     pub input: Option<ParameterInput>,
+    /// `parameter unit` (§4): an ISO 4217 currency code (`USD`, `JPY`) for
+    /// money, otherwise a unit word (`nights`, `kg`). The only place a view
+    /// may take a currency or unit from: never guessed from a name or a
+    /// description.
+    pub unit: Option<String>,
 }
 
 impl Parameter {
@@ -224,8 +229,11 @@ impl Cheq {
         &self.members
     }
 
-    /// Checks the members needed to countersign (§4) and returns them parsed.
-    /// A payload lacking some gets an error naming all of them.
+    /// Checks the members needed to countersign (§4) and returns them parsed,
+    /// `date` and `expires` as RFC 3339 date-times. A payload lacking some gets
+    /// an error naming all of them. What needs the current time (not expired,
+    /// `date` not in the future) is checked by verification (§5 rule 4),
+    /// since this module has no clock.
     pub fn countersign_fields(&self) -> Result<CountersignFields, CountersignableError> {
         let mut missing = Vec::new();
         let mut need = |name: &'static str, v: &Option<String>| {
@@ -379,6 +387,7 @@ fn parse_parameters(m: &Map<String, Value>) -> Result<Vec<Parameter>, CheqError>
             get("parameter name")?.ok_or_else(|| CheqError::Missing(field("parameter name")))?;
         let description = get("parameter description")?;
         let value = get("parameter value")?;
+        let unit = get("parameter unit")?;
         let input = match p.get("parameter input") {
             None => None,
             Some(v) => Some(parse_input(&name, v)?),
@@ -396,6 +405,7 @@ fn parse_parameters(m: &Map<String, Value>) -> Result<Vec<Parameter>, CheqError>
             description,
             value,
             input,
+            unit,
         });
     }
     Ok(out)
@@ -605,6 +615,33 @@ mod tests {
             parse(&v).unwrap().countersign_fields(),
             Err(CountersignableError::EmptySubject)
         );
+    }
+
+    #[test]
+    fn parameter_unit_is_read_checked_and_kept_signed() {
+        let mut v = full();
+        v["inputs"]["parameters"][0]["parameter unit"] = "JPY".into();
+        v["inputs"]["parameters"][0]["x-unknown"] = "kept".into();
+        let cheq = parse(&v).unwrap();
+        assert_eq!(cheq.parameters[0].unit.as_deref(), Some("JPY"));
+        assert_eq!(cheq.parameters[1].unit, None);
+        // The exact bytes, unknown members included, are what is signed.
+        assert!(String::from_utf8_lossy(cheq.raw()).contains("\"x-unknown\":\"kept\""));
+        assert!(cheq.countersign_fields().is_ok());
+        // A string, like every other member.
+        v["inputs"]["parameters"][0]["parameter unit"] = 392.into();
+        assert_eq!(
+            parse(&v).unwrap_err(),
+            CheqError::WrongType {
+                member: "inputs.parameters[0].parameter unit".into(),
+                expected: "a string"
+            }
+        );
+        // At most 4 KiB, like every string.
+        v["inputs"]["parameters"][0]["parameter unit"] = "k".repeat(4096).into();
+        assert!(parse(&v).is_ok());
+        v["inputs"]["parameters"][0]["parameter unit"] = "k".repeat(4097).into();
+        assert!(matches!(parse(&v), Err(CheqError::StringTooLong(_))));
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! What the user is shown (PROTOCOL.md §4, §5 `cheq_view`): a view model built
 //! from a [`VerifiedCheq`] only, and the exact text whose SHA-256 becomes
-//! `cheq_view` in the countersignature. The HTML page shows the same facts as
-//! this text, element by element.
+//! `cheq_view` in the countersignature. The HTML page (`templates/confirm.html`)
+//! shows the same facts as this text, element by element.
+//!
+//! A view states only what the CHEQ says (§4): values are shown exactly as
+//! written, and a unit only when the parameter carries `parameter unit`.
 
 use super::warnings::{check, visible, Warning};
 use crate::cheq::{InputType, Parameter};
@@ -19,6 +22,9 @@ pub struct ParamView {
     pub description: Option<String>,
     pub value: Option<String>,
     pub input: Option<InputView>,
+    /// `parameter unit` as shown (hidden characters made visible); none when
+    /// absent or blank. The only source of a currency or unit (§4).
+    pub unit: Option<String>,
 }
 
 /// A value the user must type (§8).
@@ -74,6 +80,11 @@ fn param_view(index: usize, p: &Parameter) -> ParamView {
             pattern: i.pattern.clone(),
             sensitive: i.sensitive,
         }),
+        unit: p
+            .unit
+            .as_deref()
+            .filter(|u| !u.trim().is_empty())
+            .map(visible),
     }
 }
 
@@ -105,7 +116,7 @@ impl CheqView {
         warnings.extend(check("operation", &cheq.operation));
         for p in &cheq.parameters {
             warnings.extend(check(&p.name, &p.name));
-            for text in [&p.description, &p.value].into_iter().flatten() {
+            for text in [&p.description, &p.value, &p.unit].into_iter().flatten() {
                 for w in check(&p.name, text) {
                     if !warnings.contains(&w) {
                         warnings.push(w);
@@ -120,7 +131,8 @@ impl CheqView {
             operation_name: visible(&cheq.operation_name),
             parameters,
             subject: visible(&fields.subject),
-            expires: fields.expires.to_rfc3339_opts(SecondsFormat::Secs, true),
+            // Every digit of the CHEQ's expiry: fractions of a second are kept.
+            expires: fields.expires.to_rfc3339_opts(SecondsFormat::AutoSi, true),
             language: cheq.language.clone(),
             nonce: fields.nonce.clone(),
             warnings,
@@ -168,6 +180,9 @@ pub fn view_text(v: &CheqView, cs_origin: &str) -> String {
                 if i.sensitive { ", private" } else { "" }
             )),
             (None, None) => t.push_str("  Value: (none)\n"),
+        }
+        if let Some(u) = &p.unit {
+            t.push_str(&format!("  Unit: {u}\n"));
         }
     }
     t.push_str(&format!("For: {}\n", v.subject));

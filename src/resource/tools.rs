@@ -377,7 +377,7 @@ pub fn cheq_request(
                 json!({"parameter name": "flight number", "parameter value": value_text(inputs.get("flight_number"))}),
                 json!({"parameter name": "flight date", "parameter value": value_text(inputs.get("flight_date"))}),
                 json!({"parameter name": "cabin class", "parameter value": value_text(inputs.get("cabin_class"))}),
-                json!({"parameter name": "price", "parameter description": "in US dollars", "parameter value": value_text(inputs.get("price_usd"))}),
+                json!({"parameter name": "price", "parameter description": "in US dollars", "parameter value": value_text(inputs.get("price_usd")), "parameter unit": "USD"}),
             ],
         ),
         _ => {
@@ -392,7 +392,7 @@ pub fn cheq_request(
                 "parameter input": {"type": "digits", "required": true, "max length": 20, "pattern": "^[0-9]{6,20}$", "sensitive": true}}));
             p.push(json!({"parameter name": "to account", "parameter description": "The account to pay the money into",
                 "parameter input": {"type": "digits", "required": true, "max length": 20, "pattern": "^[0-9]{6,20}$", "sensitive": true}}));
-            p.push(json!({"parameter name": "amount", "parameter description": "The amount to transfer, in US dollars",
+            p.push(json!({"parameter name": "amount", "parameter description": "The amount to transfer, in US dollars", "parameter unit": "USD",
                 "parameter input": {"type": "amount", "required": true, "max length": 16, "pattern": "^[0-9]{1,12}(\\.[0-9]{1,2})?$"}}));
             ("Transfer funds", p)
         }
@@ -534,5 +534,63 @@ impl Operation for DemoTools {
             }
             Execution::Existing(earlier) => Ok(earlier),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// §4: a view reads a currency only from `parameter unit`, so the CHEQ
+    /// says which currency its money parameters are in.
+    #[test]
+    fn money_parameters_carry_their_currency() {
+        let tools = catalogue();
+        let flight = find(&tools, "book_flight").unwrap();
+        let inputs: IndexMap<String, Value> = [
+            ("flight_number", json!("UA23")),
+            ("flight_date", json!("2026-12-08")),
+            ("cabin_class", json!("BUSINESS")),
+            ("price_usd", json!(1200)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let req = cheq_request(
+            "https://rs.example",
+            &flight,
+            &inputs,
+            "alice",
+            Duration::minutes(5),
+        );
+        let price = req
+            .parameters
+            .iter()
+            .find(|p| p["parameter name"] == "price")
+            .unwrap();
+        assert_eq!(price["parameter value"], "1200");
+        assert_eq!(price["parameter unit"], "USD");
+        for p in req
+            .parameters
+            .iter()
+            .filter(|p| p["parameter name"] != "price")
+        {
+            assert!(p.get("parameter unit").is_none(), "{p}");
+        }
+
+        let transfer = find(&tools, "transfer_funds").unwrap();
+        let req = cheq_request(
+            "https://rs.example",
+            &transfer,
+            &IndexMap::new(),
+            "alice",
+            Duration::minutes(5),
+        );
+        let amount = req
+            .parameters
+            .iter()
+            .find(|p| p["parameter name"] == "amount")
+            .unwrap();
+        assert_eq!(amount["parameter unit"], "USD");
     }
 }

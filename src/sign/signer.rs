@@ -1,5 +1,6 @@
 //! Signing (PROTOCOL.md §5): the resource signature over exact payload bytes,
-//! and the confirmation countersignature, which only a [`VerifiedCheq`] can get.
+//! and the confirmation countersignature, which only a [`VerifiedCheq`] can get
+//! and only while it is neither expired nor dated in the future (§4).
 
 use super::b64;
 use super::header::{
@@ -7,7 +8,7 @@ use super::header::{
 };
 use super::jws::{signing_input, write_document};
 use super::keys::{Algorithm, SigningKey};
-use super::verify::{VerifiedCheq, CLOCK_SKEW_SECS};
+use super::verify::{dated_in_future, VerifiedCheq, CLOCK_SKEW_SECS};
 use crate::cheq::{Cheq, CheqError, CountersignableError};
 use chrono::{DateTime, Utc};
 use indexmap::IndexMap;
@@ -28,6 +29,8 @@ pub enum CountersignError {
     SubjectMismatch { subject: String, user: String },
     #[error("the CHEQ expired at {0}")]
     Expired(String),
+    #[error("the CHEQ is dated {date}, later than now ({now}) plus the clock skew")]
+    DatedInFuture { date: String, now: String },
     #[error("\"amr\" must name at least one authentication method")]
     NoAuthMethod,
     #[error("\"{0}\" is not a parameter that asks for input")]
@@ -81,6 +84,14 @@ pub fn countersign(
     }
     if now > fields.expires + chrono::Duration::seconds(CLOCK_SKEW_SECS) {
         return Err(CountersignError::Expired(fields.expires.to_rfc3339()));
+    }
+    // §4: a CHEQ dated later than now plus the skew is never countersigned,
+    // even one verified earlier against another clock.
+    if dated_in_future(fields, now) {
+        return Err(CountersignError::DatedInFuture {
+            date: fields.date.to_rfc3339(),
+            now: now.to_rfc3339(),
+        });
     }
     if input.amr.is_empty() || input.amr.iter().any(String::is_empty) {
         return Err(CountersignError::NoAuthMethod);

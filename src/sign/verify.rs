@@ -1,4 +1,6 @@
 //! Verification (PROTOCOL.md §5, rules 1–4) as a chain of small named checks.
+//! Rule 4 includes §4's time limits: not expired, and `date` not later than
+//! now plus the 60 s clock skew.
 //!
 //! Each check has its own error variant, so a rejection says exactly which rule
 //! failed ([`VerifyError::rule`]). Every signature is verified: one bad signature
@@ -27,7 +29,7 @@ use chrono::{DateTime, Utc};
 use indexmap::IndexMap;
 use serde_json::Value;
 
-/// Clock skew allowed on expiry (§5 rule 4).
+/// Clock skew allowed on expiry and on `date` (§4, §5 rule 4).
 pub const CLOCK_SKEW_SECS: i64 = 60;
 
 /// Why a signed CHEQ was refused. [`VerifyError::rule`] names the rule of §5.
@@ -110,6 +112,10 @@ pub enum VerifyError {
     ConfirmationUriMismatch { expected: String, found: String },
     #[error("the CHEQ expired at {expires}")]
     Expired { expires: String },
+    #[error(
+        "the CHEQ is dated {date}, later than now ({now}) plus the {CLOCK_SKEW_SECS} s clock skew"
+    )]
+    DatedInFuture { date: String, now: String },
     #[error("the decision was signed after the CHEQ expired")]
     DecidedAfterExpiry,
 }
@@ -131,6 +137,7 @@ impl VerifyError {
             | ResourceUriMismatch { .. }
             | ConfirmationUriMismatch { .. }
             | Expired { .. }
+            | DatedInFuture { .. }
             | DecidedAfterExpiry => 4,
             _ => 1,
         }
@@ -251,6 +258,7 @@ pub fn verify_resource(
         })?;
     check_signature(0, &header, key, resource, &raw.payload_b64)?;
     check_not_expired(&fields, ctx)?;
+    check_not_dated_in_future(&fields, ctx)?;
     Ok(VerifiedCheq {
         rs_sig_digest: b64::sha256(&resource.signature),
         resource_kid: header.kid,
@@ -297,6 +305,7 @@ pub fn verify_decision(
     check_decision(&claims, expected)?;
     check_collected(&claims, &cheq)?;
     check_not_expired(&fields, ctx)?;
+    check_not_dated_in_future(&fields, ctx)?;
     check_decided_in_time(&claims, &fields)?;
     Ok(VerifiedDecision {
         resource_kid: rs_header.kid,
@@ -594,6 +603,27 @@ fn check_not_expired(fields: &CountersignFields, ctx: &Context<'_>) -> Result<()
         });
     }
     Ok(())
+}
+
+/// §4: to countersign, `date` is not later than now plus the clock skew. A
+/// CHEQ from the future is refused, whatever its expiry says.
+fn check_not_dated_in_future(
+    fields: &CountersignFields,
+    ctx: &Context<'_>,
+) -> Result<(), VerifyError> {
+    if dated_in_future(fields, ctx.now) {
+        return Err(VerifyError::DatedInFuture {
+            date: fields.date.to_rfc3339(),
+            now: ctx.now.to_rfc3339(),
+        });
+    }
+    Ok(())
+}
+
+/// Is `date` later than `now` plus the clock skew (§4)? The one place the
+/// rule is written; the countersigner asks it too.
+pub(crate) fn dated_in_future(fields: &CountersignFields, now: DateTime<Utc>) -> bool {
+    fields.date > now + chrono::Duration::seconds(CLOCK_SKEW_SECS)
 }
 
 fn check_decided_in_time(
