@@ -24,6 +24,8 @@ pub fn open_view(id: &str, v: &CheqView) -> Value {
                 "name": p.name,
                 "description": p.description,
                 "value": p.value,
+                // The only source of a currency or unit (§4).
+                "unit": p.unit,
                 "input": p.input.as_ref().map(|i| json!({
                     "type": i.kind,
                     "required": i.required,
