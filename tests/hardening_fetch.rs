@@ -416,7 +416,7 @@ const WAVE: usize = 8;
 
 /// Starts `WAVE` confirmations (`wave` names them apart), then loads all
 /// their pages at once; the statuses of the pages.
-async fn load_wave(env: &Env, b: &mut Browser, rs: &str, wave: &str) -> Vec<u16> {
+async fn load_wave(b: &mut Browser, rs: &str, wave: &str) -> Vec<u16> {
     let mut paths = Vec::new();
     for i in 0..WAVE {
         let uri = format!("{rs}/cheq/confirmations/{wave}-{i}");
@@ -439,7 +439,6 @@ async fn load_wave(env: &Env, b: &mut Browser, rs: &str, wave: &str) -> Vec<u16>
     for t in tasks {
         statuses.push(t.await.unwrap());
     }
-    let _ = env;
     statuses
 }
 
@@ -456,7 +455,7 @@ async fn concurrent_page_loads_of_a_fresh_cs_make_one_token_request() {
     let mut b = env.browser();
     b.sign_in("alice", ALICE_PW).await;
 
-    let statuses = load_wave(&env, &mut b, &rs.origin, "first").await;
+    let statuses = load_wave(&mut b, &rs.origin, "first").await;
     // Each page asked the RS for its CHEQ (the RS knows none), with the one
     // token between them.
     assert_eq!(statuses, vec![404; WAVE]);
@@ -464,7 +463,7 @@ async fn concurrent_page_loads_of_a_fresh_cs_make_one_token_request() {
     assert_eq!(rs.tokens(), 1, "token requests for {WAVE} page loads");
 
     // The token is kept: another wave asks for none.
-    let statuses = load_wave(&env, &mut b, &rs.origin, "second").await;
+    let statuses = load_wave(&mut b, &rs.origin, "second").await;
     assert_eq!(statuses, vec![404; WAVE]);
     assert_eq!(rs.cheqs(), 2 * WAVE);
     assert_eq!(rs.tokens(), 1);
@@ -488,14 +487,14 @@ async fn concurrent_page_loads_share_one_failed_token_request() {
 
     // The waiters get the failure of the request they waited for, rather
     // than each asking again in turn.
-    let statuses = load_wave(&env, &mut b, &rs.origin, "failing").await;
+    let statuses = load_wave(&mut b, &rs.origin, "failing").await;
     assert_eq!(statuses, vec![502; WAVE]);
     assert_eq!(rs.tokens(), 1, "token requests for {WAVE} page loads");
     assert_eq!(rs.cheqs(), 0);
 
     // A failure is not kept: the next load asks again, and succeeds.
     rs.failing.store(false, Ordering::SeqCst);
-    let statuses = load_wave(&env, &mut b, &rs.origin, "recovered").await;
+    let statuses = load_wave(&mut b, &rs.origin, "recovered").await;
     assert_eq!(statuses, vec![404; WAVE]);
     assert_eq!(rs.tokens(), 2);
     assert_eq!(rs.cheqs(), WAVE);
