@@ -25,12 +25,16 @@
 //! # api_token_ttl_secs = 300                 # (top level) lifetime of a user token
 //! ```
 //!
+//! Every URL the CS reads from (`origin`, `token_url`, `jwks_uri`) uses
+//! `https`; plain `http` is accepted only for loopback hosts (127.0.0.0/8,
+//! `[::1]`, `localhost`), as for the URIs of PROTOCOL.md §1, so that a client
+//! secret or a trusted key never crosses a network in clear.
+//!
 //! Environment overrides (they win over the file): `CHEQ_LISTEN`,
 //! `CHEQ_PUBLIC_URL`, `CHEQ_DATA_DIR`, `CHEQ_SIGNING_KEY`, `CHEQ_SESSION_SECRET`.
 //! Relative paths are taken relative to the working directory.
 
 use crate::cheq::uri::parse_cheq_uri;
-use crate::sign::trust::origin_of;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -228,10 +232,19 @@ impl CsConfig {
                     "must start and end with '/' (\"/cheq/\"), so that it matches whole path segments",
                 ));
             }
+            // It is compared with the percent-decoded path (§2).
+            if rs.path_prefix.contains(['%', '\\', '?', '#'])
+                || rs.path_prefix.split('/').any(|s| s == "." || s == "..")
+            {
+                return Err(invalid(
+                    key("path_prefix"),
+                    "must be a plain path: no '%', '\\', '?', '#' or dot segments",
+                ));
+            }
             match (&rs.jwks, &rs.jwks_uri) {
                 (Some(_), None) => {}
                 (None, Some(uri)) => {
-                    url::Url::parse(uri).map_err(|e| invalid(key("jwks_uri"), e.to_string()))?;
+                    parse_cheq_uri(uri).map_err(|e| invalid(key("jwks_uri"), e.to_string()))?;
                 }
                 _ => {
                     return Err(invalid(
@@ -240,11 +253,7 @@ impl CsConfig {
                     ))
                 }
             }
-            let token = url::Url::parse(&rs.token_url)
-                .map_err(|e| invalid(key("token_url"), e.to_string()))?;
-            if origin_of(token.as_str()).is_none() {
-                return Err(invalid(key("token_url"), "must be an http(s) URL"));
-            }
+            parse_cheq_uri(&rs.token_url).map_err(|e| invalid(key("token_url"), e.to_string()))?;
             if rs.client_id.is_empty() {
                 return Err(invalid(key("client_id"), "must not be empty"));
             }
@@ -351,6 +360,73 @@ client_secret = "s3cret-s3cret"
         for (text, key) in cases {
             let e = CsConfig::from_toml(&text).unwrap_err().to_string();
             assert!(e.contains(key), "{key}: {e}");
+        }
+    }
+
+    #[test]
+    fn plain_http_only_for_loopback() {
+        let jwks_uri = |uri: &str| {
+            GOOD.replace(
+                "jwks = \"keys/rs.pub.jwks.json\"",
+                &format!("jwks_uri = \"{uri}\""),
+            )
+        };
+        let token_url = |uri: &str| {
+            GOOD.replace(
+                "token_url = \"http://127.0.0.1:8081/oauth/token\"",
+                &format!("token_url = \"{uri}\""),
+            )
+        };
+        let origin = |uri: &str| {
+            GOOD.replace(
+                "origin = \"http://127.0.0.1:8081\"",
+                &format!("origin = \"{uri}\""),
+            )
+        };
+        for (text, key) in [
+            (token_url("http://rs.example/oauth/token"), "token_url"),
+            (token_url("http://10.0.0.7:8081/oauth/token"), "token_url"),
+            (token_url("http://[2001:db8::1]/oauth/token"), "token_url"),
+            (token_url("http://localhost.rs.example/t"), "token_url"),
+            (token_url("ftp://127.0.0.1/t"), "token_url"),
+            (token_url("https://u:p@rs.example/t"), "token_url"),
+            (
+                jwks_uri("http://rs.example/.well-known/jwks.json"),
+                "jwks_uri",
+            ),
+            (jwks_uri("http://192.168.1.2/jwks.json"), "jwks_uri"),
+            (jwks_uri("file:///etc/jwks.json"), "jwks_uri"),
+            (origin("http://rs.example"), "origin"),
+        ] {
+            let e = CsConfig::from_toml(&text).unwrap_err().to_string();
+            assert!(e.contains(&format!("resource_servers[0].{key}")), "{e}");
+        }
+        for text in [
+            token_url("https://rs.example/oauth/token"),
+            token_url("http://localhost:8081/oauth/token"),
+            token_url("http://127.3.2.1/oauth/token"),
+            token_url("http://[::1]:8081/oauth/token"),
+            jwks_uri("https://rs.example/.well-known/jwks.json"),
+            jwks_uri("http://localhost:8081/.well-known/jwks.json"),
+            jwks_uri("http://[::1]/jwks.json"),
+            origin("https://rs.example"),
+        ] {
+            CsConfig::from_toml(&text).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_path_prefix_is_a_plain_path() {
+        for prefix in ["/che%71/", "/cheq/../", "/./cheq/", "/ch\\\\eq/", "/cheq?/"] {
+            let text = GOOD.replace(
+                "path_prefix = \"/cheq/\"",
+                &format!("path_prefix = \"{prefix}\""),
+            );
+            let e = CsConfig::from_toml(&text).unwrap_err().to_string();
+            assert!(
+                e.contains("resource_servers[0].path_prefix"),
+                "{prefix}: {e}"
+            );
         }
     }
 

@@ -4,9 +4,17 @@
 //! resource-signed CHEQ, and `POST <resource uri>?accept|reject` for the
 //! decision.
 //!
-//! What comes back is bounded: a connect timeout, a total timeout per request
-//! (so a user gets an answer within 15 s even from an RS that never answers),
-//! a cap on the body read, and no redirect followed at all.
+//! Everything read from an RS is bounded: a connect timeout, a total timeout
+//! per request that covers reading the body (so a user gets an answer within
+//! 15 s even from an RS that never answers), a cap on every body read — the
+//! token endpoint's answer included, which goes through [`read_limited`] like
+//! the CHEQ and the answer to a decision rather than through the `oauth2`
+//! crate's own reqwest client (that one reads a body of any size) — and no
+//! redirect followed at all.
+//!
+//! Concurrent callers that find no valid token share one request to the token
+//! endpoint (single flight): the first one asks, the others wait for its
+//! answer, success or failure, instead of each asking on its own.
 
 use crate::cheq::{Decision, DecisionAnswer};
 use oauth2::basic::BasicClient;
@@ -14,12 +22,16 @@ use oauth2::{ClientId, ClientSecret, Scope, TokenResponse, TokenUrl};
 use reqwest::header;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use tokio::sync::Mutex as AsyncMutex;
 
 /// Longest resource-signed CHEQ read: 64 KiB of payload (§4) is 87,382
 /// base64url characters, plus the header and signature.
 pub const MAX_CHEQ_BODY: usize = 96 * 1024;
 /// Longest answer to a decision read.
 pub const MAX_ANSWER_BODY: usize = 16 * 1024;
+/// Longest answer of a token endpoint read (a token answer is a few hundred
+/// bytes).
+pub const MAX_TOKEN_BODY: usize = 16 * 1024;
 /// Connect timeout.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Total time one request (token, fetch or decision) may take.
@@ -34,8 +46,8 @@ pub enum FetchError {
     Unreachable(String),
     #[error("the resource server did not answer in time")]
     Timeout,
-    #[error("the resource server's answer is larger than {0} bytes")]
-    TooLarge(usize),
+    #[error("the resource server's {what} is larger than {limit} bytes")]
+    TooLarge { what: &'static str, limit: usize },
     #[error("the resource server redirected to {0}, which is not followed")]
     Redirected(String),
     #[error("the resource server refused this confirmation service's credentials: {0}")]
@@ -92,7 +104,11 @@ pub struct RsClient {
         oauth2::EndpointNotSet,
         oauth2::EndpointSet,
     >,
+    /// The cached token and until when it may be used.
     token: Mutex<Option<(String, Instant)>>,
+    /// Held while a token is being requested (single flight); it keeps the
+    /// last failure and when it came, for the callers that waited for it.
+    refresh: AsyncMutex<Option<(FetchError, Instant)>>,
 }
 
 impl std::fmt::Debug for RsClient {
@@ -135,6 +151,7 @@ impl RsClient {
             http,
             oauth,
             token: Mutex::new(None),
+            refresh: AsyncMutex::new(None),
         })
     }
 
@@ -146,31 +163,65 @@ impl RsClient {
             .map(|(t, _)| t.clone())
     }
 
-    fn forget_token(&self) {
+    /// Forgets `token` (refused by the RS), unless it was already replaced.
+    fn forget_token(&self, token: &str) {
         if let Ok(mut guard) = self.token.lock() {
-            *guard = None;
+            if guard.as_ref().is_some_and(|(t, _)| t == token) {
+                *guard = None;
+            }
         }
     }
 
-    /// A bearer token for this RS, from the cache or the token endpoint.
+    /// A bearer token for this RS, from the cache or the token endpoint; one
+    /// request at a time, shared by every caller that waits for it.
     pub async fn token(&self) -> Result<String, FetchError> {
         if let Some(t) = self.cached_token() {
             return Ok(t);
         }
+        let asked = Instant::now();
+        let mut last_failure = self.refresh.lock().await;
+        // The request this caller waited for may have brought a token …
+        if let Some(t) = self.cached_token() {
+            return Ok(t);
+        }
+        // … or failed: its answer is this caller's too.
+        if let Some((e, at)) = last_failure.as_ref() {
+            if *at >= asked {
+                return Err(e.clone());
+            }
+        }
+        match self.request_token().await {
+            Ok((token, lifetime)) => {
+                if let Ok(mut guard) = self.token.lock() {
+                    *guard = Some((token.clone(), Instant::now() + lifetime));
+                }
+                *last_failure = None;
+                Ok(token)
+            }
+            Err(e) => {
+                *last_failure = Some((e.clone(), Instant::now()));
+                Err(e)
+            }
+        }
+    }
+
+    /// One client-credentials request (RFC 6749 §4.4): the token and how long
+    /// to keep it.
+    async fn request_token(&self) -> Result<(String, Duration), FetchError> {
+        // The client is a handle (cloning it shares its pool); a future that
+        // owns one borrows nothing, which keeps the caller's future `Send`.
+        let bounded = |request: oauth2::HttpRequest| token_http(self.http.clone(), request);
         let answer = self
             .oauth
             .exchange_client_credentials()
             .add_scope(Scope::new("cheq".to_owned()))
-            .request_async(&self.http)
+            .request_async(&bounded)
             .await
             .map_err(|e| match e {
-                oauth2::RequestTokenError::ServerResponse(r) => {
-                    FetchError::Unauthorized(r.error().to_string())
-                }
-                oauth2::RequestTokenError::Request(e) => match e {
-                    oauth2::HttpClientError::Reqwest(e) => classify(*e),
-                    other => FetchError::Unreachable(other.to_string()),
-                },
+                oauth2::RequestTokenError::ServerResponse(r) => FetchError::Unauthorized(
+                    crate::text::snippet(r.error().to_string().as_bytes(), MAX_RS_WORDS),
+                ),
+                oauth2::RequestTokenError::Request(e) => e,
                 other => FetchError::Unreachable(format!("token endpoint: {other}")),
             })?;
         let token = answer.access_token().secret().clone();
@@ -179,10 +230,7 @@ impl RsClient {
             .unwrap_or(Duration::from_secs(60))
             .saturating_sub(TOKEN_MARGIN)
             .max(Duration::from_secs(1));
-        if let Ok(mut guard) = self.token.lock() {
-            *guard = Some((token.clone(), Instant::now() + lifetime));
-        }
-        Ok(token)
+        Ok((token, lifetime))
     }
 
     /// Sends a request made by `make` with a bearer token; a 401 (the RS may
@@ -195,7 +243,7 @@ impl RsClient {
             let token = self.token().await?;
             let res = make(&token).send().await.map_err(classify)?;
             if res.status() == reqwest::StatusCode::UNAUTHORIZED && attempt == 0 {
-                self.forget_token();
+                self.forget_token(&token);
                 continue;
             }
             return Ok(res);
@@ -214,7 +262,7 @@ impl RsClient {
             })
             .await?;
         let status = res.status().as_u16();
-        let body = read_limited(res, MAX_CHEQ_BODY).await?;
+        let body = read_limited(res, "CHEQ", MAX_CHEQ_BODY).await?;
         match status {
             200 => Ok(body),
             300..=399 => Err(FetchError::Redirected("elsewhere".into())),
@@ -247,7 +295,7 @@ impl RsClient {
             })
             .await?;
         let status = res.status().as_u16();
-        let body = read_limited(res, MAX_ANSWER_BODY).await?;
+        let body = read_limited(res, "answer to the decision", MAX_ANSWER_BODY).await?;
         if status >= 500 || status == 429 || (300..400).contains(&status) {
             return Err(FetchError::Status {
                 status,
@@ -279,15 +327,40 @@ impl RsClient {
     }
 }
 
-/// Reads at most `limit` bytes of a body, refusing a longer one.
-async fn read_limited(mut res: reqwest::Response, limit: usize) -> Result<Vec<u8>, FetchError> {
+/// The HTTP client the `oauth2` crate sends the token request through: the
+/// bounded client of [`RsClient`] (timeouts, no redirect) and a body read of
+/// at most [`MAX_TOKEN_BODY`] bytes.
+async fn token_http(
+    http: reqwest::Client,
+    request: oauth2::HttpRequest,
+) -> Result<oauth2::HttpResponse, FetchError> {
+    let request = reqwest::Request::try_from(request)
+        .map_err(|e| FetchError::Unreachable(format!("token endpoint: {}", e.without_url())))?;
+    let res = http.execute(request).await.map_err(classify)?;
+    let status = res.status();
+    let headers = res.headers().clone();
+    let body = read_limited(res, "token answer", MAX_TOKEN_BODY).await?;
+    let mut answer = oauth2::HttpResponse::new(body);
+    *answer.status_mut() = status;
+    *answer.headers_mut() = headers;
+    Ok(answer)
+}
+
+/// Reads at most `limit` bytes of a body (`what`, for the error), refusing a
+/// longer one as soon as its length is announced or its bytes pass the limit.
+async fn read_limited(
+    mut res: reqwest::Response,
+    what: &'static str,
+    limit: usize,
+) -> Result<Vec<u8>, FetchError> {
+    let too_large = FetchError::TooLarge { what, limit };
     if res.content_length().is_some_and(|n| n > limit as u64) {
-        return Err(FetchError::TooLarge(limit));
+        return Err(too_large);
     }
     let mut body = Vec::new();
     while let Some(chunk) = res.chunk().await.map_err(classify)? {
         if body.len() + chunk.len() > limit {
-            return Err(FetchError::TooLarge(limit));
+            return Err(too_large);
         }
         body.extend_from_slice(&chunk);
     }

@@ -29,6 +29,11 @@
 //! [policy]
 //! book_flight_threshold_usd = 100          # book_flight needs confirmation above this
 //! ```
+//!
+//! The CS's URLs (`confirmation_server.uri`, `confirmation_server.jwks_uri`)
+//! use `https`; plain `http` is accepted only for loopback hosts
+//! (127.0.0.0/8, `[::1]`, `localhost`), as in PROTOCOL.md §1, so that the
+//! keys this RS trusts never cross a network in clear.
 
 use crate::cheq::uri::parse_cheq_uri;
 use serde::Deserialize;
@@ -171,7 +176,7 @@ impl RsConfig {
         ) {
             (Some(_), None) => {}
             (None, Some(uri)) => {
-                url::Url::parse(uri)
+                parse_cheq_uri(uri)
                     .map_err(|e| invalid("confirmation_server.jwks_uri", e.to_string()))?;
             }
             _ => {
@@ -272,5 +277,56 @@ subject = "alice"
         let e = RsConfig::from_toml(&GOOD.replace("http://127.0.0.1:8081", "http://rs.example"))
             .unwrap_err();
         assert!(e.to_string().contains("public_url"), "{e}");
+    }
+
+    #[test]
+    fn plain_http_only_for_loopback() {
+        let jwks_uri =
+            |uri: &str| GOOD.replace("jwks_file = \"cs.json\"", &format!("jwks_uri = \"{uri}\""));
+        let cs_uri = |uri: &str| {
+            GOOD.replace(
+                "uri = \"http://127.0.0.1:8080/confirm\"",
+                &format!("uri = \"{uri}\""),
+            )
+        };
+        for (text, key) in [
+            (
+                jwks_uri("http://cs.example/.well-known/jwks.json"),
+                "confirmation_server.jwks_uri",
+            ),
+            (
+                jwks_uri("http://10.1.2.3:8080/jwks.json"),
+                "confirmation_server.jwks_uri",
+            ),
+            (
+                jwks_uri("http://localhost.cs.example/jwks.json"),
+                "confirmation_server.jwks_uri",
+            ),
+            (
+                jwks_uri("file:///etc/jwks.json"),
+                "confirmation_server.jwks_uri",
+            ),
+            (
+                cs_uri("http://cs.example/confirm"),
+                "confirmation_server.uri",
+            ),
+            (
+                cs_uri("http://[2001:db8::2]/confirm"),
+                "confirmation_server.uri",
+            ),
+        ] {
+            let e = RsConfig::from_toml(&text).unwrap_err().to_string();
+            assert!(e.contains(key), "{key}: {e}");
+        }
+        for text in [
+            jwks_uri("https://cs.example/.well-known/jwks.json"),
+            jwks_uri("http://localhost:8080/.well-known/jwks.json"),
+            jwks_uri("http://127.0.0.2/jwks.json"),
+            jwks_uri("http://[::1]:8080/jwks.json"),
+            cs_uri("https://cs.example/confirm"),
+            cs_uri("http://localhost:8080/confirm"),
+        ] {
+            RsConfig::from_toml(&text).unwrap();
+        }
     }
 }
