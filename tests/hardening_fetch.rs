@@ -343,7 +343,7 @@ struct SlowTokenRs {
 
 /// How long the fake token endpoint takes to answer: every page load of a
 /// wave arrives while the first token request is still in flight.
-const TOKEN_DELAY: Duration = Duration::from_millis(1500);
+const TOKEN_DELAY: Duration = Duration::from_millis(3000);
 
 impl SlowTokenRs {
     fn start() -> SlowTokenRs {
