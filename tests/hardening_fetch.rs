@@ -57,9 +57,9 @@ async fn encoded_path_tricks_never_reach_the_resource_server() {
         ..Options::default()
     })
     .await;
-    env.set_pin("alice", "4711");
+    env.set_pin("alice", "471100");
     let voice = env.voice(&gw);
-    let token = voice.user_token("alice", "4711").await;
+    let token = voice.user_token("alice", "471100").await;
     let mut anonymous = env.browser();
     let mut signed_in = env.browser();
     signed_in.sign_in("alice", ALICE_PW).await;

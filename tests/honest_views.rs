@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 
 const GW: &str = "voice-gw";
 const GW_SECRET: &str = "voice-gateway-secret-0123";
-const ALICE_PIN: &str = "4321";
+const ALICE_PIN: &str = "432100";
 
 /// What the stand-in RS serves (path → signed CHEQ) and what was posted to it.
 #[derive(Default)]
