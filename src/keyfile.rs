@@ -1,5 +1,7 @@
 //! Private key and secret files (PROTOCOL.md §9): read when present, generated
-//! when missing, written with mode 0600 and never overwritten.
+//! when missing, written with mode 0600 and never overwritten; and the data
+//! directories that hold them and the databases: 0700, and a server refuses
+//! to start in one that is open to others.
 
 use crate::sign::{KeyError, SigningKey};
 use std::io::Write;
@@ -20,6 +22,48 @@ pub enum KeyFileError {
         #[source]
         source: KeyError,
     },
+    #[error("{path} is open to others (mode {mode:o}): its keys, hashes and decisions must be its owner's alone; run `chmod 700 {path}`")]
+    OpenToOthers { path: String, mode: u32 },
+}
+
+/// Makes every file and folder this process creates its owner's alone
+/// (umask 0077): sled's files, sealed-document keys, sockets, logs.
+pub fn private_umask() {
+    #[cfg(unix)]
+    {
+        rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    }
+}
+
+/// Creates `dir` and its missing parents with mode 0700, or checks that an
+/// existing `dir` is not open to others (no group or other permission bits).
+pub fn ensure_private_dir(dir: &Path) -> Result<(), KeyFileError> {
+    if !dir.exists() {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            builder.mode(0o700);
+        }
+        builder.create(dir).map_err(io(dir))?;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir)
+            .map_err(io(dir))?
+            .permissions()
+            .mode()
+            & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(KeyFileError::OpenToOthers {
+                path: dir.display().to_string(),
+                mode,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> KeyFileError + '_ {
@@ -33,7 +77,16 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> KeyFileError + '_ {
 /// `bytes`, flushed; fails if the file exists.
 pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), KeyFileError> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(io(path))?;
+        if !parent.exists() {
+            let mut builder = std::fs::DirBuilder::new();
+            builder.recursive(true);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::DirBuilderExt;
+                builder.mode(0o700);
+            }
+            builder.create(parent).map_err(io(path))?;
+        }
     }
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
@@ -98,4 +151,33 @@ pub fn load_or_create_secret(path: &Path) -> Result<Vec<u8>, KeyFileError> {
     let secret = crate::sign::b64::encode(rand::random::<[u8; 32]>()).into_bytes();
     write_private(path, &secret)?;
     Ok(secret)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn data_directories_are_made_private_and_open_ones_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let made = root.path().join("a/b/data");
+        ensure_private_dir(&made).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&made), 0o700);
+        ensure_private_dir(&made).unwrap();
+        for open in [0o755, 0o750, 0o701, 0o707] {
+            std::fs::set_permissions(&made, std::fs::Permissions::from_mode(open)).unwrap();
+            let err = ensure_private_dir(&made).unwrap_err().to_string();
+            assert!(
+                err.contains("open to others") && err.contains("chmod 700"),
+                "{err}"
+            );
+        }
+        let key = root.path().join("k/deeper/key.secret");
+        write_private(&key, b"x").unwrap();
+        assert_eq!(mode(&key), 0o600);
+        assert_eq!(mode(key.parent().unwrap()), 0o700);
+    }
 }

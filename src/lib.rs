@@ -14,6 +14,7 @@
 //! - [`keyfile`]: private key and secret files (0600, generated when missing).
 //! - [`resource`]: the reference resource server and agent client (§1, §3, §6, §7).
 //! - [`time`]: time as a parameter (`Clock`), shared by every layer.
+//! - [`throttle`]: the arithmetic of failed-attempt limits, for both servers.
 //! - [`text`]: making untrusted text safe for one line of a log.
 //! - [`testkit`]: the loopback CS + RS configurations of the tests, benches and demo.
 //! - [`cli`]: the `cheq` command line.
@@ -31,4 +32,5 @@ pub mod sign;
 pub mod store;
 pub mod testkit;
 pub mod text;
+pub mod throttle;
 pub mod time;

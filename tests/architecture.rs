@@ -158,7 +158,7 @@ fn rules() -> Vec<Rule> {
         },
         Rule {
             layer: "shared helpers",
-            files: &["time.rs", "text.rs", "testkit.rs"],
+            files: &["time.rs", "text.rs", "testkit.rs", "throttle.rs"],
             except: &[],
             forbidden: &[
                 "crate::cheq",

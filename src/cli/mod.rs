@@ -90,6 +90,9 @@ pub fn dispatch(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
 /// command and returns the process exit code. Never panics outward: a panic
 /// (a bug) becomes one line on stderr and exit code 1.
 pub fn main() -> i32 {
+    // Every file and folder a command creates (keys, secrets, databases) is
+    // its owner's alone.
+    crate::keyfile::private_umask();
     std::panic::set_hook(Box::new(|info| {
         let message = info
             .payload()

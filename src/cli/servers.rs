@@ -49,6 +49,50 @@ pub fn serve(args: ServeArgs, _out: &mut dyn Write) -> Result<(), CliError> {
 
 /// Logs to stderr at `info` unless `RUST_LOG` says otherwise.
 pub fn init_logging() {
+    use std::io::Write as _;
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format(|buf, record| {
+            let line = bounded_line(&record.args().to_string());
+            writeln!(
+                buf,
+                "[{} {} {}] {line}",
+                buf.timestamp(),
+                record.level(),
+                record.target()
+            )
+        })
         .try_init();
+}
+
+/// Longest message of one log line, in bytes.
+pub const MAX_LOG_LINE: usize = 2048;
+
+/// A log message on one safe line of at most [`MAX_LOG_LINE`] bytes: what a
+/// peer or a user sent can neither forge other lines nor flood the log.
+pub fn bounded_line(message: &str) -> String {
+    let mut line = crate::text::one_line(message);
+    if line.len() > MAX_LOG_LINE {
+        let mut cut = MAX_LOG_LINE;
+        while !line.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        line.truncate(cut);
+        line.push_str(" …(cut)");
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_lines_are_one_bounded_line() {
+        let long = "é".repeat(5000);
+        let line = bounded_line(&format!("a\nforged [INFO] line {long}"));
+        assert!(!line.contains('\n'));
+        assert!(line.len() <= MAX_LOG_LINE + 10, "{}", line.len());
+        assert!(line.ends_with("…(cut)"));
+        assert_eq!(bounded_line("short"), "short");
+    }
 }

@@ -41,10 +41,10 @@ pub async fn build_state(
     clock: Arc<dyn Clock>,
 ) -> Result<web::Data<CsState>, ServerError> {
     config.validate()?;
-    std::fs::create_dir_all(&config.data_dir).map_err(|source| ServerError::Io {
-        what: format!("data_dir {}", config.data_dir.display()),
-        source,
-    })?;
+    // Everything the CS writes is its owner's alone: the process umask, and
+    // a data directory that is not open to others.
+    crate::keyfile::private_umask();
+    crate::keyfile::ensure_private_dir(&config.data_dir)?;
     let key = load_or_create_key(&config.signing_key, config.key_id.as_deref(), "cs")?;
     let mut trust = TrustStore::new();
     let mut clients = Vec::new();

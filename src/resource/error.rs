@@ -69,6 +69,8 @@ pub enum TokenError {
     InvalidToken,
     #[error("this client may not {0}")]
     WrongRole(&'static str),
+    #[error("too many failed attempts; try again in {retry_after} s")]
+    TooManyAttempts { retry_after: i64 },
 }
 
 /// The A2T tool API ([`super::tools`]).
@@ -165,6 +167,15 @@ impl From<TokenError> for JsonError {
                 .with_challenge("Bearer realm=\"cheq\", error=\"invalid_token\""),
             WrongRole(_) => {
                 JsonError::new(StatusCode::FORBIDDEN, "insufficient_scope", description)
+            }
+            TooManyAttempts { retry_after } => {
+                let mut e = JsonError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_attempts",
+                    description,
+                );
+                e.retry_after = Some(retry_after);
+                e
             }
         }
     }

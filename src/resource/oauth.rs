@@ -9,6 +9,7 @@
 use super::config::{ClientConfig, ClientRole};
 use super::error::TokenError;
 use crate::httpkit::{self, AuthHeaderError};
+use crate::throttle::{LimitState, Policy};
 use crate::time::Clock;
 use chrono::{DateTime, Duration, Utc};
 use rand::RngCore;
@@ -45,7 +46,19 @@ pub struct TokenService {
     tokens: Mutex<HashMap<String, TokenInfo>>,
     ttl: Duration,
     clock: Arc<dyn Clock>,
+    /// Failed client authentications per address (in memory: the RS
+    /// compares secrets without hashing, so guessing costs it little, and a
+    /// restart forgives).
+    failures: Mutex<HashMap<String, LimitState>>,
 }
+
+/// Failed client authentications allowed per address before a lock-out.
+pub const TOKEN_FAILURES_PER_ADDRESS: Policy = Policy {
+    free_failures: 20,
+    base_secs: 2,
+    max_secs: 900,
+    window_secs: 3600,
+};
 
 impl std::fmt::Debug for TokenService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -79,12 +92,45 @@ impl TokenService {
             tokens: Mutex::new(HashMap::new()),
             ttl,
             clock,
+            failures: Mutex::new(HashMap::new()),
         }
     }
 
     /// Handles a token request. `authorization` is the `Authorization` header.
     /// Returns the RFC 6749 §5.1 body.
     pub fn issue(
+        &self,
+        authorization: Option<&str>,
+        address: &str,
+        form: &TokenRequest,
+    ) -> Result<Value, TokenError> {
+        let now = self.clock.now().timestamp();
+        let locked = self
+            .failures
+            .lock()
+            .ok()
+            .and_then(|f| f.get(address).map(|s| s.locked_until - now))
+            .filter(|left| *left > 0);
+        if let Some(retry_after) = locked {
+            return Err(TokenError::TooManyAttempts { retry_after });
+        }
+        let answer = self.issue_unthrottled(authorization, form);
+        if let Err(TokenError::InvalidClient { .. }) = &answer {
+            if let Ok(mut f) = self.failures.lock() {
+                if f.len() > 100_000 {
+                    f.retain(|_, s| s.locked_until > now || now - s.last_failure < 3600);
+                }
+                let old = f.get(address).copied();
+                f.insert(
+                    address.to_owned(),
+                    TOKEN_FAILURES_PER_ADDRESS.fail(old, now),
+                );
+            }
+        }
+        answer
+    }
+
+    fn issue_unthrottled(
         &self,
         authorization: Option<&str>,
         form: &TokenRequest,
@@ -165,5 +211,58 @@ impl TokenService {
             }));
         }
         Ok(info.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::ManualClock;
+
+    fn service() -> TokenService {
+        let clients = [ClientConfig {
+            client_id: "cs".into(),
+            client_secret: "the-right-secret".into(),
+            role: ClientRole::Cs,
+            subject: None,
+        }];
+        TokenService::new(
+            &clients,
+            Duration::seconds(300),
+            Arc::new(ManualClock::new(chrono::Utc::now())),
+        )
+    }
+
+    fn form(secret: &str) -> TokenRequest {
+        TokenRequest {
+            grant_type: Some("client_credentials".into()),
+            scope: None,
+            client_id: Some("cs".into()),
+            client_secret: Some(secret.into()),
+        }
+    }
+
+    /// Guessing client secrets locks the guessing address, not the client.
+    #[test]
+    fn the_token_endpoint_throttles_per_address() {
+        let t = service();
+        for i in 0..21 {
+            assert!(
+                matches!(
+                    t.issue(None, "6.6.6.6", &form("wrong")),
+                    Err(TokenError::InvalidClient { .. })
+                ),
+                "guess {i}"
+            );
+        }
+        assert!(matches!(
+            t.issue(None, "6.6.6.6", &form("wrong")),
+            Err(TokenError::TooManyAttempts { retry_after: 2 })
+        ));
+        assert!(matches!(
+            t.issue(None, "6.6.6.6", &form("the-right-secret")),
+            Err(TokenError::TooManyAttempts { .. })
+        ));
+        assert!(t.issue(None, "10.0.0.1", &form("the-right-secret")).is_ok());
     }
 }

@@ -25,6 +25,7 @@ use actix_web::http::{header, StatusCode};
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use chrono::Duration;
 use serde_json::{json, Value};
+use sha2::Digest;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -58,6 +59,10 @@ pub fn load_or_create_key(path: &Path, kid: Option<&str>) -> Result<SigningKey, 
             what: format!("signing key {}", path.display()),
             source,
         },
+        e @ crate::keyfile::KeyFileError::OpenToOthers { .. } => RsError::Io {
+            what: format!("signing key {}", path.display()),
+            source: std::io::Error::other(e.to_string()),
+        },
     })
 }
 
@@ -67,9 +72,12 @@ pub async fn build_state(
     clock: Arc<dyn Clock>,
 ) -> Result<web::Data<RsState>, RsError> {
     config.validate()?;
-    std::fs::create_dir_all(&config.data_dir).map_err(|source| RsError::Io {
-        what: format!("data_dir {}", config.data_dir.display()),
-        source,
+    // Everything the RS writes is its owner's alone: the process umask, and
+    // a data directory that is not open to others.
+    crate::keyfile::private_umask();
+    crate::keyfile::ensure_private_dir(&config.data_dir).map_err(|e| RsError::Io {
+        what: "data_dir".into(),
+        source: std::io::Error::other(e.to_string()),
     })?;
     let key = load_or_create_key(&config.signing_key, config.key_id.as_deref())?;
     let cs = &config.confirmation_server;
@@ -239,7 +247,11 @@ async fn token(
             format!("the body must be application/x-www-form-urlencoded: {e}"),
         )
     })?;
-    let answer = state.tokens.issue(authorization(&req), &form)?;
+    let address = req
+        .peer_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|| "?".into());
+    let answer = state.tokens.issue(authorization(&req), &address, &form)?;
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .insert_header((header::PRAGMA, "no-cache"))
@@ -304,11 +316,12 @@ async fn invoke_tool(
     );
     let cheq = state.cheq.clone();
     let minted = blocking(move || cheq.mint(request)).await?;
+    // The resource and result URIs are capabilities: never logged.
     log::info!(
-        "{} {} needs confirmation: {}",
-        who.client_id,
+        "{} {} needs confirmation (#{})",
+        crate::text::one_line(&who.client_id),
         tool.name,
-        minted.pack.resource_uri
+        crate::sign::b64::encode(&sha2::Sha256::digest(minted.id.as_bytes())[..6])
     );
     Ok(HttpResponse::Accepted()
         .insert_header((header::LOCATION, minted.pack.result_uri.as_str()))

@@ -276,15 +276,7 @@ pub trait Sessions: Send + Sync {
 
 // ---- limiter state ----
 
-/// The failed attempts of one limiter key.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LimitState {
-    pub failures: u32,
-    /// Locked until (unix seconds).
-    pub locked_until: i64,
-    /// Last failure (unix seconds).
-    pub last_failure: i64,
-}
+pub use crate::throttle::LimitState;
 
 /// Limiter state by key (a user, an address, a gateway), kept in the store so
 /// that it survives a restart and can be shared by several instances.

@@ -3,7 +3,7 @@
 //! to the page they asked for); [`Visitor`] is the session, if any, of
 //! someone who may not be signed in yet.
 
-use super::{CsState, WebError, SESSION_COOKIE};
+use super::{session_cookie_name, CsState, WebError};
 use crate::confirm::flow::CsError;
 use crate::store::cs::{Identity, Session};
 use actix_web::dev::Payload;
@@ -35,7 +35,7 @@ fn state(req: &HttpRequest) -> Result<&web::Data<CsState>, CsError> {
 
 fn visitor(req: &HttpRequest) -> Result<Visitor, CsError> {
     let state = state(req)?;
-    let Some(cookie) = req.cookie(SESSION_COOKIE) else {
+    let Some(cookie) = req.cookie(session_cookie_name(state.secure_cookies)) else {
         return Ok(Visitor(None));
     };
     let id = cookie.value().to_owned();
@@ -78,7 +78,8 @@ impl FromRequest for SignedIn {
 /// The value of the session cookie, whether or not it names a stored session
 /// (before login it is only what the login form's CSRF token is bound to).
 pub fn pre_login_id(req: &HttpRequest) -> Option<String> {
-    req.cookie(SESSION_COOKIE)
+    let secure = state(req).is_ok_and(|s| s.secure_cookies);
+    req.cookie(session_cookie_name(secure))
         .map(|c| c.value().to_owned())
         .filter(|v| v.len() >= 32 && v.len() <= 64)
 }

@@ -7,7 +7,7 @@ use super::pages::{
 };
 use super::{
     check_csrf, safe_next, see_other, session_cookie, to_login, CsState, SignedIn, Visitor,
-    WebError, MAX_FORM, SESSION_COOKIE,
+    WebError, MAX_FORM,
 };
 use crate::cheq::{Channel, Decision};
 use crate::confirm::auth::{identity_of, Authenticator, Budget, LimitKey};
@@ -241,7 +241,10 @@ pub(super) async fn logout(
         state.sessions.remove(&id)?;
     }
     let mut res = see_other("/login");
-    let mut gone = Cookie::build(SESSION_COOKIE, "").path("/").finish();
+    let mut gone = Cookie::build(super::session_cookie_name(state.secure_cookies), "")
+        .path("/")
+        .secure(state.secure_cookies)
+        .finish();
     gone.make_removal();
     res.add_cookie(&gone)
         .map_err(|e| CsError::Internal(e.to_string()))?;

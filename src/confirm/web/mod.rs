@@ -28,8 +28,21 @@ use actix_web::middleware::DefaultHeaders;
 use actix_web::{web, HttpResponse, ResponseError};
 use std::sync::Arc;
 
-/// The session cookie's name.
+/// The session cookie's name over plain http (loopback only, §1).
 pub const SESSION_COOKIE: &str = "cheq_session";
+/// The session cookie's name over https: the `__Host-` prefix makes the
+/// browser keep it only if it is Secure, for this host alone and path `/`,
+/// so that no sibling domain can plant or shadow it.
+pub const SECURE_SESSION_COOKIE: &str = "__Host-cheq_session";
+
+/// The session cookie's name for a CS served over https or not.
+pub fn session_cookie_name(secure: bool) -> &'static str {
+    if secure {
+        SECURE_SESSION_COOKIE
+    } else {
+        SESSION_COOKIE
+    }
+}
 /// Largest form body read.
 pub const MAX_FORM: usize = 64 * 1024;
 
@@ -194,7 +207,7 @@ fn to_login(next: &str) -> HttpResponse {
 }
 
 fn session_cookie(state: &CsState, id: &str) -> Cookie<'static> {
-    Cookie::build(SESSION_COOKIE, id.to_owned())
+    Cookie::build(session_cookie_name(state.secure_cookies), id.to_owned())
         .path("/")
         .http_only(true)
         .same_site(SameSite::Lax)
@@ -247,6 +260,23 @@ mod tests {
             assert_eq!(h.get(header::X_FRAME_OPTIONS).unwrap(), "DENY");
             assert_eq!(h.get(header::CONTENT_SECURITY_POLICY).unwrap(), CSP);
         }
+    }
+
+    #[test]
+    fn over_https_the_session_cookie_is_host_bound() {
+        assert_eq!(session_cookie_name(false), "cheq_session");
+        let name = session_cookie_name(true);
+        assert!(name.starts_with("__Host-"));
+        let cookie = Cookie::build(name, "v")
+            .path("/")
+            .http_only(true)
+            .same_site(SameSite::Lax)
+            .secure(true)
+            .finish();
+        let text = cookie.to_string();
+        // What browsers require of a __Host- cookie.
+        assert!(text.contains("Secure") && text.contains("Path=/"), "{text}");
+        assert!(!text.contains("Domain"), "{text}");
     }
 
     #[test]
