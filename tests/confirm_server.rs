@@ -429,7 +429,16 @@ async fn wrong_user_gets_403() {
     assert_eq!(alice.decide(&path, &page, "accept").await.status, 200);
     let page = bob.get(&path).await;
     assert_eq!(page.status, 403, "{}", page.text);
-    assert!(page.text.contains("\"alice\""));
+    assert!(
+        page.text.contains("belongs to another account"),
+        "{}",
+        page.text
+    );
+    assert!(
+        !page.text.contains("alice"),
+        "the owner is not named: {}",
+        page.text
+    );
     assert!(!bob.get("/history").await.raw.contains("href=\"/history/"));
     assert_eq!(env.rs.executions(), 1);
     env.stop().await;

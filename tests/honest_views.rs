@@ -125,6 +125,12 @@ impl World {
     /// Has the stand-in serve a CHEQ for alice dated `ahead` of now (valid
     /// for an hour after its date) with `parameters`; returns its resource URI.
     fn serve(&mut self, ahead: Duration, parameters: Value) -> String {
+        let nonce = b64::encode(rand::random::<[u8; 16]>());
+        self.serve_with_nonce(ahead, parameters, &nonce)
+    }
+
+    /// The same, with a chosen nonce.
+    fn serve_with_nonce(&mut self, ahead: Duration, parameters: Value, nonce: &str) -> String {
         self.next += 1;
         let path = format!(
             "/cheq/confirmations/Zm9yLWEtaG9uZXN0LXZpZXctMDA{}",
@@ -133,7 +139,6 @@ impl World {
         let resource_uri = format!("{}{path}", self.stand_in);
         let date = Utc::now() + ahead;
         let rfc3339 = |t: chrono::DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Secs, true);
-        let nonce = b64::encode(rand::random::<[u8; 16]>());
         let payload = json!({
             "version": "1.0",
             "operation": format!("{}/tools/book-hotel:invoke", self.stand_in),
@@ -343,5 +348,46 @@ async fn the_api_voice_view_invents_no_currency() {
     for invented in ["US dollars", "euros", "120,000"] {
         assert!(!text.contains(invented), "{invented:?} in\n{text}");
     }
+    w.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// §6: records keyed by RS origin and nonce
+// ---------------------------------------------------------------------------
+
+/// Another registered RS that reuses the reference RS's nonce can neither
+/// block nor answer for its CHEQ: both are decided, each delivered to its RS.
+#[actix_web::test]
+async fn one_rs_cannot_answer_for_anothers_nonce() {
+    let mut w = World::start().await;
+    let pack = w.env.invoke().await;
+    let (status, doc) = w.env.fetch_cheq(&pack.resource_uri).await;
+    assert_eq!(status, 200, "{doc}");
+    let nonce = payload_of(&doc)["nonce"].as_str().unwrap().to_owned();
+    let copy = w.serve_with_nonce(Duration::zero(), hotel(), &nonce);
+
+    let mut b = w.env.browser();
+    let (path, page) = b.open(START, &copy, "alice", ALICE_PW).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let outcome = b.decide(&path, &page, "reject").await;
+    assert_eq!(outcome.status, 200, "{}", outcome.text);
+    assert_eq!(w.decisions().len(), 1, "the copy's RS got its decision");
+
+    // The reference RS's CHEQ with the same nonce is still open…
+    let (path, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(
+        page.raw.contains("name=\"decision\""),
+        "still open: {}",
+        page.text
+    );
+    // …and is decided and delivered to the reference RS.
+    let outcome = b.decide(&path, &page, "accept").await;
+    assert_eq!(outcome.status, 200, "{}", outcome.text);
+    assert!(outcome.text.contains("Delivered"), "{}", outcome.text);
+    assert_eq!(w.env.rs.executions(), 1);
+    let (status, body) = result_of(&pack.result_uri).await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("accepted")));
+    assert_eq!(w.env.records("alice").len(), 2);
     w.stop().await;
 }
