@@ -141,6 +141,11 @@ fn payloads() -> Vec<(&'static str, Vec<u8>)> {
             .unwrap_or_default()
             .into_bytes(),
         ),
+        // "http://127.0.0" is the host 127.0.0.0, and so is "http://127.0.0x".
+        (
+            "untrusted-cs-short-ipv4",
+            text(payload(&rs_lo, "http://127.0.0", json!({}))),
+        ),
         ("interop", interop("payload.json")),
     ]
 }

@@ -18,6 +18,7 @@
 
 use super::fixtures::{self, cs_trusted, origin, rs_trusted};
 use super::variant;
+use cheq::cheq::uri::same_uri;
 use cheq::cheq::CountersignFields;
 use cheq::sign::jws::RawDocument;
 use cheq::sign::{
@@ -209,9 +210,14 @@ fn check_context(
         verify(doc, &wrong_rs),
         Err(VerifyError::ResourceUriMismatch { .. })
     ));
-    let other_cs = format!("{}x", f.confirmation_uri);
+    // Not `confirmation_uri + "x"`: "http://127.0.0" and "http://127.0.0x"
+    // are the same host (127.0.0.0) to a WHATWG URL parser.
+    let other_cs = ["https://other-confirm.example", "https://confirm-2.example"]
+        .into_iter()
+        .find(|o| !same_uri(&f.confirmation_uri, o))
+        .unwrap_or_default();
     let wrong_cs = Context {
-        confirmation_uri: Some(&other_cs),
+        confirmation_uri: Some(other_cs),
         ..bound.clone()
     };
     assert!(matches!(
