@@ -54,7 +54,9 @@ pub fn parse_value(bytes: &[u8], limit: usize) -> Result<Value, JsonError> {
 fn map_err(e: serde_json::Error) -> JsonError {
     let msg = e.to_string();
     if let Some(rest) = msg.strip_prefix(DUP_MARKER) {
-        let name = rest.split(DUP_MARKER).next().unwrap_or_default();
+        // The last marker closes the name: a name may itself hold the marker
+        // (found by fuzzing), serde_json's " at line …" suffix never does.
+        let name = rest.rsplit_once(DUP_MARKER).map_or(rest, |(name, _)| name);
         return JsonError::DuplicateMember(name.to_owned());
     }
     JsonError::Syntax(msg)
@@ -146,6 +148,12 @@ mod tests {
         assert_eq!(
             parse_object(br#"{"a":1,"\u0061":2}"#, 100),
             Err(JsonError::DuplicateMember("a".into()))
+        );
+        // A name holding the reader's own internal marker is still named.
+        let marker = r#""\u0000cheq-duplicate-member\u0000""#;
+        assert_eq!(
+            parse_object(format!("{{{marker}:1,{marker}:2}}").as_bytes(), 100),
+            Err(JsonError::DuplicateMember(DUP_MARKER.into()))
         );
     }
 
