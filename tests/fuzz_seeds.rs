@@ -93,12 +93,9 @@ fn signed_seed_documents_verify() {
 
 /// STRICT registry property (fuzz/targets/registry.rs): a resource URI whose
 /// path leaves the registered prefix once percent-decoded must be refused
-/// (PROTOCOL.md §2). Today `Registry::find` accepts these: the URL parser
-/// does not touch `..%2f`, and the prefix test is made on the encoded path.
-/// Not fixed here (src/confirm/registry.rs has its own owner); remove the
-/// `#[ignore]` and set `CHEQ_FUZZ_REGISTRY_STRICT=1` by default once fixed.
+/// (PROTOCOL.md §2); `Registry::find` refuses encoded separators and dot
+/// segments before any request leaves.
 #[test]
-#[ignore = "open: Registry::find accepts percent-encoded dot segments (..%2f)"]
 fn registry_refuses_encoded_dot_segments() {
     for uri in [
         "https://api.airline.example/cheq/..%2f..%2foauth%2ftoken",

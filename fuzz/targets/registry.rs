@@ -8,20 +8,15 @@
 //! - its scheme, host and port are those of the resource server found;
 //! - its path, as sent and percent-decoded, starts with the prefix and goes
 //!   on past it;
-//! - STRICT (off by default, see below): its path, percent-decoded and with
-//!   dot segments resolved as a server that decodes `%2F` would, still lies
-//!   under the prefix.
+//! - STRICT: its path, percent-decoded and with dot segments resolved as a
+//!   server that decodes `%2F` would, still lies under the prefix.
 //!
 //! And completeness: `origin + prefix + a token made from the input` is
 //! always accepted, for the right server.
 //!
-//! STRICT is not checked unless `CHEQ_FUZZ_REGISTRY_STRICT=1`: today
-//! `Registry::find` accepts `https://api.airline.example/cheq/..%2f..%2foauth%2ftoken`
-//! (the URL parser leaves `..%2f..` alone, and the prefix test is on the
-//! encoded path), which an RS that decodes before routing reads as
-//! `/oauth/token`. `src/confirm/registry.rs` is not changed here; the
-//! `#[ignore]`d test `registry_refuses_encoded_dot_segments` in
-//! `tests/fuzz_seeds.rs` reproduces it. Turn STRICT on once it is fixed.
+//! STRICT is checked unless `CHEQ_FUZZ_REGISTRY_STRICT=0`: the registry
+//! refuses encoded separators and dot segments before any request leaves
+//! (issue 8; `registry_refuses_encoded_dot_segments` in `tests/fuzz_seeds.rs`).
 
 use super::fixtures::percent_decode;
 use cheq::cheq::uri::parse_cheq_uri;
@@ -46,7 +41,7 @@ fn registry() -> &'static Registry {
 /// Is the STRICT property checked?
 pub fn strict() -> bool {
     static S: OnceLock<bool> = OnceLock::new();
-    *S.get_or_init(|| std::env::var("CHEQ_FUZZ_REGISTRY_STRICT").is_ok_and(|v| v == "1"))
+    *S.get_or_init(|| std::env::var("CHEQ_FUZZ_REGISTRY_STRICT").map_or(true, |v| v != "0"))
 }
 
 pub fn run(data: &[u8]) -> u64 {
@@ -80,6 +75,7 @@ pub fn run(data: &[u8]) -> u64 {
         Ok(i) => *i as u64,
         Err(RegistryError::BadUri(..)) => 100,
         Err(RegistryError::NotRegistered(_)) => 101,
+        Err(RegistryError::UnsafePath { .. }) => 102,
     };
     super::fnv(&[outcome.to_le_bytes(), features.to_le_bytes()].concat())
 }
