@@ -38,22 +38,9 @@ fn rss_kib(pid: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn hidden(page: &str, name: &str) -> Option<String> {
-    let marker = format!("name=\"{name}\" value=\"");
-    let start = page.find(&marker)? + marker.len();
-    let end = page[start..].find('"')?;
-    Some(page[start..start + end].to_owned())
-}
-
-fn cookie(res: &reqwest::Response) -> Option<String> {
-    res.headers()
-        .get_all(header::SET_COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find(|v| v.starts_with("cheq_session="))
-        .and_then(|v| v.split(';').next())
-        .map(str::to_owned)
-}
+#[path = "support/web.rs"]
+mod web;
+use web::{cookie, hidden};
 
 /// One honest login (form, then post); returns its wall time in ms.
 async fn login(http: &reqwest::Client, cs: &str, password: &str) -> f64 {

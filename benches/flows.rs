@@ -24,22 +24,9 @@ fn env(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
 }
 
-fn hidden(page: &str, name: &str) -> Option<String> {
-    let marker = format!("name=\"{name}\" value=\"");
-    let start = page.find(&marker)? + marker.len();
-    let end = page[start..].find('"')?;
-    Some(page[start..start + end].to_owned())
-}
-
-fn cookie(res: &reqwest::Response) -> Option<String> {
-    res.headers()
-        .get_all(header::SET_COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find(|v| v.starts_with("cheq_session="))
-        .and_then(|v| v.split(';').next())
-        .map(str::to_owned)
-}
+#[path = "support/web.rs"]
+mod web;
+use web::{cookie, hidden};
 
 async fn login(http: &reqwest::Client, cs: &str, password: &str) -> String {
     let res = http
