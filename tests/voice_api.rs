@@ -926,6 +926,11 @@ async fn a_decision_the_rs_refuses_is_not_reported_accepted() {
         answer.raw
     );
     assert!(!answer.raw.contains("accepted"), "{}", answer.raw);
+    // Read again, it is still not "accepted".
+    let again = gw.get(Some(&token), &id).await;
+    again.expect(409, "the refused decision, read again");
+    assert_eq!(again.error(), "refused_by_resource_server", "{}", again.raw);
+    assert!(!again.raw.contains("accepted"), "{}", again.raw);
     let records = env.records("alice");
     assert_eq!(records.len(), 1);
     assert!(

@@ -115,6 +115,11 @@ pub struct CsConfig {
     /// Lifetime of a raw-API user token.
     #[serde(default = "default_api_token_ttl")]
     pub api_token_ttl_secs: i64,
+    /// Reverse proxies in front of the CS (their addresses): from these
+    /// alone, the client's address is read from `X-Forwarded-For`, so that
+    /// limits count clients, not the proxy.
+    #[serde(default)]
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 fn default_api_token_ttl() -> i64 {

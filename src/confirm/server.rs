@@ -110,7 +110,7 @@ pub async fn build_state(
     };
     let limiter = Limiter::new(store.limits.clone());
     let log_key = load_or_create_secret(&config.data_dir.join("log.secret"))?;
-    let api = super::api::Api::new(
+    let mut api = super::api::Api::new(
         cs.clone(),
         login.clone(),
         config.gateways.clone(),
@@ -118,6 +118,7 @@ pub async fn build_state(
         limiter.clone(),
         log_key.clone(),
     );
+    api.trusted_proxies = config.trusted_proxies.clone();
     Ok(web::Data::new(CsState {
         cs,
         api: web::Data::new(api),

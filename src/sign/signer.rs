@@ -76,7 +76,14 @@ pub fn countersign(
     now: DateTime<Utc>,
 ) -> Result<String, CountersignError> {
     let fields = verified.fields();
-    if fields.subject != input.sub && !input.also_known_as.contains(&fields.subject) {
+    // The same rule as the CS's sign-in: the user name exactly, or one of
+    // the user's other names (a verified e-mail) without regard to ASCII case.
+    let named = fields.subject == input.sub
+        || input
+            .also_known_as
+            .iter()
+            .any(|a| a.eq_ignore_ascii_case(&fields.subject));
+    if !named {
         return Err(CountersignError::SubjectMismatch {
             subject: fields.subject.clone(),
             user: input.sub.to_owned(),

@@ -250,7 +250,14 @@ impl DecisionRecords for SledRecords {
             else {
                 continue;
             };
-            let mut record: DecisionRecord = decode(&id, &old)?;
+            // An unreadable record must not stop every other delivery.
+            let mut record: DecisionRecord = match decode(&id, &old) {
+                Ok(r) => r,
+                Err(e) => {
+                    log::error!("delivery outbox: skipping an unreadable record: {e}");
+                    continue;
+                }
+            };
             let Delivery::Pending { next_try, .. } = &mut record.delivery else {
                 continue;
             };

@@ -135,6 +135,13 @@ impl Api {
                 "the fields username and pin are required",
             ));
         }
+        if crate::confirm::auth::check_username(&username).is_err() {
+            return Err(JsonError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_grant",
+                "the user name or PIN is wrong",
+            ));
+        }
         let now = self.cs.now().timestamp();
         // A PIN is only slowed down per user, never refused: a caller who
         // guesses cannot lock the user out (see `auth::limits`).

@@ -67,6 +67,8 @@ pub struct Api {
     token_ttl: i64,
     limiter: Limiter,
     log_key: Vec<u8>,
+    /// See [`client_address`].
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 impl std::fmt::Debug for Api {
@@ -92,6 +94,7 @@ impl Api {
             token_ttl,
             limiter,
             log_key,
+            trusted_proxies: Vec::new(),
         }
     }
 
@@ -101,11 +104,50 @@ impl Api {
     }
 }
 
-/// The client's address, as limits count it.
-pub(crate) fn peer(req: &HttpRequest) -> String {
-    req.peer_addr()
-        .map(|a| a.ip().to_string())
-        .unwrap_or_else(|| "?".into())
+/// The client's address, as limits count it: the connecting peer, or, when
+/// the peer is one of `trusted` proxies, the nearest address in
+/// `X-Forwarded-For` that is not a trusted proxy; an IPv6 address counts as
+/// its /64 (one network hands out a whole /64).
+pub(crate) fn client_address(req: &HttpRequest, trusted: &[std::net::IpAddr]) -> String {
+    let Some(peer) = req.peer_addr().map(|a| a.ip()) else {
+        return "?".into();
+    };
+    let mut client = peer;
+    if trusted.contains(&peer) {
+        let forwarded = req
+            .headers()
+            .get_all("x-forwarded-for")
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(|a| a.trim().parse::<std::net::IpAddr>())
+            .collect::<Vec<_>>();
+        for hop in forwarded.iter().rev() {
+            match hop {
+                Ok(ip) if trusted.contains(ip) => continue,
+                Ok(ip) => {
+                    client = *ip;
+                    break;
+                }
+                // An unreadable hop: count the proxy's own address.
+                Err(_) => break,
+            }
+        }
+    }
+    counted_address(client)
+}
+
+/// An address as limits count it: IPv4 as is, IPv6 by its /64.
+pub(crate) fn counted_address(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
+    }
 }
 
 /// Registers the raw API's routes. Every answer under `/api/v1/` is JSON
@@ -168,7 +210,8 @@ async fn token(
             "the body must be application/x-www-form-urlencoded: {e}"
         ))
     })?;
-    let answer = api.issue(authorization(&req), &peer(&req), form).await?;
+    let address = client_address(&req, &api.trusted_proxies);
+    let answer = api.issue(authorization(&req), &address, form).await?;
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(answer))
@@ -177,7 +220,10 @@ async fn token(
 async fn view(api: &Api, id: &str, who: &ApiUser) -> Result<Value, JsonError> {
     Ok(match api.cs.load(id, &who.0).await.map_err(json_error)? {
         crate::confirm::flow::Loaded::Open(open) => open_view(id, &open.view),
-        crate::confirm::flow::Loaded::Decided(r) => views::decided_view(id, &r),
+        crate::confirm::flow::Loaded::Decided(r) => match refused(&r) {
+            Some(e) => return Err(e),
+            None => views::decided_view(id, &r),
+        },
     })
 }
 
@@ -207,6 +253,34 @@ async fn get(
 ) -> Result<HttpResponse, JsonError> {
     let view = view(&api, &id, &who).await?;
     Ok(HttpResponse::Ok().json(view))
+}
+
+/// The answer for a decision the RS refused: never "accepted" for something
+/// the RS will not carry out (the same for `GET` and for the decision).
+fn refused(record: &crate::store::cs::DecisionRecord) -> Option<JsonError> {
+    let Delivery::Refused { refusal, .. } = &record.delivery else {
+        return None;
+    };
+    let reason = match refusal {
+        Refusal::ResourceServer { error, .. } => error.as_str(),
+        Refusal::Unregistered => "the resource server is no longer registered",
+        Refusal::Unsealable => "the sealed decision could not be opened",
+    };
+    Some(
+        JsonError::new(
+            StatusCode::CONFLICT,
+            "refused_by_resource_server",
+            format!(
+                "the resource server refused the decision: {}",
+                crate::text::snippet(reason.as_bytes(), 200)
+            ),
+        )
+        .with_extra(json!({
+            "decision": record.decision,
+            "decided_at": views::rfc3339(record.decided_at),
+            "delivery": views::delivery_word(&record.delivery),
+        })),
+    )
 }
 
 /// The body of a decision: `decision`, `collected`, `acknowledge_warnings`,
@@ -272,23 +346,8 @@ async fn decide(
                 "decided_at": views::rfc3339(record.decided_at),
                 "delivery": views::delivery_word(&record.delivery),
             });
-            if let Delivery::Refused { refusal, .. } = &record.delivery {
-                // Never "accepted" for something the RS will not carry out.
-                let reason = match refusal {
-                    Refusal::ResourceServer { error, .. } => error.as_str(),
-                    Refusal::Unregistered => "the resource server is no longer registered",
-                    Refusal::Unsealable => "the sealed decision could not be opened",
-                };
-                return Err(JsonError::new(
-                    StatusCode::CONFLICT,
-                    "refused_by_resource_server",
-                    format!("the resource server refused the decision: {reason}"),
-                )
-                .with_extra(json!({
-                    "decision": record.decision,
-                    "decided_at": views::rfc3339(record.decided_at),
-                    "delivery": views::delivery_word(&record.delivery),
-                })));
+            if let Some(refused) = refused(&record) {
+                return Err(refused);
             }
             if earlier && record.decision != asked {
                 return Err(JsonError::new(
@@ -334,6 +393,38 @@ async fn decide(
 mod tests {
     use super::*;
     use actix_web::ResponseError;
+
+    #[test]
+    fn limits_count_the_client_behind_a_trusted_proxy_and_ipv6_by_its_64() {
+        use actix_web::test::TestRequest;
+        let proxy: std::net::IpAddr = "10.0.0.1".parse().unwrap();
+        let direct = TestRequest::default()
+            .peer_addr("192.0.2.7:5000".parse().unwrap())
+            .insert_header(("x-forwarded-for", "203.0.113.9"))
+            .to_http_request();
+        // Not from a trusted proxy: the header is ignored.
+        assert_eq!(client_address(&direct, &[proxy]), "192.0.2.7");
+        let proxied = TestRequest::default()
+            .peer_addr("10.0.0.1:5000".parse().unwrap())
+            .insert_header(("x-forwarded-for", "6.6.6.6, 203.0.113.9, 10.0.0.1"))
+            .to_http_request();
+        // The nearest untrusted hop, not what the client claims further left.
+        assert_eq!(client_address(&proxied, &[proxy]), "203.0.113.9");
+        assert_eq!(client_address(&proxied, &[]), "10.0.0.1");
+        let bad = TestRequest::default()
+            .peer_addr("10.0.0.1:5000".parse().unwrap())
+            .insert_header(("x-forwarded-for", "not an address"))
+            .to_http_request();
+        assert_eq!(client_address(&bad, &[proxy]), "10.0.0.1");
+        let v6 = TestRequest::default()
+            .peer_addr("[2001:db8:1:2:3:4:5:6]:5000".parse().unwrap())
+            .to_http_request();
+        assert_eq!(client_address(&v6, &[]), "2001:db8:1:2::/64");
+        assert_eq!(
+            counted_address("::ffff:192.0.2.1".parse().unwrap()),
+            "192.0.2.1"
+        );
+    }
 
     #[test]
     fn every_error_maps_to_a_json_status_without_internals() {

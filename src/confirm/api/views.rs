@@ -60,7 +60,10 @@ pub fn decided_status(r: &DecisionRecord) -> ConfirmationStatus {
     match &r.delivery {
         Delivery::Pending { .. } => ConfirmationStatus::DeliveryPending,
         Delivery::Expired { .. } => ConfirmationStatus::Expired,
-        Delivery::Delivered { .. } | Delivery::Refused { .. } => ConfirmationStatus::of(r.decision),
+        // What the RS recorded (the same as the decision, by §6).
+        Delivery::Delivered { decision, .. } => ConfirmationStatus::of(*decision),
+        // Not carried out: the front end answers 409 rather than this.
+        Delivery::Refused { .. } => ConfirmationStatus::of(r.decision),
     }
 }
 

@@ -77,6 +77,9 @@ impl LimitKey {
     }
 }
 
+/// Longest wait for one's turn at a delaying key before "busy".
+pub const MAX_TURN_WAIT: Duration = Duration::from_secs(20);
+
 /// How long an address where an account signed in stays known.
 pub const KNOWN_ADDRESS_SECS: i64 = 30 * 24 * 3600;
 const STRIPES: usize = 256;
@@ -130,14 +133,22 @@ impl Limiter {
         Ok(())
     }
 
+    /// Whether the account of delaying `key` signed in from `address`
+    /// within [`KNOWN_ADDRESS_SECS`].
+    fn is_known(&self, key: &LimitKey, address: &str, now: i64) -> Result<bool, StoreError> {
+        let Some(known) = key.known_at(address) else {
+            return Ok(false);
+        };
+        Ok(self
+            .store
+            .get(&known)?
+            .is_some_and(|s| now - s.last_failure <= KNOWN_ADDRESS_SECS))
+    }
+
     /// The delay `key` imposes on a check from `address` at `now`.
     pub fn delay_of(&self, key: &LimitKey, address: &str, now: i64) -> Result<i64, StoreError> {
-        if let Some(known) = key.known_at(address) {
-            if let Some(s) = self.store.get(&known)? {
-                if now - s.last_failure <= KNOWN_ADDRESS_SECS {
-                    return Ok(0);
-                }
-            }
+        if self.is_known(key, address, now)? {
+            return Ok(0);
         }
         Ok(key.policy().delay(self.store.get(&key.store_key())?, now))
     }
@@ -166,16 +177,28 @@ impl Limiter {
         for key in keys.iter().filter(|k| !k.delays()) {
             self.fail(key, now)?;
         }
+        // An address the account is known at skips the line and the delay.
+        let mut known = true;
+        for key in keys.iter().filter(|k| k.delays()) {
+            known &= self.is_known(key, address, now)?;
+        }
         let mut turns = Vec::new();
-        let mut stripes: Vec<usize> = keys
-            .iter()
-            .filter(|k| k.delays())
-            .map(|k| stripe(&k.store_key()))
-            .collect();
-        stripes.sort_unstable();
-        stripes.dedup();
-        for i in stripes {
-            turns.push(self.turns[i].lock().await);
+        if !known {
+            let mut stripes: Vec<usize> = keys
+                .iter()
+                .filter(|k| k.delays())
+                .map(|k| stripe(&k.store_key()))
+                .collect();
+            stripes.sort_unstable();
+            stripes.dedup();
+            for i in stripes {
+                // The line is bounded in time: past it, "busy" (503), never
+                // a lock-out.
+                match tokio::time::timeout(MAX_TURN_WAIT, self.turns[i].lock()).await {
+                    Ok(turn) => turns.push(turn),
+                    Err(_) => return Err(CsError::Busy),
+                }
+            }
         }
         let mut delay = 0;
         for key in keys.iter().filter(|k| k.delays()) {

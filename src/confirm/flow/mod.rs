@@ -202,7 +202,7 @@ impl Cs {
             origin: origin.clone(),
         })?;
         if let Err(e @ FetchError::Status { .. }) = &fetched {
-            log::warn!("fetching a CHEQ from {origin}: {e:?}");
+            log::warn!("fetching a CHEQ from {origin}: {e}");
         }
         fetched.map_err(|e| match e {
             FetchError::Timeout => CsError::Timeout { origin },

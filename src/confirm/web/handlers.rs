@@ -182,7 +182,22 @@ pub(super) async fn login(
     let username = form.username.unwrap_or_default().trim().to_owned();
     let password = form.password.unwrap_or_default();
     let t = state.cs.now().timestamp();
-    let ip = crate::confirm::api::peer(&req);
+    let ip = crate::confirm::api::client_address(&req, &state.api.trusted_proxies);
+    // A name no account can have is refused without hashing and without a
+    // limiter key of its own (the address still counts it).
+    if crate::confirm::auth::check_username(&username).is_err() {
+        state
+            .limiter
+            .fail(&LimitKey::Address(ip.clone()), t)
+            .map_err(CsError::from)?;
+        let page = LoginPage {
+            next: &next,
+            csrf: &state.sessions.csrf_token(&old_id),
+            error: Some("The user name or password is wrong."),
+            username: "",
+        };
+        return Ok(html(StatusCode::UNAUTHORIZED, render(&page)?));
+    }
     let keys = [
         LimitKey::AccountAt {
             account: username.clone(),
