@@ -18,7 +18,6 @@
 //! during the flood, the answers to the flood by status, and the memory
 //! before, at the end of the flood and after settling.
 
-use reqwest::header;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -40,33 +39,12 @@ fn rss_kib(pid: &str) -> u64 {
 
 #[path = "support/web.rs"]
 mod web;
-use web::{cookie, hidden};
+use web::login;
 
 /// One honest login (form, then post); returns its wall time in ms.
-async fn login(http: &reqwest::Client, cs: &str, password: &str) -> f64 {
+async fn timed_login(http: &reqwest::Client, cs: &str, password: &str) -> f64 {
     let started = Instant::now();
-    let res = http.get(format!("{cs}/login")).send().await.expect("form");
-    let pre = cookie(&res).expect("pre-login cookie");
-    let page = res.text().await.expect("page");
-    let csrf = hidden(&page, "csrf").expect("csrf");
-    let res = http
-        .post(format!("{cs}/login"))
-        .header(header::COOKIE, &pre)
-        .form(&[
-            ("username", "alice"),
-            ("password", password),
-            ("csrf", &csrf),
-            ("next", "/history"),
-        ])
-        .send()
-        .await
-        .expect("login");
-    assert_eq!(
-        res.status(),
-        303,
-        "the honest login failed: {}",
-        res.status()
-    );
+    login(http, cs, password).await;
     started.elapsed().as_secs_f64() * 1000.0
 }
 
@@ -100,7 +78,7 @@ fn main() {
             .expect("client");
         let mut before = Vec::new();
         for _ in 0..3 {
-            before.push(login(&honest, &cs, &password).await);
+            before.push(timed_login(&honest, &cs, &password).await);
         }
         let rss_before = rss_kib(&pid);
         let started = Instant::now();
@@ -127,7 +105,7 @@ fn main() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let mut during = Vec::new();
         for _ in 0..3 {
-            during.push(login(&honest, &cs, &password).await);
+            during.push(timed_login(&honest, &cs, &password).await);
         }
         let mut statuses: BTreeMap<u16, usize> = BTreeMap::new();
         for t in tasks {

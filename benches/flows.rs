@@ -26,32 +26,7 @@ fn env(name: &str, default: &str) -> String {
 
 #[path = "support/web.rs"]
 mod web;
-use web::{cookie, hidden};
-
-async fn login(http: &reqwest::Client, cs: &str, password: &str) -> String {
-    let res = http
-        .get(format!("{cs}/login"))
-        .send()
-        .await
-        .expect("login form");
-    let pre = cookie(&res).expect("pre-login cookie");
-    let page = res.text().await.expect("login page");
-    let csrf = hidden(&page, "csrf").expect("csrf");
-    let res = http
-        .post(format!("{cs}/login"))
-        .header(header::COOKIE, &pre)
-        .form(&[
-            ("username", "alice"),
-            ("password", password),
-            ("csrf", &csrf),
-            ("next", "/history"),
-        ])
-        .send()
-        .await
-        .expect("login");
-    assert_eq!(res.status(), 303, "login failed");
-    cookie(&res).expect("session cookie")
-}
+use web::{hidden, login};
 
 async fn flow(
     http: &reqwest::Client,

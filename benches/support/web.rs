@@ -1,5 +1,5 @@
-//! What the load generators read from the CS's pages: hidden form fields and
-//! the session cookie.
+//! What the load generators do with the CS's pages: read hidden form fields
+//! and the session cookie, and sign alice in.
 
 use reqwest::header;
 
@@ -20,4 +20,30 @@ pub fn cookie(res: &reqwest::Response) -> Option<String> {
         .find(|v| v.starts_with("cheq_session="))
         .and_then(|v| v.split(';').next())
         .map(str::to_owned)
+}
+
+/// Signs alice in with `password`; returns the session cookie.
+pub async fn login(http: &reqwest::Client, cs: &str, password: &str) -> String {
+    let res = http
+        .get(format!("{cs}/login"))
+        .send()
+        .await
+        .expect("login form");
+    let pre = cookie(&res).expect("pre-login cookie");
+    let page = res.text().await.expect("login page");
+    let csrf = hidden(&page, "csrf").expect("csrf");
+    let res = http
+        .post(format!("{cs}/login"))
+        .header(header::COOKIE, &pre)
+        .form(&[
+            ("username", "alice"),
+            ("password", password),
+            ("csrf", &csrf),
+            ("next", "/history"),
+        ])
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(res.status(), 303, "login failed");
+    cookie(&res).expect("session cookie")
 }
