@@ -358,3 +358,179 @@ fn sled_keeps_everything_across_a_reopen() {
     assert_eq!(store.limits.get("ip:1.2.3.4").unwrap().unwrap().failures, 3);
     assert_eq!(store.records.lease_due(10, 30, 10).unwrap().len(), 1);
 }
+
+// ---- PostgreSQL ----
+
+fn pg() -> cheq::store::pg::Pg {
+    let url = cheq::store::pg::test_database("store_cs").unwrap();
+    cheq::store::pg::Pg::new(&url, 16).unwrap()
+}
+
+#[test]
+fn postgres_keeps_the_contract() {
+    let store = cheq::store::pg::cs::open(&pg()).unwrap();
+    contract(&store);
+}
+
+#[test]
+fn postgres_keeps_everything_across_a_reopen() {
+    let url = cheq::store::pg::test_database("store_cs_reopen").unwrap();
+    {
+        let store = cheq::store::pg::cs::open(&cheq::store::pg::Pg::new(&url, 2).unwrap()).unwrap();
+        store.records.claim(&record(A, "r1", "jo", 10)).unwrap();
+        store.accounts.put(&account("jo", None), false).unwrap();
+        store
+            .limits
+            .update("ip:1.2.3.4", &mut |_| {
+                Some(LimitState {
+                    failures: 3,
+                    locked_until: 0,
+                    last_failure: 5,
+                })
+            })
+            .unwrap();
+    }
+    let store = cheq::store::pg::cs::open(&cheq::store::pg::Pg::new(&url, 2).unwrap()).unwrap();
+    assert_eq!(
+        store
+            .records
+            .get(&RecordKey::new(A, "r1"))
+            .unwrap()
+            .unwrap()
+            .user,
+        "jo"
+    );
+    assert!(store.accounts.get("jo").unwrap().is_some());
+    assert_eq!(store.limits.get("ip:1.2.3.4").unwrap().unwrap().failures, 3);
+    assert_eq!(store.records.lease_due(10, 30, 10).unwrap().len(), 1);
+}
+
+#[test]
+fn postgres_stores_on_two_pools_are_one_store() {
+    // Two pools stand for two instances of the CS on one database.
+    let url = cheq::store::pg::test_database("store_cs_two").unwrap();
+    let one = cheq::store::pg::cs::open(&cheq::store::pg::Pg::new(&url, 4).unwrap()).unwrap();
+    let two = cheq::store::pg::cs::open(&cheq::store::pg::Pg::new(&url, 4).unwrap()).unwrap();
+    one.records.claim(&record(A, "r1", "jo", 10)).unwrap();
+    match two.records.claim(&record(A, "r1", "al", 11)).unwrap() {
+        Claim::Existing(old) => assert_eq!(old.user, "jo"),
+        Claim::Fresh => panic!("claimed on both instances"),
+    }
+    one.accounts
+        .put(&account("jo", Some("jo@x.example")), false)
+        .unwrap();
+    assert!(matches!(
+        two.accounts.put(&account("JO@X.EXAMPLE", None), false),
+        Err(AccountPutError::Ambiguous(_))
+    ));
+    let key = [7u8; 32];
+    one.sessions
+        .put(
+            &key,
+            &Session {
+                identity: None,
+                expires: 100,
+            },
+        )
+        .unwrap();
+    assert_eq!(two.sessions.get(&key).unwrap().unwrap().expires, 100);
+    one.limits
+        .update("acct:jo", &mut |old| {
+            Some(LimitState {
+                failures: old.map_or(0, |s| s.failures) + 1,
+                locked_until: 0,
+                last_failure: 1,
+            })
+        })
+        .unwrap();
+    let after = two
+        .limits
+        .update("acct:jo", &mut |old| {
+            Some(LimitState {
+                failures: old.map_or(0, |s| s.failures) + 1,
+                locked_until: 0,
+                last_failure: 2,
+            })
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.failures, 2, "a failure counted on one counts on all");
+    // A due delivery goes to one instance only.
+    let a = one.records.lease_due(10, 30, 10).unwrap();
+    let b = two.records.lease_due(10, 30, 10).unwrap();
+    assert_eq!(a.len() + b.len(), 1);
+    assert!(one.readiness.ready().is_ok());
+}
+
+#[test]
+fn postgres_migrations_apply_once_when_instances_start_together() {
+    let url = cheq::store::pg::test_database("store_cs_migrate").unwrap();
+    let applied: Vec<usize> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..6)
+            .map(|_| {
+                let url = url.clone();
+                s.spawn(move || {
+                    let pg = cheq::store::pg::Pg::new(&url, 1).unwrap();
+                    pg.migrate("cs", cheq::store::pg::cs::MIGRATIONS).unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        applied.iter().sum::<usize>(),
+        cheq::store::pg::cs::MIGRATIONS.len(),
+        "{applied:?}"
+    );
+    let pg = cheq::store::pg::Pg::new(&url, 1).unwrap();
+    assert_eq!(cheq::store::pg::applied(&pg, "cs").unwrap(), vec![1]);
+    assert_eq!(
+        cheq::store::pg::applied(&pg, "rs").unwrap(),
+        Vec::<i32>::new()
+    );
+}
+
+#[test]
+fn postgres_refuses_a_schema_newer_than_it_knows() {
+    static NEWER: &[cheq::store::pg::Migration] = &[
+        cheq::store::pg::Migration {
+            version: 1,
+            name: "one",
+            sql: "CREATE TABLE t1 (x int)",
+        },
+        cheq::store::pg::Migration {
+            version: 2,
+            name: "two",
+            sql: "CREATE TABLE t2 (x int)",
+        },
+    ];
+    let url = cheq::store::pg::test_database("store_cs_newer").unwrap();
+    let pg = cheq::store::pg::Pg::new(&url, 1).unwrap();
+    assert_eq!(pg.migrate("probe", NEWER).unwrap(), 2);
+    let e = pg.migrate("probe", &NEWER[..1]).unwrap_err().to_string();
+    assert!(e.contains("newer than this cheq knows"), "{e}");
+}
+
+#[test]
+fn postgres_is_not_ready_when_nothing_answers_and_says_so_in_time() {
+    // A port nobody listens on: the check fails quickly, with a reason.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let pg = cheq::store::pg::Pg::new(&format!("postgres://cheq@127.0.0.1:{port}/x"), 1).unwrap();
+    let started = std::time::Instant::now();
+    let e = pg.ping().unwrap_err().to_string();
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{e}");
+    assert!(e.contains("ping"), "{e}");
+}
+
+#[test]
+fn a_bad_database_url_is_refused_without_repeating_it() {
+    let e = cheq::store::pg::Pg::new("postgres://u:s3cret@host:notaport/db", 1)
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains("s3cret"), "{e}");
+    assert!(e.contains("database_url"), "{e}");
+}

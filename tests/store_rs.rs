@@ -339,3 +339,46 @@ fn sled_reads_what_the_rs_wrote_before_the_traits() {
     assert_eq!(store.records.collect_expired(i64::MAX).unwrap(), 1);
     assert!(store.records.get("bad").is_err());
 }
+
+// ---- PostgreSQL ----
+
+#[test]
+fn postgres_meets_the_contract() {
+    let url = cheq::store::pg::test_database("store_rs").unwrap();
+    let store = cheq::store::pg::rs::open(&cheq::store::pg::Pg::new(&url, 16).unwrap()).unwrap();
+    contract(&store);
+}
+
+#[test]
+fn postgres_keeps_everything_across_a_reopen() {
+    let url = cheq::store::pg::test_database("store_rs_reopen").unwrap();
+    let r = record("x", "rx", 100);
+    let step4 = done("dx", json!({"booking_reference": "ABCD"}));
+    {
+        let store = cheq::store::pg::rs::open(&cheq::store::pg::Pg::new(&url, 2).unwrap()).unwrap();
+        assert!(store.records.create(&r).unwrap());
+        store
+            .records
+            .advance("x", &CheqState::Pending, &decided("dx"), false)
+            .unwrap();
+        store
+            .records
+            .advance("x", &decided("dx"), &step4, true)
+            .unwrap();
+        store.executions.record("x", &json!("ran")).unwrap();
+    }
+    let store = cheq::store::pg::rs::open(&cheq::store::pg::Pg::new(&url, 2).unwrap()).unwrap();
+    assert_eq!(store.records.by_result("rx").unwrap().unwrap().state, step4);
+    assert_eq!(store.executions.get("x").unwrap(), Some(json!("ran")));
+}
+
+#[test]
+fn postgres_cs_and_rs_tables_share_one_database() {
+    let url = cheq::store::pg::test_database("store_shared").unwrap();
+    let pg = cheq::store::pg::Pg::new(&url, 4).unwrap();
+    let rs = cheq::store::pg::rs::open(&pg).unwrap();
+    let _cs = cheq::store::pg::cs::open(&pg).unwrap();
+    assert!(rs.records.create(&record("x", "rx", 100)).unwrap());
+    assert_eq!(cheq::store::pg::applied(&pg, "cs").unwrap(), vec![1]);
+    assert_eq!(cheq::store::pg::applied(&pg, "rs").unwrap(), vec![1]);
+}

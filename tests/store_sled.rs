@@ -32,10 +32,20 @@ fn index_key(expires_at: i64, nonce: &str) -> Vec<u8> {
     key
 }
 
+/// A fresh PostgreSQL nonce store (the same tests run on both backends).
+fn pg_store(name: &str) -> Arc<dyn NonceStore> {
+    let url = cheq::store::pg::test_database(name).unwrap();
+    cheq::store::pg::rs::nonces(&cheq::store::pg::Pg::new(&url, 20).unwrap()).unwrap()
+}
+
 #[test]
 fn fresh_then_same_as_before_then_conflict() {
     let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir);
+    fresh_same_conflict(&open(&dir));
+    fresh_same_conflict(&*pg_store("nonce_fresh"));
+}
+
+fn fresh_same_conflict(store: &dyn NonceStore) {
     let accept = entry(1, 1_900_000_000, b"accept");
 
     assert_eq!(store.get("n1").unwrap(), None);
@@ -73,8 +83,11 @@ fn fresh_then_same_as_before_then_conflict() {
 #[test]
 fn input_limits() {
     let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir);
+    limits(&open(&dir));
+    limits(&*pg_store("nonce_limits"));
+}
 
+fn limits(store: &dyn NonceStore) {
     let max = entry(1, 10, &vec![0xAA; MAX_DATA_LEN]);
     assert_eq!(store.record("max", &max).unwrap(), RecordOutcome::Fresh);
     assert_eq!(store.get("max").unwrap(), Some(max));
@@ -100,7 +113,7 @@ fn input_limits() {
 /// the outcomes. `digest_of(i)` is thread `i`'s digest; with `vary_expiry` each
 /// thread also has its own `expires_at`.
 fn race(
-    store: &SledNonceStore,
+    store: &dyn NonceStore,
     round: usize,
     digest_of: fn(usize) -> u8,
     vary_expiry: bool,
@@ -134,8 +147,16 @@ fn racing_writers_with_different_digests_get_one_fresh() {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
     let store = SledNonceStore::with_db(db.clone(), "replay").unwrap();
+    different_digests(&store);
+    assert_index_holds_exactly_the_winners(&db, &store);
+    let pg = pg_store("nonce_race_diff");
+    different_digests(&*pg);
+    assert_eq!(pg.collect_expired(2_000_000_000).unwrap(), 20);
+}
+
+fn different_digests(store: &dyn NonceStore) {
     for round in 0..20 {
-        let outcomes = race(&store, round, |i| u8::try_from(i).unwrap(), true);
+        let outcomes = race(store, round, |i| u8::try_from(i).unwrap(), true);
         let stored = store.get(&format!("raced-{round}")).unwrap().unwrap();
         assert_eq!(
             outcomes
@@ -153,7 +174,6 @@ fn racing_writers_with_different_digests_get_one_fresh() {
             }
         }
     }
-    assert_index_holds_exactly_the_winners(&db, &store);
 }
 
 /// After the 20 rounds of [`race`]: losers left no index entries behind, and the
@@ -170,8 +190,16 @@ fn racing_writers_with_the_same_digest_get_one_fresh() {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
     let store = SledNonceStore::with_db(db.clone(), "replay").unwrap();
+    same_digest(&store);
+    assert_index_holds_exactly_the_winners(&db, &store);
+    let pg = pg_store("nonce_race_same");
+    same_digest(&*pg);
+    assert_eq!(pg.collect_expired(2_000_000_000).unwrap(), 20);
+}
+
+fn same_digest(store: &dyn NonceStore) {
     for round in 0..20 {
-        let outcomes = race(&store, round, |_| 9, false);
+        let outcomes = race(store, round, |_| 9, false);
         let stored = store.get(&format!("raced-{round}")).unwrap().unwrap();
         assert_eq!(
             outcomes
@@ -189,7 +217,6 @@ fn racing_writers_with_the_same_digest_get_one_fresh() {
             }
         }
     }
-    assert_index_holds_exactly_the_winners(&db, &store);
 }
 
 /// `collect_expired(now)` removes exactly the entries with `expires_at < now`.
@@ -200,7 +227,11 @@ fn racing_writers_with_the_same_digest_get_one_fresh() {
 #[test]
 fn collect_expired_removes_only_expired_entries() {
     let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir);
+    collects(&open(&dir));
+    collects(&*pg_store("nonce_collect"));
+}
+
+fn collects(store: &dyn NonceStore) {
     for (nonce, expires_at) in [("neg", -50), ("a", 100), ("b", 200), ("c", 300), ("z", 100)] {
         assert_eq!(
             store
@@ -209,7 +240,7 @@ fn collect_expired_removes_only_expired_entries() {
             RecordOutcome::Fresh
         );
     }
-    let present = |store: &SledNonceStore| -> Vec<&str> {
+    let present = |store: &dyn NonceStore| -> Vec<&str> {
         ["neg", "a", "b", "c", "z"]
             .into_iter()
             .filter(|n| store.get(n).unwrap().is_some())
@@ -218,13 +249,13 @@ fn collect_expired_removes_only_expired_entries() {
 
     assert_eq!(store.collect_expired(-50).unwrap(), 0);
     assert_eq!(store.collect_expired(0).unwrap(), 1);
-    assert_eq!(present(&store), ["a", "b", "c", "z"]);
+    assert_eq!(present(store), ["a", "b", "c", "z"]);
     assert_eq!(store.collect_expired(100).unwrap(), 0, "100 is not < 100");
     assert_eq!(store.collect_expired(200).unwrap(), 2);
-    assert_eq!(present(&store), ["b", "c"]);
+    assert_eq!(present(store), ["b", "c"]);
     assert_eq!(store.collect_expired(200).unwrap(), 0);
     assert_eq!(store.collect_expired(301).unwrap(), 2);
-    assert!(present(&store).is_empty());
+    assert!(present(store).is_empty());
 
     // A collected nonce is forgotten: it records Fresh again (see above).
     assert_eq!(

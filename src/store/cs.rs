@@ -302,6 +302,8 @@ pub struct CsStore {
     pub accounts: std::sync::Arc<dyn Accounts>,
     pub sessions: std::sync::Arc<dyn Sessions>,
     pub limits: std::sync::Arc<dyn Limits>,
+    /// Whether the backend answers now.
+    pub readiness: std::sync::Arc<dyn super::Readiness>,
 }
 
 impl std::fmt::Debug for CsStore {

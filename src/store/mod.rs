@@ -28,6 +28,7 @@
 //! collect only with `now` taken from the same clock.
 
 pub mod cs;
+pub mod pg;
 pub mod rs;
 pub mod sled_cs;
 mod sled_json;
@@ -130,6 +131,22 @@ pub trait NonceStore: Send + Sync {
     /// A collected nonce can afterwards be recorded [`RecordOutcome::Fresh`] again;
     /// see the module documentation for why that is safe.
     fn collect_expired(&self, now: i64) -> Result<usize, StoreError>;
+}
+
+/// Whether a backend can serve requests now (`GET /readyz`): the embedded
+/// database always can once open; a database server must answer.
+pub trait Readiness: Send + Sync {
+    fn ready(&self) -> Result<(), StoreError>;
+}
+
+/// The readiness of an embedded backend: ready once open.
+#[derive(Debug, Clone, Copy)]
+pub struct AlwaysReady;
+
+impl Readiness for AlwaysReady {
+    fn ready(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// Checks the limits every backend enforces on its inputs.

@@ -162,6 +162,8 @@ pub struct RsStore {
     pub records: Arc<dyn CheqRecords>,
     /// The demo tools' execution log.
     pub executions: Arc<dyn Executions>,
+    /// Whether the backend answers now.
+    pub readiness: Arc<dyn super::Readiness>,
 }
 
 impl std::fmt::Debug for RsStore {

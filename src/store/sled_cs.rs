@@ -40,6 +40,7 @@ pub fn open(db: &sled::Db) -> Result<CsStore, StoreError> {
         limits: Arc::new(SledLimits {
             tree: tree(db, "cs.limits")?,
         }),
+        readiness: Arc::new(super::AlwaysReady),
     })
 }
 

@@ -66,6 +66,7 @@ pub fn open(db: &sled::Db) -> Result<RsStore, StoreError> {
             tree: tree(db, EXECUTIONS_TREE)?,
             db: db.clone(),
         }),
+        readiness: Arc::new(super::AlwaysReady),
     })
 }
 

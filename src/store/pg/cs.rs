@@ -1,0 +1,713 @@
+//! The confirmation server's state ([`crate::store::cs`]) in PostgreSQL:
+//! the same contract as `sled_cs`, kept across every instance that shares
+//! the database (ISSUE 9; PROTOCOL.md §2, §6, §8).
+//!
+//! | table | key | what |
+//! |---|---|---|
+//! | `cs_entries` | confirmation id | [`ConfirmationEntry`] |
+//! | `cs_records` | (RS origin, nonce) | [`DecisionRecord`], with its id, user, resource URI and delivery columns |
+//! | `cs_accounts` | user name | [`Account`], with case-folded name and e-mail |
+//! | `cs_sessions` | SHA-256 of the cookie | [`Session`] |
+//! | `cs_limits` | limiter key | [`LimitState`] |
+//!
+//! Values are JSON text, stored byte for byte.
+
+use super::{backend, client, corrupt, db_error, decode, encode, Migration, Pg, NOT_DURABLE};
+use crate::store::cs::*;
+use crate::store::{Readiness, StoreError};
+use std::sync::Arc;
+
+/// The CS schema, step by step (never edit a step once released: add one).
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "confirmation server tables",
+    sql: "
+CREATE TABLE cs_entries (
+    id text PRIMARY KEY,
+    created bigint NOT NULL,
+    body text NOT NULL);
+CREATE INDEX cs_entries_created ON cs_entries (created);
+CREATE TABLE cs_records (
+    origin text NOT NULL,
+    nonce text NOT NULL,
+    id text NOT NULL UNIQUE,
+    user_name text NOT NULL,
+    resource_uri text NOT NULL,
+    decided_at bigint NOT NULL,
+    pending boolean NOT NULL,
+    next_try bigint,
+    sealed boolean NOT NULL,
+    body text NOT NULL,
+    PRIMARY KEY (origin, nonce));
+CREATE INDEX cs_records_resource ON cs_records (resource_uri, decided_at DESC);
+CREATE INDEX cs_records_user ON cs_records (user_name, decided_at DESC, id);
+CREATE INDEX cs_records_due ON cs_records (next_try) WHERE pending;
+CREATE INDEX cs_records_sealed ON cs_records (decided_at) WHERE sealed;
+CREATE TABLE cs_accounts (
+    username text PRIMARY KEY,
+    username_fold text NOT NULL,
+    email_fold text,
+    body text NOT NULL);
+CREATE UNIQUE INDEX cs_accounts_email ON cs_accounts (email_fold);
+CREATE INDEX cs_accounts_username_fold ON cs_accounts (username_fold);
+CREATE TABLE cs_sessions (
+    key bytea PRIMARY KEY,
+    expires bigint NOT NULL,
+    body text NOT NULL);
+CREATE INDEX cs_sessions_expires ON cs_sessions (expires);
+CREATE TABLE cs_limits (
+    key text PRIMARY KEY,
+    last_failure bigint NOT NULL,
+    locked_until bigint NOT NULL,
+    body text NOT NULL);
+",
+}];
+
+/// Every CS store on `pg`, after applying the CS schema.
+pub fn open(pg: &Pg) -> Result<CsStore, StoreError> {
+    pg.migrate("cs", MIGRATIONS)?;
+    Ok(open_migrated(pg))
+}
+
+/// Every CS store on `pg`, whose schema is applied.
+pub fn open_migrated(pg: &Pg) -> CsStore {
+    CsStore {
+        entries: Arc::new(PgEntries(pg.clone())),
+        records: Arc::new(PgRecords(pg.clone())),
+        accounts: Arc::new(PgAccounts(pg.clone())),
+        sessions: Arc::new(PgSessions(pg.clone())),
+        limits: Arc::new(PgLimits(pg.clone())),
+        readiness: Arc::new(pg.clone()),
+    }
+}
+
+impl Readiness for Pg {
+    fn ready(&self) -> Result<(), StoreError> {
+        self.ping()
+    }
+}
+
+// ---- entries ----
+
+struct PgEntries(Pg);
+
+impl ConfirmationEntries for PgEntries {
+    fn start(&self, id: &str, entry: &ConfirmationEntry) -> Result<(), StoreError> {
+        let (id, created, body) = (id.to_owned(), entry.created, encode(entry)?);
+        self.0.call("start", move |pool| async move {
+            let c = client(&pool, "start").await?;
+            let s = c
+                .prepare_cached(
+                    "INSERT INTO cs_entries (id, created, body) VALUES ($1, $2, $3)
+                     ON CONFLICT (id) DO NOTHING",
+                )
+                .await
+                .map_err(db_error("start"))?;
+            c.execute(&s, &[&id, &created, &body])
+                .await
+                .map_err(db_error("start"))?;
+            Ok(())
+        })
+    }
+
+    fn get(&self, id: &str) -> Result<Option<ConfirmationEntry>, StoreError> {
+        let id = id.to_owned();
+        self.0.call("get", move |pool| async move {
+            let c = client(&pool, "get").await?;
+            let s = c
+                .prepare_cached("SELECT body FROM cs_entries WHERE id = $1")
+                .await
+                .map_err(db_error("get"))?;
+            let row = c.query_opt(&s, &[&id]).await.map_err(db_error("get"))?;
+            row.map(|r| decode(&id, r.get::<_, &str>(0))).transpose()
+        })
+    }
+
+    fn put(&self, id: &str, entry: &ConfirmationEntry) -> Result<(), StoreError> {
+        let (id, created, body) = (id.to_owned(), entry.created, encode(entry)?);
+        self.0.call("put", move |pool| async move {
+            let err = db_error("put");
+            let mut c = client(&pool, "put").await?;
+            let tx = c.transaction().await.map_err(&err)?;
+            tx.batch_execute(NOT_DURABLE).await.map_err(&err)?;
+            let s = tx
+                .prepare_cached(
+                    "INSERT INTO cs_entries (id, created, body) VALUES ($1, $2, $3)
+                     ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body",
+                )
+                .await
+                .map_err(&err)?;
+            tx.execute(&s, &[&id, &created, &body])
+                .await
+                .map_err(&err)?;
+            tx.commit().await.map_err(&err)
+        })
+    }
+
+    fn collect_older_than(&self, cutoff: i64) -> Result<usize, StoreError> {
+        self.0.call("collect entries", move |pool| async move {
+            let c = client(&pool, "collect entries").await?;
+            let n = c
+                .execute("DELETE FROM cs_entries WHERE created < $1", &[&cutoff])
+                .await
+                .map_err(db_error("collect entries"))?;
+            Ok(n as usize)
+        })
+    }
+}
+
+// ---- decision records ----
+
+struct PgRecords(Pg);
+
+/// The columns a record is found by, beside its JSON.
+struct RecordRow {
+    origin: String,
+    nonce: String,
+    id: String,
+    user: String,
+    resource_uri: String,
+    decided_at: i64,
+    pending: bool,
+    next_try: Option<i64>,
+    sealed: bool,
+    body: String,
+}
+
+impl RecordRow {
+    fn of(record: &DecisionRecord) -> Result<Self, StoreError> {
+        let next_try = match &record.delivery {
+            Delivery::Pending { next_try, .. } => Some(*next_try),
+            _ => None,
+        };
+        Ok(RecordRow {
+            origin: record.resource_origin.clone(),
+            nonce: record.nonce.clone(),
+            id: record.key().id(),
+            user: record.user.clone(),
+            resource_uri: record.resource_uri.clone(),
+            decided_at: record.decided_at,
+            pending: record.delivery.is_pending(),
+            next_try,
+            sealed: record.sealed,
+            body: encode(record)?,
+        })
+    }
+}
+
+fn record_of(row: &tokio_postgres::Row) -> Result<DecisionRecord, StoreError> {
+    let id: &str = row.get("id");
+    decode(id, row.get::<_, &str>("body"))
+}
+
+impl PgRecords {
+    fn one(
+        &self,
+        op: &'static str,
+        sql: &'static str,
+        a: String,
+        b: Option<String>,
+    ) -> Result<Option<DecisionRecord>, StoreError> {
+        self.0.call(op, move |pool| async move {
+            let c = client(&pool, op).await?;
+            let s = c.prepare_cached(sql).await.map_err(db_error(op))?;
+            let row = match &b {
+                Some(b) => c.query_opt(&s, &[&a, b]).await,
+                None => c.query_opt(&s, &[&a]).await,
+            }
+            .map_err(db_error(op))?;
+            row.as_ref().map(record_of).transpose()
+        })
+    }
+}
+
+impl DecisionRecords for PgRecords {
+    fn claim(&self, record: &DecisionRecord) -> Result<Claim, StoreError> {
+        let r = RecordRow::of(record)?;
+        self.0.call("claim", move |pool| async move {
+            let err = db_error("claim");
+            let c = client(&pool, "claim").await?;
+            let insert = c
+                .prepare_cached(
+                    "INSERT INTO cs_records (origin, nonce, id, user_name, resource_uri,
+                        decided_at, pending, next_try, sealed, body)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                     ON CONFLICT DO NOTHING",
+                )
+                .await
+                .map_err(&err)?;
+            // Committed with synchronous_commit on: durable when it returns.
+            let n = c
+                .execute(
+                    &insert,
+                    &[
+                        &r.origin,
+                        &r.nonce,
+                        &r.id,
+                        &r.user,
+                        &r.resource_uri,
+                        &r.decided_at,
+                        &r.pending,
+                        &r.next_try,
+                        &r.sealed,
+                        &r.body,
+                    ],
+                )
+                .await
+                .map_err(&err)?;
+            if n == 1 {
+                return Ok(Claim::Fresh);
+            }
+            let s = c
+                .prepare_cached("SELECT id, body FROM cs_records WHERE origin = $1 AND nonce = $2")
+                .await
+                .map_err(&err)?;
+            match c
+                .query_opt(&s, &[&r.origin, &r.nonce])
+                .await
+                .map_err(&err)?
+            {
+                Some(row) => Ok(Claim::Existing(Box::new(record_of(&row)?))),
+                None => Err(corrupt(&r.id, "the record's id is taken by another key")),
+            }
+        })
+    }
+
+    fn get(&self, key: &RecordKey) -> Result<Option<DecisionRecord>, StoreError> {
+        self.one(
+            "get",
+            "SELECT id, body FROM cs_records WHERE origin = $1 AND nonce = $2",
+            key.origin.clone(),
+            Some(key.nonce.clone()),
+        )
+    }
+
+    fn by_resource(&self, resource_uri: &str) -> Result<Option<DecisionRecord>, StoreError> {
+        self.one(
+            "by_resource",
+            "SELECT id, body FROM cs_records WHERE resource_uri = $1
+             ORDER BY decided_at DESC LIMIT 1",
+            resource_uri.to_owned(),
+            None,
+        )
+    }
+
+    fn by_id_for_user(&self, user: &str, id: &str) -> Result<Option<DecisionRecord>, StoreError> {
+        self.one(
+            "by_id_for_user",
+            "SELECT id, body FROM cs_records WHERE id = $1 AND user_name = $2",
+            id.to_owned(),
+            Some(user.to_owned()),
+        )
+    }
+
+    fn update(&self, record: &DecisionRecord, durable: bool) -> Result<(), StoreError> {
+        let r = RecordRow::of(record)?;
+        self.0.call("update", move |pool| async move {
+            let err = db_error("update");
+            let mut c = client(&pool, "update").await?;
+            let tx = c.transaction().await.map_err(&err)?;
+            if !durable {
+                tx.batch_execute(NOT_DURABLE).await.map_err(&err)?;
+            }
+            let s = tx
+                .prepare_cached(
+                    "UPDATE cs_records SET pending = $3, next_try = $4, sealed = $5, body = $6
+                     WHERE origin = $1 AND nonce = $2",
+                )
+                .await
+                .map_err(&err)?;
+            let n = tx
+                .execute(
+                    &s,
+                    &[
+                        &r.origin,
+                        &r.nonce,
+                        &r.pending,
+                        &r.next_try,
+                        &r.sealed,
+                        &r.body,
+                    ],
+                )
+                .await
+                .map_err(&err)?;
+            tx.commit().await.map_err(&err)?;
+            if n == 0 {
+                return Err(backend("update", "no such record"));
+            }
+            Ok(())
+        })
+    }
+
+    fn lease_due(
+        &self,
+        now: i64,
+        lease_secs: i64,
+        limit: usize,
+    ) -> Result<Vec<DecisionRecord>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.0.call("lease_due", move |pool| async move {
+            let err = db_error("lease_due");
+            let mut c = client(&pool, "lease_due").await?;
+            let tx = c.transaction().await.map_err(&err)?;
+            // A lease lost in a crash only makes the delivery due again.
+            tx.batch_execute(NOT_DURABLE).await.map_err(&err)?;
+            // Rows another instance is leasing right now are skipped, not
+            // waited for: two instances never take the same delivery.
+            let rows = tx
+                .query(
+                    "SELECT origin, nonce, id, body FROM cs_records
+                     WHERE pending AND next_try <= $1
+                     ORDER BY next_try LIMIT $2
+                     FOR UPDATE SKIP LOCKED",
+                    &[&now, &limit],
+                )
+                .await
+                .map_err(&err)?;
+            let until = now + lease_secs;
+            let mut out = Vec::with_capacity(rows.len());
+            for row in &rows {
+                // An unreadable record must not stop every other delivery.
+                let mut record = match record_of(row) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        log::error!("delivery outbox: skipping an unreadable record: {e}");
+                        continue;
+                    }
+                };
+                let Delivery::Pending { next_try, .. } = &mut record.delivery else {
+                    continue;
+                };
+                *next_try = until;
+                let body = encode(&record)?;
+                let origin: &str = row.get("origin");
+                let nonce: &str = row.get("nonce");
+                tx.execute(
+                    "UPDATE cs_records SET next_try = $3, body = $4
+                     WHERE origin = $1 AND nonce = $2",
+                    &[&origin, &nonce, &until, &body],
+                )
+                .await
+                .map_err(&err)?;
+                out.push(record);
+            }
+            tx.commit().await.map_err(&err)?;
+            Ok(out)
+        })
+    }
+
+    fn pending_summary(&self) -> Result<(usize, Option<i64>), StoreError> {
+        self.0.call("pending", move |pool| async move {
+            let c = client(&pool, "pending").await?;
+            let row = c
+                .query_one(
+                    "SELECT count(*), min(decided_at) FROM cs_records WHERE pending",
+                    &[],
+                )
+                .await
+                .map_err(db_error("pending"))?;
+            let n: i64 = row.get(0);
+            Ok((usize::try_from(n).unwrap_or(0), row.get(1)))
+        })
+    }
+
+    fn sealed(&self) -> Result<Vec<RecordKey>, StoreError> {
+        self.0.call("sealed", move |pool| async move {
+            let c = client(&pool, "sealed").await?;
+            let rows = c
+                .query("SELECT origin, nonce FROM cs_records WHERE sealed", &[])
+                .await
+                .map_err(db_error("sealed"))?;
+            Ok(rows
+                .iter()
+                .map(|r| RecordKey::new(r.get(0), r.get(1)))
+                .collect())
+        })
+    }
+
+    fn for_user(&self, user: &str, limit: usize) -> Result<Vec<DecisionRecord>, StoreError> {
+        let user = user.to_owned();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.0.call("for_user", move |pool| async move {
+            let c = client(&pool, "for_user").await?;
+            let s = c
+                .prepare_cached(
+                    "SELECT id, body FROM cs_records WHERE user_name = $1
+                     ORDER BY decided_at DESC, id LIMIT $2",
+                )
+                .await
+                .map_err(db_error("for_user"))?;
+            let rows = c
+                .query(&s, &[&user, &limit])
+                .await
+                .map_err(db_error("for_user"))?;
+            rows.iter().map(record_of).collect()
+        })
+    }
+}
+
+// ---- accounts ----
+
+struct PgAccounts(Pg);
+
+impl Accounts for PgAccounts {
+    fn put(&self, account: &Account, replace: bool) -> Result<(), AccountPutError> {
+        let username = account.username.clone();
+        let name_fold = account.username.to_ascii_lowercase();
+        let email = account.email.clone();
+        let email_fold = account.email.as_ref().map(|e| e.to_ascii_lowercase());
+        let body = encode(account)?;
+        self.0
+            .call("put account", move |pool| async move {
+                let err = db_error("put account");
+                let mut c = client(&pool, "put account").await?;
+                let tx = c.transaction().await.map_err(&err)?;
+                // One account writer at a time, on every instance: the
+                // checks below then see every other account. Readers go on.
+                tx.batch_execute("LOCK TABLE cs_accounts IN SHARE ROW EXCLUSIVE MODE")
+                    .await
+                    .map_err(&err)?;
+                // No user name may be another account's e-mail…
+                let clash = tx
+                    .query_opt(
+                        "SELECT 1 FROM cs_accounts WHERE username <> $1 AND email_fold = $2",
+                        &[&username, &name_fold],
+                    )
+                    .await
+                    .map_err(&err)?;
+                if clash.is_some() {
+                    return Ok(Err(AccountPutError::Ambiguous(username)));
+                }
+                // …and no e-mail another account's name or e-mail.
+                if let (Some(email), Some(fold)) = (&email, &email_fold) {
+                    let clash = tx
+                        .query_opt(
+                            "SELECT 1 FROM cs_accounts WHERE username <> $1
+                             AND (username_fold = $2 OR email_fold = $2)",
+                            &[&username, fold],
+                        )
+                        .await
+                        .map_err(&err)?;
+                    if clash.is_some() {
+                        return Ok(Err(AccountPutError::Ambiguous(email.clone())));
+                    }
+                }
+                let sql = if replace {
+                    "INSERT INTO cs_accounts (username, username_fold, email_fold, body)
+                     VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (username) DO UPDATE SET username_fold = EXCLUDED.username_fold,
+                        email_fold = EXCLUDED.email_fold, body = EXCLUDED.body"
+                } else {
+                    "INSERT INTO cs_accounts (username, username_fold, email_fold, body)
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (username) DO NOTHING"
+                };
+                let n = tx
+                    .execute(sql, &[&username, &name_fold, &email_fold, &body])
+                    .await
+                    .map_err(&err)?;
+                if n == 0 {
+                    return Ok(Err(AccountPutError::Exists(username)));
+                }
+                tx.commit().await.map_err(&err)?;
+                Ok(Ok(()))
+            })
+            .map_err(AccountPutError::Store)?
+    }
+
+    fn get(&self, username: &str) -> Result<Option<Account>, StoreError> {
+        let username = username.to_owned();
+        self.0.call("get account", move |pool| async move {
+            let c = client(&pool, "get account").await?;
+            let s = c
+                .prepare_cached("SELECT body FROM cs_accounts WHERE username = $1")
+                .await
+                .map_err(db_error("get account"))?;
+            let row = c
+                .query_opt(&s, &[&username])
+                .await
+                .map_err(db_error("get account"))?;
+            row.map(|r| decode(&username, r.get::<_, &str>(0)))
+                .transpose()
+        })
+    }
+}
+
+// ---- sessions ----
+
+struct PgSessions(Pg);
+
+impl Sessions for PgSessions {
+    fn put(&self, key: &[u8; 32], session: &Session) -> Result<(), StoreError> {
+        let (key, expires, body) = (key.to_vec(), session.expires, encode(session)?);
+        self.0.call("put session", move |pool| async move {
+            let c = client(&pool, "put session").await?;
+            let s = c
+                .prepare_cached(
+                    "INSERT INTO cs_sessions (key, expires, body) VALUES ($1, $2, $3)
+                     ON CONFLICT (key) DO UPDATE SET expires = EXCLUDED.expires,
+                        body = EXCLUDED.body",
+                )
+                .await
+                .map_err(db_error("put session"))?;
+            c.execute(&s, &[&key, &expires, &body])
+                .await
+                .map_err(db_error("put session"))?;
+            Ok(())
+        })
+    }
+
+    fn get(&self, key: &[u8; 32]) -> Result<Option<Session>, StoreError> {
+        let key = key.to_vec();
+        self.0.call("get session", move |pool| async move {
+            let err = db_error("get session");
+            let c = client(&pool, "get session").await?;
+            let s = c
+                .prepare_cached("SELECT body FROM cs_sessions WHERE key = $1")
+                .await
+                .map_err(&err)?;
+            let Some(row) = c.query_opt(&s, &[&key]).await.map_err(&err)? else {
+                return Ok(None);
+            };
+            match serde_json::from_str::<Session>(row.get(0)) {
+                Ok(session) => Ok(Some(session)),
+                Err(_) => {
+                    // An unreadable session is no session.
+                    c.execute("DELETE FROM cs_sessions WHERE key = $1", &[&key])
+                        .await
+                        .map_err(&err)?;
+                    Ok(None)
+                }
+            }
+        })
+    }
+
+    fn remove(&self, key: &[u8; 32]) -> Result<(), StoreError> {
+        let key = key.to_vec();
+        self.0.call("remove session", move |pool| async move {
+            let c = client(&pool, "remove session").await?;
+            c.execute("DELETE FROM cs_sessions WHERE key = $1", &[&key])
+                .await
+                .map_err(db_error("remove session"))?;
+            Ok(())
+        })
+    }
+
+    fn collect_expired(&self, now: i64) -> Result<usize, StoreError> {
+        self.0.call("collect sessions", move |pool| async move {
+            let c = client(&pool, "collect sessions").await?;
+            let n = c
+                .execute("DELETE FROM cs_sessions WHERE expires <= $1", &[&now])
+                .await
+                .map_err(db_error("collect sessions"))?;
+            Ok(n as usize)
+        })
+    }
+}
+
+// ---- limiter state ----
+
+struct PgLimits(Pg);
+
+/// How often [`Limits::update`] retries a lost compare-and-set.
+const CAS_ATTEMPTS: usize = 64;
+
+impl PgLimits {
+    fn read(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let key = key.to_owned();
+        self.0.call("get limit", move |pool| async move {
+            let c = client(&pool, "get limit").await?;
+            let s = c
+                .prepare_cached("SELECT body FROM cs_limits WHERE key = $1")
+                .await
+                .map_err(db_error("get limit"))?;
+            let row = c
+                .query_opt(&s, &[&key])
+                .await
+                .map_err(db_error("get limit"))?;
+            Ok(row.map(|r| r.get::<_, String>(0)))
+        })
+    }
+
+    /// Replaces `old` by `new` under `key` if `old` is still there.
+    fn swap(
+        &self,
+        key: &str,
+        old: Option<String>,
+        new: Option<&LimitState>,
+    ) -> Result<bool, StoreError> {
+        let key = key.to_owned();
+        let new = new
+            .map(|s| Ok::<_, StoreError>((s.last_failure, s.locked_until, encode(s)?)))
+            .transpose()?;
+        self.0.call("update limit", move |pool| async move {
+            let err = db_error("update limit");
+            let c = client(&pool, "update limit").await?;
+            let n = match (&old, &new) {
+                (None, None) => return Ok(true),
+                (None, Some((last, until, body))) => c
+                    .execute(
+                        "INSERT INTO cs_limits (key, last_failure, locked_until, body)
+                         VALUES ($1, $2, $3, $4) ON CONFLICT (key) DO NOTHING",
+                        &[&key, last, until, body],
+                    )
+                    .await
+                    .map_err(&err)?,
+                (Some(old), Some((last, until, body))) => c
+                    .execute(
+                        "UPDATE cs_limits SET last_failure = $3, locked_until = $4, body = $5
+                         WHERE key = $1 AND body = $2",
+                        &[&key, old, last, until, body],
+                    )
+                    .await
+                    .map_err(&err)?,
+                (Some(old), None) => c
+                    .execute(
+                        "DELETE FROM cs_limits WHERE key = $1 AND body = $2",
+                        &[&key, old],
+                    )
+                    .await
+                    .map_err(&err)?,
+            };
+            Ok(n == 1)
+        })
+    }
+}
+
+impl Limits for PgLimits {
+    fn get(&self, key: &str) -> Result<Option<LimitState>, StoreError> {
+        self.read(key)?.map(|b| decode(key, &b)).transpose()
+    }
+
+    fn update(
+        &self,
+        key: &str,
+        f: &mut dyn FnMut(Option<LimitState>) -> Option<LimitState>,
+    ) -> Result<Option<LimitState>, StoreError> {
+        for _ in 0..CAS_ATTEMPTS {
+            let old = self.read(key)?;
+            // An unreadable state counts as none (a limiter must not wedge).
+            let state = old
+                .as_deref()
+                .and_then(|b| serde_json::from_str::<LimitState>(b).ok());
+            let new = f(state);
+            if self.swap(key, old, new.as_ref())? {
+                return Ok(new);
+            }
+        }
+        Err(backend("update limit", "too many concurrent writers"))
+    }
+
+    fn collect(&self, cutoff: i64) -> Result<usize, StoreError> {
+        self.0.call("collect limits", move |pool| async move {
+            let c = client(&pool, "collect limits").await?;
+            let n = c
+                .execute(
+                    "DELETE FROM cs_limits WHERE last_failure < $1 AND locked_until <= $1",
+                    &[&cutoff],
+                )
+                .await
+                .map_err(db_error("collect limits"))?;
+            Ok(n as usize)
+        })
+    }
+}

@@ -1,0 +1,401 @@
+//! The PostgreSQL backend of every store trait (ISSUE 9: several instances of
+//! either server over one database), beside the embedded sled default.
+//!
+//! - [`Pg`] is a connection pool (deadpool-postgres over tokio-postgres) that
+//!   runs on a small runtime of its own, so that the store traits stay
+//!   synchronous like sled's: a call hands its query to that runtime and
+//!   waits for the answer, bounded by [`CALL_TIMEOUT`]. The calling thread
+//!   waits, as it would for sled's flush; the servers run more worker
+//!   threads on PostgreSQL for that reason.
+//! - Every connection runs with `synchronous_commit = on`: a write a method
+//!   calls durable is on the database's disk (WAL flushed) before it returns,
+//!   which survives a power loss, not only a killed process. Writes that may
+//!   be lost (a lease, a cache of a fetched document) say so with
+//!   `SET LOCAL synchronous_commit TO OFF` in their transaction.
+//! - [`migrate`] applies the versioned schema of one server ([`cs::MIGRATIONS`],
+//!   [`rs::MIGRATIONS`]) under a transaction-level advisory lock, so that
+//!   instances starting at once apply each step once; the tables of the CS
+//!   (`cs_*`) and of the RS (`rs_*`) can share one database.
+//! - The guarantees across instances come from the database, never from a
+//!   lock in one process: a claim is `INSERT … ON CONFLICT DO NOTHING`, a
+//!   compare-and-set is an `UPDATE … WHERE` the old value, and the delivery
+//!   outbox is leased with `FOR UPDATE SKIP LOCKED`.
+
+pub mod cs;
+pub mod rs;
+
+use super::StoreError;
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_postgres::NoTls;
+
+/// How long one store call may take, waiting for a connection included,
+/// before it fails with an error (a database that hangs does not hang the
+/// server).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a readiness check waits for the database.
+pub const PING_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Makes a transaction's commit not wait for the disk (a write a crash may
+/// lose); run first in the transaction.
+pub(crate) const NOT_DURABLE: &str = "SET LOCAL synchronous_commit TO OFF";
+
+/// How long opening a connection may take (unless the URL says otherwise).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The runtime the pool's connections live on; shut down without waiting
+/// when the last handle goes (dropping a runtime inside another would panic).
+struct Rt(Option<tokio::runtime::Runtime>);
+
+impl Drop for Rt {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+struct Inner {
+    pool: Pool,
+    handle: tokio::runtime::Handle,
+    // Last: dropped after the pool.
+    _rt: Rt,
+}
+
+/// A pool of connections to one PostgreSQL database. Cloning shares it.
+#[derive(Clone)]
+pub struct Pg {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Pg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry a password: never shown.
+        f.debug_struct("Pg").finish_non_exhaustive()
+    }
+}
+
+/// A backend error of operation `op`.
+pub(crate) fn backend(op: &'static str, message: impl Into<String>) -> StoreError {
+    StoreError::Backend {
+        op,
+        message: message.into(),
+    }
+}
+
+/// A database error, with what the server said when it said something.
+pub(crate) fn db_error(op: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError {
+    move |e| {
+        let message = match e.as_db_error() {
+            Some(db) => format!("{} ({})", db.message(), db.code().code()),
+            None => {
+                let mut m = e.to_string();
+                let mut source = std::error::Error::source(&e);
+                while let Some(s) = source {
+                    m.push_str(": ");
+                    m.push_str(&s.to_string());
+                    source = s.source();
+                }
+                m
+            }
+        };
+        backend(op, message)
+    }
+}
+
+/// A stored value that cannot be read.
+pub(crate) fn corrupt(key: &str, reason: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        key: key.to_owned(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Reads a JSON value stored under `key`.
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    key: &str,
+    text: &str,
+) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| corrupt(key, e))
+}
+
+/// A value as stored (JSON text, kept byte for byte: no key reordering).
+pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| backend("encode", e.to_string()))
+}
+
+/// A pooled connection.
+pub(crate) async fn client(pool: &Pool, op: &'static str) -> Result<Object, StoreError> {
+    pool.get().await.map_err(|e| {
+        let message = match e {
+            deadpool_postgres::PoolError::Backend(e) => return db_error(op)(e),
+            deadpool_postgres::PoolError::Timeout(_) => {
+                "no database connection could be had in time".to_owned()
+            }
+            other => other.to_string(),
+        };
+        backend(op, message)
+    })
+}
+
+/// Why a database URL was refused (its text is never repeated: it may hold
+/// a password).
+#[derive(Debug, thiserror::Error)]
+#[error("database_url is not a PostgreSQL URL (postgres://user@host:port/dbname): {0}")]
+pub struct UrlError(String);
+
+impl Pg {
+    /// A pool of at most `max_size` connections to the database at `url`.
+    /// Nothing is connected yet: the first call (or [`Pg::ping`]) connects.
+    pub fn new(url: &str, max_size: usize) -> Result<Pg, StoreError> {
+        let mut config: tokio_postgres::Config =
+            url.parse().map_err(|e: tokio_postgres::Error| {
+                backend("database_url", UrlError(e.to_string()).to_string())
+            })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("cheq");
+        }
+        // Durable means flushed to the database's disk, whatever the
+        // server's default says.
+        let options = match config.get_options() {
+            Some(o) if !o.is_empty() => format!("{o} -c synchronous_commit=on"),
+            _ => "-c synchronous_commit=on".to_owned(),
+        };
+        config.options(&options);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("cheq-db")
+            .enable_all()
+            .build()
+            .map_err(|source| StoreError::Io {
+                op: "start the database runtime",
+                source,
+            })?;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(max_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(CALL_TIMEOUT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(|e| backend("pool", e.to_string()))?;
+        Ok(Pg {
+            inner: Arc::new(Inner {
+                pool,
+                handle: rt.handle().clone(),
+                _rt: Rt(Some(rt)),
+            }),
+        })
+    }
+
+    /// Runs `f` on the pool's runtime and waits for it, at most
+    /// [`CALL_TIMEOUT`]. Safe to call from any thread, async or not (it
+    /// never enters a runtime on the calling thread).
+    pub(crate) fn call<T, F, Fut>(&self, op: &'static str, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(Pool) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.call_within(op, CALL_TIMEOUT, f)
+    }
+
+    fn call_within<T, F, Fut>(
+        &self,
+        op: &'static str,
+        limit: Duration,
+        f: F,
+    ) -> Result<T, StoreError>
+    where
+        F: FnOnce(Pool) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let pool = self.inner.pool.clone();
+        self.inner.handle.spawn(async move {
+            let answer = match tokio::time::timeout(limit, f(pool)).await {
+                Ok(answer) => answer,
+                Err(_) => Err(backend(op, "the database did not answer in time")),
+            };
+            let _ = tx.send(answer);
+        });
+        rx.recv()
+            .unwrap_or_else(|_| Err(backend(op, "the database task ended without an answer")))
+    }
+
+    /// Does the database answer (`SELECT 1`) within [`PING_TIMEOUT`]?
+    pub fn ping(&self) -> Result<(), StoreError> {
+        self.call_within("ping", PING_TIMEOUT, |pool| async move {
+            let c = client(&pool, "ping").await?;
+            c.simple_query("SELECT 1").await.map_err(db_error("ping"))?;
+            Ok(())
+        })
+    }
+
+    /// Applies the steps of `component`'s schema not yet applied; returns
+    /// how many were applied now.
+    pub fn migrate(
+        &self,
+        component: &'static str,
+        steps: &'static [Migration],
+    ) -> Result<usize, StoreError> {
+        // Long enough for a big migration; instances starting at once wait
+        // here for the first.
+        self.call_within(
+            "migrate",
+            Duration::from_secs(120),
+            move |pool| async move { migrate(&pool, component, steps).await },
+        )
+    }
+}
+
+/// One versioned step of a schema.
+#[derive(Debug)]
+pub struct Migration {
+    pub version: i32,
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+/// An arbitrary but fixed key for the migration lock.
+const MIGRATION_LOCK: i64 = 0x6368_6571_6d69_6772; // "cheqmigr"
+
+async fn migrate(
+    pool: &Pool,
+    component: &'static str,
+    steps: &'static [Migration],
+) -> Result<usize, StoreError> {
+    let err = db_error("migrate");
+    let mut c = client(pool, "migrate").await?;
+    let tx = c.transaction().await.map_err(&err)?;
+    // Held until commit: a second instance waits here, then finds the
+    // steps applied.
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(&err)?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS cheq_migrations (
+            component text NOT NULL,
+            version integer NOT NULL,
+            name text NOT NULL,
+            applied_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (component, version))",
+    )
+    .await
+    .map_err(&err)?;
+    let rows = tx
+        .query(
+            "SELECT version FROM cheq_migrations WHERE component = $1",
+            &[&component],
+        )
+        .await
+        .map_err(&err)?;
+    let applied: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
+    let known = steps.iter().map(|s| s.version).max().unwrap_or(0);
+    if let Some(newer) = applied.iter().copied().filter(|v| *v > known).max() {
+        return Err(backend(
+            "migrate",
+            format!(
+                "the database's {component} schema is at version {newer}, newer than this \
+                 cheq knows ({known}): run the newer cheq, or restore a matching database"
+            ),
+        ));
+    }
+    let mut n = 0;
+    for step in steps {
+        if applied.contains(&step.version) {
+            continue;
+        }
+        tx.batch_execute(step.sql).await.map_err(&err)?;
+        tx.execute(
+            "INSERT INTO cheq_migrations (component, version, name) VALUES ($1, $2, $3)",
+            &[&component, &step.version, &step.name],
+        )
+        .await
+        .map_err(&err)?;
+        n += 1;
+    }
+    tx.commit().await.map_err(&err)?;
+    Ok(n)
+}
+
+/// The schema versions applied for `component`, oldest first (for `cheq
+/// migrate` and tests).
+pub fn applied(pg: &Pg, component: &'static str) -> Result<Vec<i32>, StoreError> {
+    pg.call("migrations", move |pool| async move {
+        let err = db_error("migrations");
+        let c = client(&pool, "migrations").await?;
+        let exists: bool = c
+            .query_one("SELECT to_regclass('cheq_migrations') IS NOT NULL", &[])
+            .await
+            .map_err(&err)?
+            .get(0);
+        if !exists {
+            return Ok(Vec::new());
+        }
+        let rows = c
+            .query(
+                "SELECT version FROM cheq_migrations WHERE component = $1 ORDER BY version",
+                &[&component],
+            )
+            .await
+            .map_err(&err)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    })
+}
+
+/// Creates a new, empty database named `prefix` and 64 random bits on the
+/// server of `base_url` (whose user may create databases), and returns its
+/// URL: one database per test or benchmark run.
+pub fn fresh_database(base_url: &str, prefix: &str) -> Result<String, StoreError> {
+    let mut url = url::Url::parse(base_url)
+        .map_err(|e| backend("database_url", UrlError(e.to_string()).to_string()))?;
+    let name = format!(
+        "{}_{:016x}",
+        prefix
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect::<String>()
+            .to_ascii_lowercase(),
+        rand::random::<u64>()
+    );
+    let pg = Pg::new(base_url, 1)?;
+    let sql = format!("CREATE DATABASE \"{name}\"");
+    pg.call("create database", move |pool| async move {
+        let c = client(&pool, "create database").await?;
+        c.batch_execute(&sql)
+            .await
+            .map_err(db_error("create database"))
+    })?;
+    url.set_path(&format!("/{name}"));
+    Ok(url.to_string())
+}
+
+/// The environment variable naming the PostgreSQL server the tests and
+/// benchmarks use (`scripts/pg start` prints it; `scripts/test` sets it).
+pub const TEST_DATABASE_ENV: &str = "CHEQ_TEST_DATABASE_URL";
+
+/// A fresh database on the test server of [`TEST_DATABASE_ENV`].
+pub fn test_database(prefix: &str) -> Result<String, String> {
+    let base = std::env::var(TEST_DATABASE_ENV).map_err(|_| {
+        format!(
+            "{TEST_DATABASE_ENV} is not set: run the tests with scripts/test, or start a \
+             throwaway PostgreSQL with `eval \"$(scripts/pg start /tmp/cheq-pg)\"`"
+        )
+    })?;
+    fresh_database(&base, prefix).map_err(|e| e.to_string())
+}

@@ -1,0 +1,307 @@
+//! The reference resource server's state ([`crate::store::rs`]) and its
+//! nonces ([`crate::store::NonceStore`]) in PostgreSQL: the same contract as
+//! `sled_rs` and `sled_store`, kept across every RS instance that shares the
+//! database, so that a decision runs its operation once whichever instance
+//! it reaches (ISSUE 9; PROTOCOL.md §6, §7).
+//!
+//! | table | key | what |
+//! |---|---|---|
+//! | `rs_nonces` | nonce | digest of the decision document, expiry, caller data |
+//! | `rs_cheqs` | confirmation id (and unique result id) | [`CheqRecord`] |
+//! | `rs_executions` | idempotency key | the operation's result |
+
+use super::{backend, client, db_error, decode, encode, Migration, Pg, NOT_DURABLE};
+use crate::store::rs::*;
+use crate::store::{
+    validate, validate_nonce, NonceEntry, NonceStore, Readiness, RecordOutcome, StoreError,
+};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// The RS schema, step by step (never edit a step once released: add one).
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "resource server tables",
+    sql: "
+CREATE TABLE rs_nonces (
+    nonce text PRIMARY KEY,
+    digest bytea NOT NULL,
+    expires_at bigint NOT NULL,
+    data bytea NOT NULL);
+CREATE INDEX rs_nonces_expires ON rs_nonces (expires_at);
+CREATE TABLE rs_cheqs (
+    id text PRIMARY KEY,
+    result_id text NOT NULL UNIQUE,
+    expires bigint NOT NULL,
+    state text NOT NULL,
+    body text NOT NULL);
+CREATE INDEX rs_cheqs_expires ON rs_cheqs (expires);
+CREATE TABLE rs_executions (
+    key text PRIMARY KEY,
+    result text NOT NULL);
+",
+}];
+
+/// Every RS store on `pg`, after applying the RS schema.
+pub fn open(pg: &Pg) -> Result<RsStore, StoreError> {
+    pg.migrate("rs", MIGRATIONS)?;
+    Ok(RsStore {
+        nonces: Arc::new(PgNonces(pg.clone())),
+        records: Arc::new(PgCheqs(pg.clone())),
+        executions: Arc::new(PgExecutions(pg.clone())),
+        readiness: Arc::new(pg.clone()) as Arc<dyn Readiness>,
+    })
+}
+
+/// The nonce store alone on `pg` (after applying the RS schema).
+pub fn nonces(pg: &Pg) -> Result<Arc<dyn NonceStore>, StoreError> {
+    pg.migrate("rs", MIGRATIONS)?;
+    Ok(Arc::new(PgNonces(pg.clone())))
+}
+
+// ---- nonces ----
+
+struct PgNonces(Pg);
+
+fn entry_of(row: &tokio_postgres::Row, nonce: &str) -> Result<NonceEntry, StoreError> {
+    let digest: &[u8] = row.get("digest");
+    let digest: [u8; 32] = digest
+        .try_into()
+        .map_err(|_| super::corrupt(nonce, "the digest is not 32 bytes"))?;
+    Ok(NonceEntry {
+        digest,
+        expires_at: row.get("expires_at"),
+        data: row.get("data"),
+    })
+}
+
+impl NonceStore for PgNonces {
+    fn record(&self, nonce: &str, entry: &NonceEntry) -> Result<RecordOutcome, StoreError> {
+        validate(nonce, entry)?;
+        let (nonce, e) = (nonce.to_owned(), entry.clone());
+        self.0.call("record nonce", move |pool| async move {
+            let err = db_error("record nonce");
+            let c = client(&pool, "record nonce").await?;
+            let insert = c
+                .prepare_cached(
+                    "INSERT INTO rs_nonces (nonce, digest, expires_at, data)
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (nonce) DO NOTHING",
+                )
+                .await
+                .map_err(&err)?;
+            let select = c
+                .prepare_cached("SELECT digest, expires_at, data FROM rs_nonces WHERE nonce = $1")
+                .await
+                .map_err(&err)?;
+            // An entry collected between the two statements is inserted
+            // again on the next round.
+            for _ in 0..3 {
+                let n = c
+                    .execute(&insert, &[&nonce, &&e.digest[..], &e.expires_at, &e.data])
+                    .await
+                    .map_err(&err)?;
+                if n == 1 {
+                    return Ok(RecordOutcome::Fresh);
+                }
+                if let Some(row) = c.query_opt(&select, &[&nonce]).await.map_err(&err)? {
+                    let old = entry_of(&row, &nonce)?;
+                    return Ok(if old.digest == e.digest {
+                        RecordOutcome::SameAsBefore(old)
+                    } else {
+                        RecordOutcome::Conflict(old)
+                    });
+                }
+            }
+            Err(backend("record nonce", "the entry kept vanishing"))
+        })
+    }
+
+    fn get(&self, nonce: &str) -> Result<Option<NonceEntry>, StoreError> {
+        validate_nonce(nonce)?;
+        let nonce = nonce.to_owned();
+        self.0.call("get nonce", move |pool| async move {
+            let c = client(&pool, "get nonce").await?;
+            let s = c
+                .prepare_cached("SELECT digest, expires_at, data FROM rs_nonces WHERE nonce = $1")
+                .await
+                .map_err(db_error("get nonce"))?;
+            let row = c
+                .query_opt(&s, &[&nonce])
+                .await
+                .map_err(db_error("get nonce"))?;
+            row.map(|r| entry_of(&r, &nonce)).transpose()
+        })
+    }
+
+    fn collect_expired(&self, now: i64) -> Result<usize, StoreError> {
+        self.0.call("collect nonces", move |pool| async move {
+            let c = client(&pool, "collect nonces").await?;
+            let n = c
+                .execute("DELETE FROM rs_nonces WHERE expires_at < $1", &[&now])
+                .await
+                .map_err(db_error("collect nonces"))?;
+            Ok(n as usize)
+        })
+    }
+}
+
+// ---- CHEQ records ----
+
+struct PgCheqs(Pg);
+
+impl PgCheqs {
+    fn one(
+        &self,
+        op: &'static str,
+        sql: &'static str,
+        key: String,
+    ) -> Result<Option<CheqRecord>, StoreError> {
+        self.0.call(op, move |pool| async move {
+            let c = client(&pool, op).await?;
+            let s = c.prepare_cached(sql).await.map_err(db_error(op))?;
+            let row = c.query_opt(&s, &[&key]).await.map_err(db_error(op))?;
+            row.map(|r| decode(&key, r.get::<_, &str>(0))).transpose()
+        })
+    }
+}
+
+impl CheqRecords for PgCheqs {
+    fn create(&self, record: &CheqRecord) -> Result<bool, StoreError> {
+        let (id, result_id, expires) =
+            (record.id.clone(), record.result_id.clone(), record.expires);
+        let state = encode(&record.state)?;
+        let body = encode(record)?;
+        self.0.call("create", move |pool| async move {
+            let c = client(&pool, "create").await?;
+            let s = c
+                .prepare_cached(
+                    "INSERT INTO rs_cheqs (id, result_id, expires, state, body)
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                )
+                .await
+                .map_err(db_error("create"))?;
+            let n = c
+                .execute(&s, &[&id, &result_id, &expires, &state, &body])
+                .await
+                .map_err(db_error("create"))?;
+            Ok(n == 1)
+        })
+    }
+
+    fn get(&self, id: &str) -> Result<Option<CheqRecord>, StoreError> {
+        self.one(
+            "get",
+            "SELECT body FROM rs_cheqs WHERE id = $1",
+            id.to_owned(),
+        )
+    }
+
+    fn by_result(&self, result_id: &str) -> Result<Option<CheqRecord>, StoreError> {
+        self.one(
+            "by_result",
+            "SELECT body FROM rs_cheqs WHERE result_id = $1",
+            result_id.to_owned(),
+        )
+    }
+
+    fn advance(
+        &self,
+        id: &str,
+        from: &CheqState,
+        to: &CheqState,
+        durable: bool,
+    ) -> Result<Transition, StoreError> {
+        let id = id.to_owned();
+        let (from, to) = (from.clone(), to.clone());
+        self.0.call("advance", move |pool| async move {
+            let err = db_error("advance");
+            let mut c = client(&pool, "advance").await?;
+            let tx = c.transaction().await.map_err(&err)?;
+            if !durable {
+                tx.batch_execute(NOT_DURABLE).await.map_err(&err)?;
+            }
+            // The row is locked until commit: a second writer waits, then
+            // reads the state this one wrote.
+            let s = tx
+                .prepare_cached("SELECT body FROM rs_cheqs WHERE id = $1 FOR UPDATE")
+                .await
+                .map_err(&err)?;
+            let Some(row) = tx.query_opt(&s, &[&id]).await.map_err(&err)? else {
+                return Ok(Transition::Missing);
+            };
+            let mut record: CheqRecord = decode(&id, row.get::<_, &str>(0))?;
+            if record.state != from {
+                return Ok(Transition::Other(Box::new(record)));
+            }
+            record.state = to;
+            let state = encode(&record.state)?;
+            let body = encode(&record)?;
+            let s = tx
+                .prepare_cached("UPDATE rs_cheqs SET state = $2, body = $3 WHERE id = $1")
+                .await
+                .map_err(&err)?;
+            tx.execute(&s, &[&id, &state, &body]).await.map_err(&err)?;
+            tx.commit().await.map_err(&err)?;
+            Ok(Transition::Moved)
+        })
+    }
+
+    fn collect_expired(&self, cutoff: i64) -> Result<usize, StoreError> {
+        self.0.call("collect_expired", move |pool| async move {
+            let c = client(&pool, "collect_expired").await?;
+            let n = c
+                .execute("DELETE FROM rs_cheqs WHERE expires < $1", &[&cutoff])
+                .await
+                .map_err(db_error("collect_expired"))?;
+            Ok(n as usize)
+        })
+    }
+}
+
+// ---- the execution log ----
+
+struct PgExecutions(Pg);
+
+impl Executions for PgExecutions {
+    fn get(&self, key: &str) -> Result<Option<Value>, StoreError> {
+        let key = key.to_owned();
+        self.0.call("get execution", move |pool| async move {
+            let c = client(&pool, "get execution").await?;
+            let s = c
+                .prepare_cached("SELECT result FROM rs_executions WHERE key = $1")
+                .await
+                .map_err(db_error("get execution"))?;
+            let row = c
+                .query_opt(&s, &[&key])
+                .await
+                .map_err(db_error("get execution"))?;
+            row.map(|r| decode(&key, r.get::<_, &str>(0))).transpose()
+        })
+    }
+
+    fn record(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
+        let key = key.to_owned();
+        let body = encode(result)?;
+        self.0.call("record execution", move |pool| async move {
+            let err = db_error("record execution");
+            let c = client(&pool, "record execution").await?;
+            let s = c
+                .prepare_cached(
+                    "INSERT INTO rs_executions (key, result) VALUES ($1, $2)
+                     ON CONFLICT (key) DO NOTHING",
+                )
+                .await
+                .map_err(&err)?;
+            if c.execute(&s, &[&key, &body]).await.map_err(&err)? == 1 {
+                return Ok(Execution::Fresh);
+            }
+            // The earlier writer's row is committed (durably) once visible.
+            let s = c
+                .prepare_cached("SELECT result FROM rs_executions WHERE key = $1")
+                .await
+                .map_err(&err)?;
+            let row = c.query_one(&s, &[&key]).await.map_err(&err)?;
+            Ok(Execution::Existing(decode(&key, row.get::<_, &str>(0))?))
+        })
+    }
+}
