@@ -192,6 +192,37 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
+/// `GET /readyz`: 200 when the store answers (within the store's own
+/// bound, 3 s for PostgreSQL), else 503 with the reason; `/healthz` stays a
+/// liveness check that never touches the store.
+pub async fn readyz(readiness: std::sync::Arc<dyn crate::store::Readiness>) -> HttpResponse {
+    let checked = actix_web::web::block(move || readiness.ready()).await;
+    let problem = match checked {
+        Ok(Ok(())) => {
+            return HttpResponse::Ok()
+                .insert_header((header::CACHE_CONTROL, "no-store"))
+                .json(json!({"status": "ready"}))
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "the readiness check did not finish".to_owned(),
+    };
+    let mut e = JsonError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not_ready",
+        format!("the database does not answer: {problem}"),
+    );
+    e.retry_after = Some(1);
+    e.error_response()
+}
+
+/// `GET /metrics`: the Prometheus text exposition.
+pub fn metrics_response(text: String) -> HttpResponse {
+    HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .content_type(crate::metrics::CONTENT_TYPE)
+        .body(text)
+}
+
 /// `GET /.well-known/jwks.json` (§9): a server's public keys.
 pub fn jwks_response(jwks: &Value) -> HttpResponse {
     HttpResponse::Ok()
@@ -367,5 +398,15 @@ mod tests {
         );
         assert_eq!(origin_of("https://a.example:443/"), "https://a.example");
         assert_eq!(origin_of("not a uri"), "not a uri");
+    }
+}
+
+/// HTTP worker threads for a server on `backend`: a store call on
+/// PostgreSQL waits for the network, so more threads keep the CPU busy
+/// meanwhile; sled answers from memory (and flushes on a blocking thread).
+pub fn workers_for(backend: crate::store::Backend) -> usize {
+    match backend {
+        crate::store::Backend::Sled => 2,
+        crate::store::Backend::Postgres => 16,
     }
 }

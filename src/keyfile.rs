@@ -130,9 +130,36 @@ pub fn load_or_create_key(
             path: path.display().to_string(),
             source,
         })?;
-    write_private(path, key.to_private_jwk_json().as_bytes())?;
+    if !publish_private(path, key.to_private_jwk_json().as_bytes())? {
+        // Another instance starting at the same time wrote it first.
+        return load_or_create_key(path, None, prefix);
+    }
     log::info!("generated signing key {} at {}", key.kid(), path.display());
     Ok(key)
+}
+
+/// Writes `bytes` to `path` (mode 0600) whole or not at all: into a
+/// temporary file first, then linked into place only if `path` does not
+/// exist. Returns `false` when `path` existed (someone else's file wins), so
+/// that instances starting together on one data directory agree on one
+/// generated secret, and none ever reads a half-written one.
+pub fn publish_private(path: &Path, bytes: &[u8]) -> Result<bool, KeyFileError> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(
+        ".{name}.{}.tmp",
+        crate::sign::b64::encode(rand::random::<[u8; 9]>())
+    ));
+    write_private(&tmp, bytes)?;
+    let linked = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(io(path)(e)),
+    }
 }
 
 /// Reads a secret file, or generates 32 random bytes (base64url) into it.
@@ -149,13 +176,44 @@ pub fn load_or_create_secret(path: &Path) -> Result<Vec<u8>, KeyFileError> {
         Err(e) => return Err(io(path)(e)),
     }
     let secret = crate::sign::b64::encode(rand::random::<[u8; 32]>()).into_bytes();
-    write_private(path, &secret)?;
-    Ok(secret)
+    if publish_private(path, &secret)? {
+        Ok(secret)
+    } else {
+        // Another instance starting at the same time wrote it first.
+        load_or_create_secret(path)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn instances_starting_together_agree_on_one_secret_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("session.secret");
+        let key = dir.path().join("cs.jwk");
+        let (secrets, kids): (Vec<_>, Vec<_>) = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        (
+                            load_or_create_secret(&secret).unwrap(),
+                            load_or_create_key(&key, None, "cs")
+                                .unwrap()
+                                .kid()
+                                .to_owned(),
+                        )
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).unzip()
+        });
+        assert!(secrets.iter().all(|s| *s == secrets[0]));
+        assert!(kids.iter().all(|k| *k == kids[0]));
+        // No temporary file is left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
 
     #[cfg(unix)]
     #[test]

@@ -21,12 +21,14 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod bearer;
 pub mod cheq;
 pub mod cli;
 pub mod configfile;
 pub mod confirm;
 pub mod httpkit;
 pub mod keyfile;
+pub mod metrics;
 pub mod resource;
 pub mod sign;
 pub mod store;

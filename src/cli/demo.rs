@@ -26,6 +26,10 @@ pub struct Args {
     /// The resource server's port.
     #[arg(long, default_value_t = 8081)]
     pub rs_port: u16,
+    /// Keep both servers' state in this PostgreSQL database
+    /// (postgres://user@host:port/dbname) instead of the embedded one.
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
 }
 
 fn server(e: impl std::fmt::Display) -> CliError {
@@ -120,12 +124,22 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         agent_secret,
     };
     let (cs_url, rs_url) = (pair.cs_url(), pair.rs_url());
+    // Top-level keys come before any table.
+    let database = match &args.database_url {
+        Some(url) if url.chars().any(|c| c.is_control() || c == '"' || c == '\\') => {
+            return Err(CliError::Usage(
+                "--database-url holds a character a URL cannot have".into(),
+            ))
+        }
+        Some(url) => format!("database_url = \"{url}\"\n"),
+        None => String::new(),
+    };
     let rs_toml = format!(
-        "# Written by `cheq demo`: the reference resource server.\n{}",
+        "# Written by `cheq demo`: the reference resource server.\n{database}{}",
         pair.rs_toml().map_err(server)?
     );
     let cs_toml = format!(
-        "# Written by `cheq demo`: the confirmation server.\n{}\n[[gateways]]\nclient_id = \"voice-gw\"\nsecret_hash = \"{gateway_hash}\"\n",
+        "# Written by `cheq demo`: the confirmation server.\n{database}{}\n[[gateways]]\nclient_id = \"voice-gw\"\nsecret_hash = \"{gateway_hash}\"\n",
         pair.cs_toml().map_err(server)?
     );
     write_0600(&dir.join("rs.toml"), &rs_toml)?;

@@ -15,6 +15,7 @@ pub mod countersign;
 pub mod demo;
 pub mod inspect;
 pub mod keygen;
+pub mod migrate;
 pub mod servers;
 pub mod sign;
 pub mod user;
@@ -67,6 +68,8 @@ pub enum Command {
     Demo(demo::Args),
     /// Print the argon2 hash of a secret read from standard input.
     HashSecret(user::HashArgs),
+    /// Apply the PostgreSQL schema of a server's configuration (`database_url`).
+    Migrate(migrate::Args),
 }
 
 /// Runs one parsed command, writing its result to `out`.
@@ -83,6 +86,7 @@ pub fn dispatch(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
         Command::User(args) => user::run(args, out),
         Command::Demo(args) => demo::run(args, out),
         Command::HashSecret(args) => user::hash_secret_cmd(args, out),
+        Command::Migrate(args) => migrate::run(args, out),
     }
 }
 

@@ -60,16 +60,31 @@ pub struct PinArgs {
     pub place: Place,
 }
 
-fn data_dir(place: &Place) -> Result<PathBuf, CliError> {
-    match (&place.config, &place.data_dir) {
+/// The data directory (secrets such as the PIN pepper live there) and where
+/// the accounts are: the database of `database_url` / `CHEQ_DATABASE_URL`
+/// when set, else the data directory's own.
+fn data_dir(place: &Place) -> Result<(PathBuf, admin::Place), CliError> {
+    let (dir, url) = match (&place.config, &place.data_dir) {
         (Some(config), _) => crate::confirm::CsConfig::load(config)
-            .map(|c| c.data_dir)
-            .map_err(|e| CliError::Server(e.to_string())),
-        (None, Some(dir)) => Ok(dir.clone()),
-        (None, None) => Err(CliError::Usage(
-            "usage: give --config FILE or --data-dir DIR".into(),
-        )),
-    }
+            .map(|c| (c.data_dir, c.database_url))
+            .map_err(|e| CliError::Server(e.to_string()))?,
+        (None, Some(dir)) => (
+            dir.clone(),
+            std::env::var("CHEQ_DATABASE_URL")
+                .ok()
+                .map(crate::configfile::DatabaseUrl),
+        ),
+        (None, None) => {
+            return Err(CliError::Usage(
+                "usage: give --config FILE or --data-dir DIR".into(),
+            ))
+        }
+    };
+    let at = match url {
+        Some(url) => admin::Place::Database(url),
+        None => admin::Place::DataDir(dir.clone()),
+    };
+    Ok((dir, at))
 }
 
 /// One line from standard input, without its line ending.
@@ -109,7 +124,7 @@ fn prompt(what: &str) -> Result<zeroize::Zeroizing<String>, CliError> {
 pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     match args.command {
         UserCommand::Add(a) => {
-            let dir = data_dir(&a.place)?;
+            let (_, at) = data_dir(&a.place)?;
             let password = if a.password_stdin {
                 read_line_stdin("password")?
             } else {
@@ -117,11 +132,11 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             };
             let account = new_account(&a.name, a.email.as_deref(), &password)
                 .map_err(|e| CliError::Server(e.to_string()))?;
-            admin::put_user(&dir, account, false).map_err(|e| CliError::Server(e.to_string()))?;
+            admin::put_user(&at, account, false).map_err(|e| CliError::Server(e.to_string()))?;
             write_out(out, &format!("added user {}\n", a.name))
         }
         UserCommand::SetPin(a) => {
-            let dir = data_dir(&a.place)?;
+            let (dir, at) = data_dir(&a.place)?;
             let pin = if a.pin_stdin {
                 read_line_stdin("PIN")?
             } else {
@@ -139,7 +154,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             .map_err(|e| CliError::Server(e.to_string()))?;
             let hash = crate::confirm::auth::pin_hash(&pepper, &pin)
                 .map_err(|e| CliError::Server(e.to_string()))?;
-            admin::set_pin(&dir, &a.name, hash).map_err(|e| CliError::Server(e.to_string()))?;
+            admin::set_pin(&at, &a.name, hash).map_err(|e| CliError::Server(e.to_string()))?;
             write_out(out, &format!("set the PIN of {}\n", a.name))
         }
     }

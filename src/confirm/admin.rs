@@ -6,6 +6,9 @@
 //! of the data directory can use it); the CLI hands the account (already
 //! hashed) to the running server through it, and opens the database itself
 //! when no server answers. One JSON line in, one JSON line out.
+//!
+//! On PostgreSQL (`database_url`), any number of processes can write, so the
+//! CLI writes to the database itself, while instances run.
 
 use super::auth::{add_account, Account};
 use crate::store::cs::Accounts;
@@ -170,16 +173,39 @@ fn send(data_dir: &Path, request: Request) -> Result<(), AdminError> {
     }
 }
 
+/// Where the CS keeps its accounts: a data directory (sled, maybe held by a
+/// running server), or a PostgreSQL database.
+#[derive(Debug, Clone)]
+pub enum Place {
+    DataDir(PathBuf),
+    Database(crate::configfile::DatabaseUrl),
+}
+
+/// Applies `request` at `place`.
+fn apply_at(place: &Place, request: Request) -> Result<(), AdminError> {
+    match place {
+        Place::DataDir(dir) => send(dir, request),
+        Place::Database(url) => {
+            url.validate().map_err(|e| AdminError::Io(e.to_string()))?;
+            let pg =
+                crate::store::pg::Pg::new(&url.0, 1).map_err(|e| AdminError::Io(e.to_string()))?;
+            let store =
+                crate::store::pg::cs::open(&pg).map_err(|e| AdminError::Io(e.to_string()))?;
+            apply(&*store.accounts, request).map_err(AdminError::Refused)
+        }
+    }
+}
+
 /// Adds (or, with `replace`, overwrites) an account, through the running
 /// server when there is one.
-pub fn put_user(data_dir: &Path, account: Account, replace: bool) -> Result<(), AdminError> {
-    send(data_dir, Request::PutUser { account, replace })
+pub fn put_user(place: &Place, account: Account, replace: bool) -> Result<(), AdminError> {
+    apply_at(place, Request::PutUser { account, replace })
 }
 
 /// Sets a user's voice PIN hash, through the running server when there is one.
-pub fn set_pin(data_dir: &Path, username: &str, pin_hash: String) -> Result<(), AdminError> {
-    send(
-        data_dir,
+pub fn set_pin(place: &Place, username: &str, pin_hash: String) -> Result<(), AdminError> {
+    apply_at(
+        place,
         Request::SetPin {
             username: username.to_owned(),
             pin_hash,

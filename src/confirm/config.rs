@@ -31,7 +31,15 @@
 //! secret or a trusted key never crosses a network in clear.
 //!
 //! Environment overrides (they win over the file): `CHEQ_LISTEN`,
-//! `CHEQ_PUBLIC_URL`, `CHEQ_DATA_DIR`, `CHEQ_SIGNING_KEY`, `CHEQ_SESSION_SECRET`.
+//! `CHEQ_PUBLIC_URL`, `CHEQ_DATA_DIR`, `CHEQ_SIGNING_KEY`, `CHEQ_SESSION_SECRET`,
+//! `CHEQ_DATABASE_URL`, `CHEQ_LOG_FORMAT`.
+//!
+//! Top-level keys for a host running several instances (ISSUE 9):
+//!
+//! ```toml
+//! database_url = "postgres://cheq@127.0.0.1:5432/cheq"  # state in PostgreSQL
+//! log_format = "json"                                    # or "text" (default)
+//! ```
 //! Relative paths are taken relative to the working directory.
 
 use crate::cheq::uri::parse_cheq_uri;
@@ -40,6 +48,7 @@ use std::path::{Path, PathBuf};
 
 use crate::configfile::invalid;
 pub use crate::configfile::ConfigError;
+pub use crate::configfile::{DatabaseUrl, LogFormat};
 
 /// One resource server this CS works for (§2, §3).
 #[derive(Clone, Deserialize)]
@@ -120,6 +129,13 @@ pub struct CsConfig {
     /// limits count clients, not the proxy.
     #[serde(default)]
     pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// PostgreSQL holds all state when set (several instances can share
+    /// it); otherwise the embedded sled database in `data_dir`.
+    #[serde(default)]
+    pub database_url: Option<DatabaseUrl>,
+    /// `text` (default) or `json` log lines.
+    #[serde(default)]
+    pub log_format: LogFormat,
 }
 
 fn default_api_token_ttl() -> i64 {
@@ -146,6 +162,8 @@ impl std::fmt::Debug for CsConfig {
             .field("resource_servers", &self.resource_servers)
             .field("gateways", &self.gateways)
             .field("api_token_ttl_secs", &self.api_token_ttl_secs)
+            .field("database_url", &self.database_url)
+            .field("log_format", &self.log_format)
             .finish()
     }
 }
@@ -154,7 +172,7 @@ impl CsConfig {
     /// Reads a TOML file, applies the environment overrides and checks it.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let mut config: CsConfig = crate::configfile::read_toml(path)?;
-        config.apply_env(|k| std::env::var(k).ok());
+        config.apply_env(|k| std::env::var(k).ok())?;
         config.validate()?;
         Ok(config)
     }
@@ -167,7 +185,7 @@ impl CsConfig {
     }
 
     /// Applies `CHEQ_*` overrides read through `var`.
-    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) {
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
         if let Some(v) = var("CHEQ_LISTEN") {
             self.listen = v;
         }
@@ -183,10 +201,20 @@ impl CsConfig {
         if let Some(v) = var("CHEQ_SESSION_SECRET") {
             self.session_secret = Some(v);
         }
+        if let Some(v) = var("CHEQ_DATABASE_URL") {
+            self.database_url = Some(DatabaseUrl(v));
+        }
+        if let Some(v) = var("CHEQ_LOG_FORMAT") {
+            self.log_format = v.parse()?;
+        }
+        Ok(())
     }
 
     /// Checks what serde cannot.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(url) = &self.database_url {
+            url.validate()?;
+        }
         if self.listen.parse::<std::net::SocketAddr>().is_err() {
             return Err(invalid(
                 "listen",
@@ -441,11 +469,38 @@ client_secret = "s3cret-s3cret"
         c.apply_env(|k| match k {
             "CHEQ_LISTEN" => Some("127.0.0.1:9999".into()),
             "CHEQ_PUBLIC_URL" => Some("https://confirm.example/start/".into()),
+            "CHEQ_DATABASE_URL" => Some("postgres://cheq:pw@127.0.0.1:5432/cheq".into()),
+            "CHEQ_LOG_FORMAT" => Some("json".into()),
             _ => None,
-        });
+        })
+        .unwrap();
         c.validate().unwrap();
         assert_eq!(c.listen, "127.0.0.1:9999");
         assert_eq!(c.start_path(), "/start");
         assert!(c.is_https());
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert!(c.database_url.is_some());
+        // The URL may hold a password: never in a Debug line.
+        assert!(!format!("{c:?}").contains("pw@"), "{c:?}");
+    }
+
+    #[test]
+    fn a_bad_log_format_or_database_url_is_refused_by_name() {
+        let mut c = CsConfig::from_toml(GOOD).unwrap();
+        let e = c
+            .apply_env(|k| (k == "CHEQ_LOG_FORMAT").then(|| "xml".into()))
+            .unwrap_err();
+        assert!(e.to_string().contains("log_format"), "{e}");
+        let mut c = CsConfig::from_toml(GOOD).unwrap();
+        c.apply_env(|k| (k == "CHEQ_DATABASE_URL").then(|| "mysql://x:secretpw@h/db".into()))
+            .unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("database_url") && !e.contains("secretpw"), "{e}");
+        // Top-level keys come before any table.
+        let text = format!("log_format = \"json\"\ndatabase_url = \"postgres://u@h/d\"\n{GOOD}");
+        let c = CsConfig::from_toml(&text).unwrap();
+        assert_eq!(c.log_format, LogFormat::Json);
+        let text = format!("log_format = \"yaml\"\n{GOOD}");
+        assert!(CsConfig::from_toml(&text).is_err());
     }
 }

@@ -10,6 +10,7 @@ use super::web::{configure, security_headers, CsState};
 use crate::httpkit::{spawn_periodic, COLLECT_EVERY};
 use crate::keyfile::{load_or_create_key, load_or_create_secret, KeyFileError};
 use crate::sign::TrustStore;
+use crate::store::Backend;
 use crate::time::{Clock, SystemClock};
 use actix_web::{web, App, HttpServer};
 use std::sync::Arc;
@@ -72,23 +73,11 @@ pub async fn build_state(
             .iter()
             .map(|r| (r.origin.as_str(), r.path_prefix.as_str())),
     );
-    let db_path = super::admin::db_path(&config.data_dir);
-    let db = sled::Config::new()
-        .path(&db_path)
-        .open()
-        .map_err(|e| ServerError::Db {
-            path: config.data_dir.display().to_string(),
-            message: format!("cannot open the database (is another server using it?): {e}"),
-        })?;
-    let db_err = |e: String| ServerError::Db {
-        path: config.data_dir.display().to_string(),
-        message: e,
-    };
     let secret = match &config.session_secret {
         Some(s) => s.as_bytes().to_vec(),
         None => load_or_create_secret(&config.data_dir.join("session.secret"))?,
     };
-    let store = crate::store::sled_cs::open(&db).map_err(|e| db_err(e.to_string()))?;
+    let (store, backend) = open_store(config)?;
     let sealer = super::seal::Sealer::new(
         &config.data_dir.join("sealed"),
         load_or_create_secret(&config.data_dir.join("evidence.secret"))?,
@@ -117,9 +106,12 @@ pub async fn build_state(
         config.api_token_ttl_secs,
         limiter.clone(),
         log_key.clone(),
+        // Shared by every instance on this data directory.
+        &load_or_create_secret(&config.data_dir.join("api-token.secret"))?,
     );
     api.trusted_proxies = config.trusted_proxies.clone();
     Ok(web::Data::new(CsState {
+        backend,
         cs,
         api: web::Data::new(api),
         accounts: store.accounts.clone(),
@@ -132,19 +124,55 @@ pub async fn build_state(
     }))
 }
 
+/// Opens the store the configuration names: PostgreSQL when `database_url`
+/// is set (its schema applied first), else sled in `data_dir`.
+pub fn open_store(config: &CsConfig) -> Result<(crate::store::cs::CsStore, Backend), ServerError> {
+    match &config.database_url {
+        Some(url) => {
+            let db_err = |message: String| ServerError::Db {
+                path: "database_url".into(),
+                message,
+            };
+            let pg =
+                crate::store::pg::Pg::new(&url.0, PG_POOL).map_err(|e| db_err(e.to_string()))?;
+            let store = crate::store::pg::cs::open(&pg)
+                .map_err(|e| db_err(format!("cannot open the database: {e}")))?;
+            Ok((store, Backend::Postgres))
+        }
+        None => {
+            let db = sled::Config::new()
+                .path(super::admin::db_path(&config.data_dir))
+                .open()
+                .map_err(|e| ServerError::Db {
+                    path: config.data_dir.display().to_string(),
+                    message: format!("cannot open the database (is another server using it?): {e}"),
+                })?;
+            let store = crate::store::sled_cs::open(&db).map_err(|e| ServerError::Db {
+                path: config.data_dir.display().to_string(),
+                message: e.to_string(),
+            })?;
+            Ok((store, Backend::Sled))
+        }
+    }
+}
+
+/// Connections each instance keeps to PostgreSQL at most.
+pub const PG_POOL: usize = 32;
+
 /// Serves the CS on an already bound listener (tests bind port 0 first).
 pub fn serve(
     listener: std::net::TcpListener,
     state: web::Data<CsState>,
 ) -> Result<actix_web::dev::Server, ServerError> {
     let https = state.secure_cookies;
+    let workers = crate::httpkit::workers_for(state.backend);
     let server = HttpServer::new(move || {
         let state = state.clone();
         App::new()
             .wrap(security_headers(https))
             .configure(move |c| configure(c, state))
     })
-    .workers(2)
+    .workers(workers)
     .listen(listener)
     .map_err(|source| ServerError::Io {
         what: "listen".into(),
@@ -180,7 +208,13 @@ pub fn start_background(state: &web::Data<CsState>, data_dir: &std::path::Path) 
     let deliveries = tokio::spawn(cs.run_deliveries());
     let accounts = state.accounts.clone();
     let dir = data_dir.to_owned();
+    // On PostgreSQL, `cheq user` writes to the database itself: no socket
+    // (several instances share the data directory).
+    let sled = state.backend == Backend::Sled;
     let admin = tokio::spawn(async move {
+        if !sled {
+            return;
+        }
         if let Err(e) = super::admin::listen(&dir, accounts).await {
             log::warn!("admin socket: {e}");
         }

@@ -26,6 +26,10 @@
 //! role = "agent"                           # may call the tools
 //! subject = "alice"                        # the CHEQ subject for this agent's user
 //!
+//! # database_url = "postgres://cheq@127.0.0.1:5432/cheq"  # (top level) state in PostgreSQL
+//! # log_format = "json"                    # (top level) or "text" (default)
+//! # Environment overrides: CHEQ_LISTEN, CHEQ_DATABASE_URL, CHEQ_LOG_FORMAT.
+//!
 //! [policy]
 //! book_flight_threshold_usd = 100          # book_flight needs confirmation above this
 //! ```
@@ -41,7 +45,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use crate::configfile::invalid;
-pub use crate::configfile::ConfigError;
+pub use crate::configfile::{ConfigError, DatabaseUrl, LogFormat};
 
 /// What a registered client may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -141,14 +145,37 @@ pub struct RsConfig {
     pub clients: Vec<ClientConfig>,
     #[serde(default)]
     pub policy: PolicyConfig,
+    /// PostgreSQL holds all state when set (several instances can share
+    /// it); otherwise the embedded sled database in `data_dir`.
+    #[serde(default)]
+    pub database_url: Option<DatabaseUrl>,
+    /// `text` (default) or `json` log lines.
+    #[serde(default)]
+    pub log_format: LogFormat,
 }
 
 impl RsConfig {
     /// Reads and checks a TOML file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let config: RsConfig = crate::configfile::read_toml(path)?;
+        let mut config: RsConfig = crate::configfile::read_toml(path)?;
+        config.apply_env(|k| std::env::var(k).ok())?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// Applies the `CHEQ_LISTEN`, `CHEQ_DATABASE_URL` and `CHEQ_LOG_FORMAT`
+    /// overrides read through `var` (they win over the file).
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        if let Some(v) = var("CHEQ_LISTEN") {
+            self.listen = v;
+        }
+        if let Some(v) = var("CHEQ_DATABASE_URL") {
+            self.database_url = Some(DatabaseUrl(v));
+        }
+        if let Some(v) = var("CHEQ_LOG_FORMAT") {
+            self.log_format = v.parse()?;
+        }
+        Ok(())
     }
 
     /// Parses and checks TOML text.
@@ -160,6 +187,9 @@ impl RsConfig {
 
     /// Checks what serde cannot.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(url) = &self.database_url {
+            url.validate()?;
+        }
         let url =
             parse_cheq_uri(&self.public_url).map_err(|e| invalid("public_url", e.to_string()))?;
         if url.path() != "/" || url.query().is_some() {

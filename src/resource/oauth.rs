@@ -3,16 +3,17 @@
 //!
 //! Clients authenticate with HTTP Basic (RFC 6749 §2.3.1, form-urlencoded id
 //! and secret) or with `client_id`/`client_secret` in the body, not both. The
-//! only scope is `cheq`. Tokens are 256-bit random opaque strings kept in
-//! memory with their expiry (a restart makes clients fetch new ones).
+//! only scope is `cheq`. Tokens are sealed claims ([`crate::bearer`]: the
+//! client id and the expiry) under a key generated in the data directory,
+//! so that every RS instance sharing that directory honours every token.
 
 use super::config::{ClientConfig, ClientRole};
 use super::error::TokenError;
+use crate::bearer::TokenKey;
 use crate::httpkit::{self, AuthHeaderError};
 use crate::throttle::{LimitState, Policy};
 use crate::time::Clock;
 use chrono::{DateTime, Duration, Utc};
-use rand::RngCore;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -43,7 +44,7 @@ pub struct TokenInfo {
 /// Registered clients and issued tokens.
 pub struct TokenService {
     clients: HashMap<String, ClientConfig>,
-    tokens: Mutex<HashMap<String, TokenInfo>>,
+    key: TokenKey,
     ttl: Duration,
     clock: Arc<dyn Clock>,
     /// Failed client authentications per address (in memory: the RS
@@ -83,13 +84,19 @@ fn basic_credentials(value: &str) -> Result<(String, String), TokenError> {
 }
 
 impl TokenService {
-    pub fn new(clients: &[ClientConfig], ttl: Duration, clock: Arc<dyn Clock>) -> Self {
+    /// `secret` is the generated token secret of the data directory.
+    pub fn new(
+        clients: &[ClientConfig],
+        ttl: Duration,
+        clock: Arc<dyn Clock>,
+        secret: &[u8],
+    ) -> Self {
         TokenService {
             clients: clients
                 .iter()
                 .map(|c| (c.client_id.clone(), c.clone()))
                 .collect(),
-            tokens: Mutex::new(HashMap::new()),
+            key: TokenKey::new(secret, "cheq rs access token"),
             ttl,
             clock,
             failures: Mutex::new(HashMap::new()),
@@ -168,19 +175,14 @@ impl TokenService {
                 return Err(TokenError::InvalidScope);
             }
         }
-        let mut raw = [0u8; 32];
-        rand::rngs::OsRng.fill_bytes(&mut raw);
-        let token = crate::sign::b64::encode(raw);
-        let now = self.clock.now();
-        let info = TokenInfo {
+        let claims = Claims {
             client_id: client.client_id.clone(),
-            role: client.role,
-            subject: client.subject.clone(),
-            expires: now + self.ttl,
+            expires: (self.clock.now() + self.ttl).timestamp(),
         };
-        let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
-        tokens.retain(|_, t| t.expires > now);
-        tokens.insert(token.clone(), info);
+        let token = self
+            .key
+            .seal(&claims)
+            .ok_or(TokenError::InvalidClient { basic })?;
         Ok(json!({
             "access_token": token,
             "token_type": "Bearer",
@@ -199,19 +201,40 @@ impl TokenService {
             AuthHeaderError::Missing => TokenError::MissingToken,
             AuthHeaderError::OtherScheme | AuthHeaderError::Malformed => TokenError::InvalidToken,
         })?;
-        let tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
-        let info = tokens
-            .get(token)
-            .filter(|t| t.expires > self.clock.now())
+        let claims: Claims = self.key.open(token).ok_or(TokenError::InvalidToken)?;
+        if claims.expires <= self.clock.now().timestamp() {
+            return Err(TokenError::InvalidToken);
+        }
+        // The client as configured now: a client removed from the
+        // configuration loses its tokens at the next restart.
+        let client = self
+            .clients
+            .get(&claims.client_id)
             .ok_or(TokenError::InvalidToken)?;
+        let info = TokenInfo {
+            client_id: client.client_id.clone(),
+            role: client.role,
+            subject: client.subject.clone(),
+            expires: DateTime::<Utc>::from_timestamp(claims.expires, 0)
+                .ok_or(TokenError::InvalidToken)?,
+        };
         if info.role != role {
             return Err(TokenError::WrongRole(match role {
                 ClientRole::Cs => "read or decide confirmations",
                 ClientRole::Agent => "call tools",
             }));
         }
-        Ok(info.clone())
+        Ok(info)
     }
+}
+
+/// What an access token carries.
+#[derive(Debug, serde::Serialize, Deserialize)]
+struct Claims {
+    #[serde(rename = "c")]
+    client_id: String,
+    #[serde(rename = "e")]
+    expires: i64,
 }
 
 #[cfg(test)]
@@ -230,6 +253,7 @@ mod tests {
             &clients,
             Duration::seconds(300),
             Arc::new(ManualClock::new(chrono::Utc::now())),
+            b"0123456789abcdef0123456789abcdef",
         )
     }
 
@@ -264,5 +288,47 @@ mod tests {
             Err(TokenError::TooManyAttempts { .. })
         ));
         assert!(t.issue(None, "10.0.0.1", &form("the-right-secret")).is_ok());
+    }
+
+    /// A token from one instance works on another with the same data
+    /// directory secret, until it expires; forged and foreign ones do not.
+    #[test]
+    fn a_token_is_honoured_by_every_instance_until_it_expires() {
+        let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+        let clients = [ClientConfig {
+            client_id: "cs".into(),
+            client_secret: "the-right-secret".into(),
+            role: ClientRole::Cs,
+            subject: None,
+        }];
+        let secret = b"0123456789abcdef0123456789abcdef";
+        let one = TokenService::new(&clients, Duration::seconds(300), clock.clone(), secret);
+        let two = TokenService::new(&clients, Duration::seconds(300), clock.clone(), secret);
+        let other = TokenService::new(
+            &clients,
+            Duration::seconds(300),
+            clock.clone(),
+            b"another secret, another host....",
+        );
+        let answer = one
+            .issue(None, "1.2.3.4", &form("the-right-secret"))
+            .unwrap();
+        let token = answer["access_token"].as_str().unwrap();
+        let header = format!("Bearer {token}");
+        let info = two.check(Some(&header), ClientRole::Cs).unwrap();
+        assert_eq!(info.client_id, "cs");
+        assert!(matches!(
+            two.check(Some(&header), ClientRole::Agent),
+            Err(TokenError::WrongRole(_))
+        ));
+        assert!(matches!(
+            other.check(Some(&header), ClientRole::Cs),
+            Err(TokenError::InvalidToken)
+        ));
+        clock.advance(chrono::Duration::seconds(301));
+        assert!(matches!(
+            two.check(Some(&header), ClientRole::Cs),
+            Err(TokenError::InvalidToken)
+        ));
     }
 }

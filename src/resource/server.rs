@@ -20,6 +20,7 @@ use super::tools::{self, DemoTools, Policy, Tool};
 use crate::cheq::Decision;
 use crate::httpkit::{self, authorization, json_resource};
 use crate::sign::{SigningKey, TrustStore};
+use crate::store::rs::RsStore;
 use crate::time::{Clock, SystemClock};
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
@@ -32,6 +33,12 @@ use std::sync::Arc;
 /// Everything the handlers share.
 #[derive(Debug)]
 pub struct RsState {
+    /// Where the state lives (sled or PostgreSQL).
+    pub backend: crate::store::Backend,
+    /// Whether the store answers now (`/readyz`).
+    pub readiness: Arc<dyn crate::store::Readiness>,
+    /// What this instance counted (`/metrics`).
+    pub metrics: crate::metrics::RsMetrics,
     pub cheq: Arc<CheqRs>,
     pub tokens: TokenService,
     pub tools: Arc<DemoTools>,
@@ -85,9 +92,17 @@ pub async fn build_state(
     let mut trust = TrustStore::new();
     // `validate` checked that the confirmation URI parses.
     trust.add_confirmation_server(&httpkit::origin_of(&cs.uri), jwks)?;
-    // The one place the RS names its storage backend.
-    let (_db, store) = crate::store::sled_rs::open_dir(&config.data_dir.join("rs.sled"))?;
-    let tools = Arc::new(DemoTools::new(store.executions.clone()));
+    // The one place the RS names its storage backends.
+    let (store, backend) = open_store(config)?;
+    // Shared by every instance on this data directory.
+    let token_secret = crate::keyfile::load_or_create_secret(&config.data_dir.join("token.secret"))
+        .map_err(|e| RsError::Io {
+            what: "token secret".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+    let metrics = crate::metrics::RsMetrics::new();
+    let tools =
+        Arc::new(DemoTools::new(store.executions.clone()).counting(metrics.executed.clone()));
     let cheq = CheqRs::new(
         &store,
         key,
@@ -98,11 +113,15 @@ pub async fn build_state(
         tools.clone(),
     )?;
     Ok(web::Data::new(RsState {
+        backend,
+        readiness: store.readiness.clone(),
+        metrics,
         cheq: Arc::new(cheq),
         tokens: TokenService::new(
             &config.clients,
             Duration::seconds(config.token_ttl_secs),
             clock,
+            &token_secret,
         ),
         tools,
         catalogue: tools::catalogue(),
@@ -114,12 +133,35 @@ pub async fn build_state(
     }))
 }
 
+/// Opens the store the configuration names: PostgreSQL when `database_url`
+/// is set (its schema applied first), else sled in `data_dir`.
+pub fn open_store(config: &RsConfig) -> Result<(RsStore, crate::store::Backend), RsError> {
+    match &config.database_url {
+        Some(url) => {
+            let pg = crate::store::pg::Pg::new(&url.0, PG_POOL)?;
+            Ok((
+                crate::store::pg::rs::open(&pg)?,
+                crate::store::Backend::Postgres,
+            ))
+        }
+        None => {
+            let (_db, store) = crate::store::sled_rs::open_dir(&config.data_dir.join("rs.sled"))?;
+            Ok((store, crate::store::Backend::Sled))
+        }
+    }
+}
+
+/// Connections each RS instance keeps to PostgreSQL at most.
+pub const PG_POOL: usize = 32;
+
 /// Registers the routes and the state on an actix `App`.
 pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<RsState>) {
     let confirmation = format!("{CONFIRMATIONS_PATH}{{id}}");
     let result = format!("{RESULTS_PATH}{{id}}");
     cfg.app_data(state)
         .service(json_resource("/healthz").route(web::get().to(httpkit::healthz)))
+        .service(json_resource("/readyz").route(web::get().to(readyz)))
+        .service(json_resource("/metrics").route(web::get().to(metrics)))
         .service(json_resource("/.well-known/jwks.json").route(web::get().to(jwks)))
         .service(json_resource("/oauth/token").route(web::post().to(token)))
         .service(json_resource("/tools").route(web::get().to(list_tools)))
@@ -167,11 +209,12 @@ pub fn serve(
     listener: std::net::TcpListener,
     state: web::Data<RsState>,
 ) -> Result<actix_web::dev::Server, RsError> {
+    let workers = state.backend;
     let server = HttpServer::new(move || {
         let state = state.clone();
         App::new().configure(move |c| configure(c, state))
     })
-    .workers(2)
+    .workers(httpkit::workers_for(workers))
     .listen(listener)
     .map_err(|source| RsError::Io {
         what: "listen".into(),
@@ -372,10 +415,29 @@ async fn post_decision(
     let body = read_body(body).await?;
     let cheq = state.cheq.clone();
     let id = id.into_inner();
-    let answer = blocking(move || cheq.decide(&id, decision, &body)).await?;
+    let answer = blocking(move || cheq.decide(&id, decision, &body)).await;
+    match &answer {
+        Ok(_) => state
+            .metrics
+            .decisions
+            .with_label_values(&[decision.as_str()])
+            .inc(),
+        Err(e) => state.metrics.refusals.with_label_values(&[e.code]).inc(),
+    }
+    let answer = answer?;
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(answer.to_json()))
+}
+
+/// `GET /readyz`: 200 only when the store answers.
+async fn readyz(state: web::Data<RsState>) -> HttpResponse {
+    httpkit::readyz(state.readiness.clone()).await
+}
+
+/// `GET /metrics` (Prometheus text format).
+async fn metrics(state: web::Data<RsState>) -> HttpResponse {
+    httpkit::metrics_response(state.metrics.render())
 }
 
 async fn get_result(

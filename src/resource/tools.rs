@@ -413,6 +413,7 @@ pub fn cheq_request(
 pub struct DemoTools {
     executions: Arc<dyn Executions>,
     runs: AtomicU64,
+    executed: Option<prometheus::IntCounter>,
 }
 
 impl std::fmt::Debug for DemoTools {
@@ -442,7 +443,14 @@ impl DemoTools {
         DemoTools {
             executions,
             runs: AtomicU64::new(0),
+            executed: None,
         }
+    }
+
+    /// Also counts every operation that ran in `counter` (a metric).
+    pub fn counting(mut self, counter: prometheus::IntCounter) -> Self {
+        self.executed = Some(counter);
+        self
     }
 
     /// How many times an operation actually ran (not counting idempotent repeats).
@@ -530,6 +538,9 @@ impl Operation for DemoTools {
         {
             Execution::Fresh => {
                 self.runs.fetch_add(1, Ordering::SeqCst);
+                if let Some(c) = &self.executed {
+                    c.inc();
+                }
                 Ok(result)
             }
             Execution::Existing(earlier) => Ok(earlier),

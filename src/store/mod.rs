@@ -133,9 +133,18 @@ pub trait NonceStore: Send + Sync {
     fn collect_expired(&self, now: i64) -> Result<usize, StoreError>;
 }
 
+/// Where a server keeps its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded sled database in the data directory (one process).
+    Sled,
+    /// A PostgreSQL database ([`pg`]; any number of instances).
+    Postgres,
+}
+
 /// Whether a backend can serve requests now (`GET /readyz`): the embedded
 /// database always can once open; a database server must answer.
-pub trait Readiness: Send + Sync {
+pub trait Readiness: Send + Sync + std::fmt::Debug {
     fn ready(&self) -> Result<(), StoreError>;
 }
 

@@ -5,6 +5,7 @@
 //! stands for.
 
 use super::{json_error, Api};
+use crate::bearer::TokenKey;
 use crate::confirm::auth::{identity_of, verify_secret, Budget, LimitKey};
 use crate::confirm::config::GatewayConfig;
 use crate::confirm::flow::CsError;
@@ -14,23 +15,31 @@ use actix_web::dev::Payload;
 use actix_web::http::StatusCode;
 use actix_web::{web, FromRequest, HttpRequest};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
-use std::collections::HashMap;
 use std::future::{ready, Ready};
-use std::sync::Mutex;
 
-/// A user token issued to a gateway.
-#[derive(Debug, Clone)]
+/// What a user token issued to a gateway carries (sealed: the gateway can
+/// neither read nor alter it).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct ApiToken {
     identity: Identity,
     gateway: String,
     expires: i64,
 }
 
-/// Issued user tokens, by the SHA-256 of the token.
-#[derive(Debug, Default)]
+/// Issues and opens user tokens: sealed claims ([`crate::bearer`]) under a
+/// key generated in the data directory, so that a token issued by one CS
+/// instance works on every other.
+#[derive(Debug)]
 pub struct Tokens {
-    tokens: Mutex<HashMap<[u8; 32], ApiToken>>,
+    key: TokenKey,
+}
+
+impl Tokens {
+    pub fn new(secret: &[u8]) -> Self {
+        Tokens {
+            key: TokenKey::new(secret, "cheq cs api token"),
+        }
+    }
 }
 
 fn invalid_client() -> JsonError {
@@ -167,16 +176,18 @@ impl Api {
                 "the user name or PIN is wrong",
             ));
         };
-        let token = crate::sign::b64::encode(rand::random::<[u8; 32]>());
         let entry = ApiToken {
             identity: identity_of(&account, "pin", now),
             gateway,
             expires: now + self.token_ttl,
         };
-        if let Ok(mut tokens) = self.tokens.tokens.lock() {
-            tokens.retain(|_, t| t.expires > now);
-            tokens.insert(Sha256::digest(token.as_bytes()).into(), entry);
-        }
+        let token = self.tokens.key.seal(&entry).ok_or_else(|| {
+            JsonError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "the token could not be made",
+            )
+        })?;
         Ok(json!({"access_token": token, "token_type": "Bearer", "expires_in": self.token_ttl}))
     }
 
@@ -184,13 +195,7 @@ impl Api {
     fn user(&self, authorization: Option<&str>) -> Result<Identity, JsonError> {
         let token = parse_bearer(authorization)
             .map_err(|_| invalid_token("a bearer token from /api/v1/token is required"))?;
-        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let found = self
-            .tokens
-            .tokens
-            .lock()
-            .ok()
-            .and_then(|t| t.get(&key).cloned());
+        let found: Option<ApiToken> = self.tokens.key.open(token);
         match found {
             Some(t) if t.expires > self.cs.now().timestamp() => {
                 log::debug!("raw API call by {} via {}", t.identity.sub, t.gateway);

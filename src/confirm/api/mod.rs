@@ -85,12 +85,13 @@ impl Api {
         token_ttl: i64,
         limiter: Limiter,
         log_key: Vec<u8>,
+        token_secret: &[u8],
     ) -> Self {
         Api {
             cs,
             login,
             gateways,
-            tokens: Tokens::default(),
+            tokens: Tokens::new(token_secret),
             token_ttl,
             limiter,
             log_key,

@@ -230,6 +230,10 @@ impl Cs {
         };
         match self.store.records.claim(&record).map_err(CsError::from)? {
             Claim::Fresh => {
+                self.metrics()
+                    .decisions
+                    .with_label_values(&[record.decision.as_str()])
+                    .inc();
                 log::info!(
                     "{} decided {} on {} ({})",
                     crate::text::one_line(&record.user),

@@ -118,6 +118,16 @@ impl Cs {
             .map_err(|e| e.to_string());
         let now = self.clock.now().timestamp();
         let delivery = next_state(answer, attempts, now, late);
+        let outcome = match &delivery {
+            Delivery::Pending { .. } => "retry",
+            Delivery::Delivered { .. } => "delivered",
+            Delivery::Refused { .. } => "refused",
+            Delivery::Expired { .. } => "expired",
+        };
+        self.metrics()
+            .deliveries
+            .with_label_values(&[outcome])
+            .inc();
         match &delivery {
             Delivery::Pending { last_error, .. } => log::warn!(
                 "delivery to {} pending: {}",

@@ -96,6 +96,7 @@ pub struct Cs {
     locks: Vec<Mutex<()>>,
     delivery_locks: Vec<tokio::sync::Mutex<()>>,
     wake: tokio::sync::Notify,
+    metrics: crate::metrics::CsMetrics,
 }
 
 impl std::fmt::Debug for Cs {
@@ -132,7 +133,36 @@ impl Cs {
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
             wake: tokio::sync::Notify::new(),
+            metrics: crate::metrics::CsMetrics::new(),
         }
+    }
+
+    /// What this instance counted, with the outbox read from the store
+    /// (`GET /metrics`). Blocking: it reads the store.
+    pub fn metrics_text(&self) -> String {
+        match self.store.records.pending_summary() {
+            Ok((n, oldest)) => {
+                let now = self.clock.now().timestamp();
+                self.metrics
+                    .deliveries_pending
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+                self.metrics
+                    .oldest_pending_age
+                    .set(oldest.map_or(0, |t| (now - t).max(0)));
+            }
+            Err(e) => log::warn!("metrics: cannot read the delivery outbox: {e}"),
+        }
+        self.metrics.render()
+    }
+
+    /// The metrics this instance counts.
+    pub(crate) fn metrics(&self) -> &crate::metrics::CsMetrics {
+        &self.metrics
+    }
+
+    /// Whether the store answers now (`GET /readyz`).
+    pub fn readiness(&self) -> Arc<dyn crate::store::Readiness> {
+        self.store.readiness.clone()
     }
 
     pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
@@ -192,6 +222,7 @@ impl Cs {
     /// §3: `GET <resource uri>` within the page deadline.
     async fn fetch(&self, entry: &ConfirmationEntry) -> Result<Vec<u8>, CsError> {
         let origin = origin_of(&entry.resource_uri);
+        let started = std::time::Instant::now();
         let fetched = tokio::time::timeout(
             PAGE_DEADLINE,
             self.client(&entry.resource_uri)?
@@ -200,7 +231,11 @@ impl Cs {
         .await
         .map_err(|_| CsError::Timeout {
             origin: origin.clone(),
-        })?;
+        });
+        self.metrics
+            .fetch_seconds
+            .observe(started.elapsed().as_secs_f64());
+        let fetched = fetched?;
         if let Err(e @ FetchError::Status { .. }) = &fetched {
             log::warn!("fetching a CHEQ from {origin}: {e}");
         }
@@ -222,16 +257,24 @@ impl Cs {
             resource_uri: Some(resource_uri),
             confirmation_uri: Some(&self.public_url),
         };
-        verify_resource(document, &self.trust, &ctx).map_err(|e| match e {
-            VerifyError::Expired { expires } => CsError::Expired(expires),
-            VerifyError::NotCountersignable(reason) => {
-                CsError::NotCountersignable(reason.to_string())
-            }
-            e => CsError::Untrusted {
-                origin: origin_of(resource_uri),
-                reason: format!("rule {} of the protocol failed: {e}", e.rule()),
-            },
-        })
+        verify_resource(document, &self.trust, &ctx)
+            .map_err(|e| {
+                self.metrics
+                    .refusals
+                    .with_label_values(&[&e.rule().to_string()])
+                    .inc();
+                e
+            })
+            .map_err(|e| match e {
+                VerifyError::Expired { expires } => CsError::Expired(expires),
+                VerifyError::NotCountersignable(reason) => {
+                    CsError::NotCountersignable(reason.to_string())
+                }
+                e => CsError::Untrusted {
+                    origin: origin_of(resource_uri),
+                    reason: format!("rule {} of the protocol failed: {e}", e.rule()),
+                },
+            })
     }
 
     /// The earlier decision on this confirmation, if any: by resource URI,

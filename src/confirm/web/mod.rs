@@ -52,6 +52,8 @@ pub const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; for
 
 /// Everything the handlers share.
 pub struct CsState {
+    /// Where the state lives (sled or PostgreSQL).
+    pub backend: crate::store::Backend,
     pub cs: Arc<Cs>,
     pub accounts: Arc<dyn Accounts>,
     pub login: LocalLogin,
@@ -181,8 +183,24 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<CsState>) {
         .service(resource("/history/{id}.json").route(web::get().to(evidence)))
         .service(resource("/.well-known/jwks.json").route(web::get().to(jwks)))
         .service(resource("/healthz").route(web::get().to(crate::httpkit::healthz)))
+        .service(resource("/readyz").route(web::get().to(readyz)))
+        .service(resource("/metrics").route(web::get().to(metrics)))
         .service(resource("/static/style.css").route(web::get().to(style)))
         .default_service(web::to(not_found));
+}
+
+/// `GET /readyz`: 200 only when the store answers.
+async fn readyz(state: web::Data<CsState>) -> HttpResponse {
+    crate::httpkit::readyz(state.cs.readiness()).await
+}
+
+/// `GET /metrics` (Prometheus text format).
+async fn metrics(state: web::Data<CsState>) -> HttpResponse {
+    let cs = state.cs.clone();
+    let text = web::block(move || cs.metrics_text())
+        .await
+        .unwrap_or_default();
+    crate::httpkit::metrics_response(text)
 }
 
 fn resource(path: &str) -> actix_web::Resource {
