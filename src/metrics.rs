@@ -126,11 +126,23 @@ impl CsMetrics {
             ),
             registry: r,
         }
+        .with_known_labels()
     }
 
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
         render(&self.registry)
+    }
+
+    /// Makes the known label values show (at 0) before anything happened.
+    fn with_known_labels(self) -> Self {
+        for outcome in ["accept", "reject"] {
+            self.decisions.with_label_values(&[outcome]);
+        }
+        for outcome in ["delivered", "refused", "expired", "retry"] {
+            self.deliveries.with_label_values(&[outcome]);
+        }
+        self
     }
 }
 
@@ -175,6 +187,15 @@ impl RsMetrics {
             ),
             registry: r,
         }
+        .with_known_labels()
+    }
+
+    /// Makes the known label values show (at 0) before anything happened.
+    fn with_known_labels(self) -> Self {
+        for outcome in ["accept", "reject"] {
+            self.decisions.with_label_values(&[outcome]);
+        }
+        self
     }
 
     /// The text exposition of every metric.

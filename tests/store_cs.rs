@@ -265,6 +265,19 @@ fn sessions_expire(store: &CsStore) {
 
 fn limits_update_atomically(store: &CsStore) {
     let l = &store.limits;
+    // Limiter keys join their parts with NUL.
+    let joined = "acct\0alice\01.2.3.4";
+    l.update(joined, &mut |_| {
+        Some(LimitState {
+            failures: 1,
+            locked_until: 0,
+            last_failure: 1,
+        })
+    })
+    .unwrap();
+    assert_eq!(l.get(joined).unwrap().unwrap().failures, 1);
+    l.update(joined, &mut |_| None).unwrap();
+    assert_eq!(l.get(joined).unwrap(), None);
     let barrier = Arc::new(Barrier::new(8));
     let handles: Vec<_> = (0..8)
         .map(|_| {

@@ -778,6 +778,11 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(name: &str, args: &[&str], log: &Path) -> Proc {
+        Proc::spawn_with(name, args, &[], log)
+    }
+
+    /// Like [`Proc::spawn`], with more environment variables.
+    pub fn spawn_with(name: &str, args: &[&str], envs: &[(&str, &str)], log: &Path) -> Proc {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -787,6 +792,7 @@ impl Proc {
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_cheq"))
             .args(args)
             .env("RUST_LOG", "info")
+            .envs(envs.iter().copied())
             .stdin(std::process::Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -832,12 +838,23 @@ impl Drop for Proc {
 /// Starts a server process and waits (bounded) until `/healthz` answers;
 /// retries when the process exits early (e.g. the port is not free yet).
 pub async fn start_server(name: &str, args: &[&str], log: &Path, base: &str) -> Proc {
+    start_server_with(name, args, &[], log, base).await
+}
+
+/// Like [`start_server`], with more environment variables.
+pub async fn start_server_with(
+    name: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    log: &Path,
+    base: &str,
+) -> Proc {
     let deadline = Instant::now() + Duration::from_secs(30);
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .build()
         .unwrap();
-    let mut proc = Proc::spawn(name, args, log);
+    let mut proc = Proc::spawn_with(name, args, envs, log);
     loop {
         if let Ok(res) = http.get(format!("{base}/healthz")).send().await {
             if res.status() == 200 {
@@ -851,7 +868,7 @@ pub async fn start_server(name: &str, args: &[&str], log: &Path, base: &str) -> 
         );
         if proc.exited() {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            proc = Proc::spawn(name, args, log);
+            proc = Proc::spawn_with(name, args, envs, log);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -859,10 +876,21 @@ pub async fn start_server(name: &str, args: &[&str], log: &Path, base: &str) -> 
 
 /// `cheq user add NAME --password-stdin <place...>`: (success, stdout+stderr).
 pub fn user_add(name: &str, password: &str, place: &[&str]) -> (bool, String) {
+    user_add_with(name, password, place, &[])
+}
+
+/// Like [`user_add`], with more environment variables.
+pub fn user_add_with(
+    name: &str,
+    password: &str,
+    place: &[&str],
+    envs: &[(&str, &str)],
+) -> (bool, String) {
     let mut args = vec!["user", "add", name, "--password-stdin"];
     args.extend_from_slice(place);
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cheq"))
         .args(&args)
+        .envs(envs.iter().copied())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

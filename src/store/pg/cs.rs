@@ -56,7 +56,7 @@ CREATE TABLE cs_sessions (
     body text NOT NULL);
 CREATE INDEX cs_sessions_expires ON cs_sessions (expires);
 CREATE TABLE cs_limits (
-    key text PRIMARY KEY,
+    key bytea PRIMARY KEY,
     last_failure bigint NOT NULL,
     locked_until bigint NOT NULL,
     body text NOT NULL);
@@ -613,7 +613,8 @@ const CAS_ATTEMPTS: usize = 64;
 
 impl PgLimits {
     fn read(&self, key: &str) -> Result<Option<String>, StoreError> {
-        let key = key.to_owned();
+        // Limiter keys join their parts with NUL: bytes, not text.
+        let key = key.as_bytes().to_vec();
         self.0.call("get limit", move |pool| async move {
             let c = client(&pool, "get limit").await?;
             let s = c
@@ -635,7 +636,7 @@ impl PgLimits {
         old: Option<String>,
         new: Option<&LimitState>,
     ) -> Result<bool, StoreError> {
-        let key = key.to_owned();
+        let key = key.as_bytes().to_vec();
         let new = new
             .map(|s| Ok::<_, StoreError>((s.last_failure, s.locked_until, encode(s)?)))
             .transpose()?;

@@ -284,6 +284,10 @@ async fn migrate(
     let tx = c.transaction().await.map_err(&err)?;
     // Held until commit: a second instance waits here, then finds the
     // steps applied.
+    // "already exists, skipping" is no news.
+    tx.batch_execute("SET LOCAL client_min_messages TO warning")
+        .await
+        .map_err(&err)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await
         .map_err(&err)?;
