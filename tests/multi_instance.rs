@@ -180,12 +180,16 @@ impl Cluster {
         } else {
             "serve"
         };
-        let mut envs = vec![("CHEQ_DATABASE_URL", self.db.as_str())];
+        let name = format!("{server}{}", if second { 2 } else { 1 });
+        let mut envs = vec![
+            ("CHEQ_DATABASE_URL", self.db.as_str()),
+            ("CHEQ_LOG_FORMAT", "json"),
+            ("CHEQ_INSTANCE", name.as_str()),
+        ];
         if let Some(l) = listen {
             envs.push(("CHEQ_LISTEN", l.as_str()));
         }
         let config = self.setup.path(config);
-        let name = format!("{server}{}", if second { 2 } else { 1 });
         start_server_with(
             &name,
             &[command, "--config", &config],
@@ -443,6 +447,34 @@ fn two_instances_of_each_server_keep_every_guarantee_on_one_database() {
             assert!(Instant::now() < deadline, "{}", cs2.log());
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+
+        // 5. The logs: JSON lines naming their instance; one confirmation
+        //    followed by its id from its decision at CS 1 to its delivery by
+        //    CS 2 and its recording at the RS.
+        let id = cheq::text::confirmation_id(&packs[0].resource_uri);
+        let mut seen = Vec::new();
+        for name in ["cs1", "cs2", "rs1", "rs2"] {
+            let text =
+                std::fs::read_to_string(c.setup.dir.path().join(format!("{name}.log"))).unwrap();
+            let mut about = 0;
+            for line in text.lines().filter(|l| l.starts_with('{')) {
+                let v: Value =
+                    serde_json::from_str(line).unwrap_or_else(|e| panic!("{name}: {e}: {line}"));
+                assert_eq!(v["instance"], name, "{line}");
+                if line.contains(&format!("\"confirmation_id\":\"{id}\"")) {
+                    about += 1;
+                }
+            }
+            if about > 0 {
+                seen.push(name);
+            }
+        }
+        assert!(
+            seen.contains(&"cs1")
+                && seen.contains(&"cs2")
+                && (seen.contains(&"rs1") || seen.contains(&"rs2")),
+            "confirmation {id} logged by {seen:?}"
+        );
     });
 }
 

@@ -75,7 +75,7 @@ fn set_pin(
 }
 
 pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
-    super::servers::init_logging();
+    super::logging::init(crate::configfile::LogFormat::Text, "demo");
     let dir = &args.data_dir;
     let keys = dir.join("keys");
     std::fs::create_dir_all(&keys).map_err(|source| CliError::Write {

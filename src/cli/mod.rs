@@ -15,6 +15,7 @@ pub mod countersign;
 pub mod demo;
 pub mod inspect;
 pub mod keygen;
+pub mod logging;
 pub mod migrate;
 pub mod servers;
 pub mod sign;

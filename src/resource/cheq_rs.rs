@@ -362,6 +362,9 @@ impl CheqRs {
     ) -> Result<DecisionAnswer, CheqRsError> {
         let _guard = self.stripe(id).lock().unwrap_or_else(|e| e.into_inner());
         let record = self.records.get(id)?.ok_or(CheqRsError::NotFound)?;
+        let _span =
+            crate::text::confirmation_span(&crate::text::confirmation_id(&record.resource_uri))
+                .entered();
         let digest = digest_b64(body);
         let now = self.clock.now();
 
@@ -380,6 +383,7 @@ impl CheqRs {
         };
         if let Some((earlier, found)) = earlier {
             if earlier != digest {
+                log::info!("a replay of a decided nonce was refused");
                 return Err(CheqRsError::Replayed);
             }
             if found != decision {
@@ -406,9 +410,13 @@ impl CheqRs {
         };
         match self.nonces.record(&record.nonce, &entry)? {
             RecordOutcome::Fresh | RecordOutcome::SameAsBefore(_) => {
+                log::info!("decision recorded: {decision}");
                 self.complete_verified(record, body, &verified)
             }
-            RecordOutcome::Conflict(_) => Err(CheqRsError::Replayed),
+            RecordOutcome::Conflict(_) => {
+                log::info!("a replay of a decided nonce was refused");
+                Err(CheqRsError::Replayed)
+            }
         }
     }
 

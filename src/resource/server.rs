@@ -212,7 +212,9 @@ pub fn serve(
     let workers = state.backend;
     let server = HttpServer::new(move || {
         let state = state.clone();
-        App::new().configure(move |c| configure(c, state))
+        App::new()
+            .wrap(tracing_actix_web::TracingLogger::default())
+            .configure(move |c| configure(c, state))
     })
     .workers(httpkit::workers_for(workers))
     .listen(listener)

@@ -82,6 +82,18 @@ impl Cs {
         who: &Identity,
         request: DecisionRequest,
     ) -> Result<Decided, DecideError> {
+        use tracing::Instrument;
+        self.decide_in_span(id, who, request)
+            .instrument(crate::text::confirmation_span(id))
+            .await
+    }
+
+    async fn decide_in_span(
+        self: &Arc<Self>,
+        id: &str,
+        who: &Identity,
+        request: DecisionRequest,
+    ) -> Result<Decided, DecideError> {
         let entry = self.entry(id)?;
         if let Some(record) = self.earlier(&entry.resource_uri, None)? {
             return Ok(earlier(record, who)?);
@@ -118,7 +130,9 @@ impl Cs {
         let cs = self.clone();
         let who2 = who.clone();
         let open2 = open.clone();
+        let span = tracing::Span::current();
         let decided = tokio::task::spawn_blocking(move || {
+            let _span = span.entered();
             cs.sign_and_record(&open2, &entry.resource_uri, &who2, &request, collected)
         })
         .await

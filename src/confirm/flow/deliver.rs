@@ -21,6 +21,7 @@ use crate::sign::verify::CLOCK_SKEW_SECS;
 use crate::store::cs::{DecisionRecord, Delivery, RecordKey, Refusal};
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// Longest wait between two delivery attempts.
 pub const MAX_BACKOFF_SECS: i64 = 30;
@@ -147,10 +148,14 @@ impl Cs {
         clear: Option<String>,
     ) -> Option<DecisionRecord> {
         let cs = self.clone();
-        tokio::task::spawn_blocking(move || cs.finish(record, delivery, clear.as_deref()))
-            .await
-            .ok()
-            .flatten()
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || {
+            let _span = span.entered();
+            cs.finish(record, delivery, clear.as_deref())
+        })
+        .await
+        .ok()
+        .flatten()
     }
 
     /// Stores a new delivery state. When it is final and the document was
@@ -233,7 +238,10 @@ impl Cs {
                 .into_iter()
                 .map(|record| {
                     let cs = self.clone();
-                    tokio::spawn(async move { cs.deliver(&record.key()).await })
+                    let span = crate::text::confirmation_span(&crate::text::confirmation_id(
+                        &record.resource_uri,
+                    ));
+                    tokio::spawn(async move { cs.deliver(&record.key()).await }.instrument(span))
                 })
                 .collect();
             for t in tasks {

@@ -108,7 +108,7 @@ impl std::fmt::Debug for Cs {
 }
 
 fn id_for(resource_uri: &str) -> String {
-    crate::sign::b64::encode(Sha256::digest(resource_uri.as_bytes()))
+    crate::text::confirmation_id(resource_uri)
 }
 
 fn stripe(key: &str) -> usize {
@@ -197,6 +197,7 @@ impl Cs {
         self.check_registered(resource_uri)?;
         let resource_uri = resource_uri.trim();
         let id = id_for(resource_uri);
+        let _span = crate::text::confirmation_span(&id).entered();
         let entry = ConfirmationEntry {
             resource_uri: resource_uri.to_owned(),
             created: self.clock.now().timestamp(),
@@ -299,6 +300,13 @@ impl Cs {
     /// Loads a confirmation for `who`: the earlier decision if there is one,
     /// otherwise the CHEQ fetched from the RS and verified.
     pub async fn load(&self, id: &str, who: &Identity) -> Result<Loaded, CsError> {
+        use tracing::Instrument;
+        self.load_in_span(id, who)
+            .instrument(crate::text::confirmation_span(id))
+            .await
+    }
+
+    async fn load_in_span(&self, id: &str, who: &Identity) -> Result<Loaded, CsError> {
         let mut entry = self.entry(id)?;
         if let Some(record) = self.earlier(&entry.resource_uri, None)? {
             return Ok(Loaded::Decided(Box::new(owned(record, who)?)));
