@@ -321,6 +321,16 @@ where
 /// The period of the collectors of expired state.
 pub const COLLECT_EVERY: Duration = Duration::from_secs(3600);
 
+/// HTTP worker threads for a server on `backend`: a store call on
+/// PostgreSQL waits for the network, so more threads keep the CPU busy
+/// meanwhile; sled answers from memory (and flushes on a blocking thread).
+pub fn workers_for(backend: crate::store::Backend) -> usize {
+    match backend {
+        crate::store::Backend::Sled => 2,
+        crate::store::Backend::Postgres => 16,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -398,15 +408,5 @@ mod tests {
         );
         assert_eq!(origin_of("https://a.example:443/"), "https://a.example");
         assert_eq!(origin_of("not a uri"), "not a uri");
-    }
-}
-
-/// HTTP worker threads for a server on `backend`: a store call on
-/// PostgreSQL waits for the network, so more threads keep the CPU busy
-/// meanwhile; sled answers from memory (and flushes on a blocking thread).
-pub fn workers_for(backend: crate::store::Backend) -> usize {
-    match backend {
-        crate::store::Backend::Sled => 2,
-        crate::store::Backend::Postgres => 16,
     }
 }

@@ -48,6 +48,19 @@ pub fn keyed_digest(key: &[u8], value: &str) -> String {
     )
 }
 
+/// The id that names one confirmation in log lines at both servers, from
+/// its start to its delivery: the base64url SHA-256 of its resource URI
+/// (also the CS's confirmation id).
+pub fn confirmation_id(resource_uri: &str) -> String {
+    use sha2::Digest;
+    crate::sign::b64::encode(sha2::Sha256::digest(resource_uri.as_bytes()))
+}
+
+/// The tracing span of everything about one confirmation.
+pub fn confirmation_span(confirmation_id: &str) -> tracing::Span {
+    tracing::info_span!("confirmation", confirmation_id = %confirmation_id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,17 +81,4 @@ mod tests {
         assert_eq!(snippet(b"abcdef", 3), "abc");
         assert_eq!(snippet("\u{202e}x".as_bytes(), 100), "\\u{202e}x");
     }
-}
-
-/// The id that names one confirmation in log lines at both servers, from
-/// its start to its delivery: the base64url SHA-256 of its resource URI
-/// (also the CS's confirmation id).
-pub fn confirmation_id(resource_uri: &str) -> String {
-    use sha2::Digest;
-    crate::sign::b64::encode(sha2::Sha256::digest(resource_uri.as_bytes()))
-}
-
-/// The tracing span of everything about one confirmation.
-pub fn confirmation_span(confirmation_id: &str) -> tracing::Span {
-    tracing::info_span!("confirmation", confirmation_id = %confirmation_id)
 }

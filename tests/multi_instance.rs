@@ -479,9 +479,9 @@ fn two_instances_of_each_server_keep_every_guarantee_on_one_database() {
 }
 
 /// Runs the futures concurrently, in order of the answers.
-async fn futures_join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output>
+async fn futures_join_all<F>(futures: Vec<F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();

@@ -266,7 +266,7 @@ fn sessions_expire(store: &CsStore) {
 fn limits_update_atomically(store: &CsStore) {
     let l = &store.limits;
     // Limiter keys join their parts with NUL.
-    let joined = "acct\0alice\01.2.3.4";
+    let joined = "acct\0alice\0\x31.2.3.4";
     l.update(joined, &mut |_| {
         Some(LimitState {
             failures: 1,

@@ -259,12 +259,11 @@ impl Cs {
             confirmation_uri: Some(&self.public_url),
         };
         verify_resource(document, &self.trust, &ctx)
-            .map_err(|e| {
+            .inspect_err(|e| {
                 self.metrics
                     .refusals
                     .with_label_values(&[&e.rule().to_string()])
                     .inc();
-                e
             })
             .map_err(|e| match e {
                 VerifyError::Expired { expires } => CsError::Expired(expires),
