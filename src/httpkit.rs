@@ -195,8 +195,10 @@ pub async fn healthz() -> HttpResponse {
 /// `GET /readyz`: 200 when the store answers (within the store's own
 /// bound, 3 s for PostgreSQL), else 503 with the reason; `/healthz` stays a
 /// liveness check that never touches the store.
-pub async fn readyz(readiness: std::sync::Arc<dyn crate::store::Readiness>) -> HttpResponse {
-    let checked = actix_web::web::block(move || readiness.ready()).await;
+pub async fn readyz<E: std::fmt::Display + Send + 'static>(
+    check: impl FnOnce() -> Result<(), E> + Send + 'static,
+) -> HttpResponse {
+    let checked = actix_web::web::block(check).await;
     let problem = match checked {
         Ok(Ok(())) => {
             return HttpResponse::Ok()
@@ -321,13 +323,14 @@ where
 /// The period of the collectors of expired state.
 pub const COLLECT_EVERY: Duration = Duration::from_secs(3600);
 
-/// HTTP worker threads for a server on `backend`: a store call on
-/// PostgreSQL waits for the network, so more threads keep the CPU busy
-/// meanwhile; sled answers from memory (and flushes on a blocking thread).
-pub fn workers_for(backend: crate::store::Backend) -> usize {
-    match backend {
-        crate::store::Backend::Sled => 2,
-        crate::store::Backend::Postgres => 16,
+/// HTTP worker threads for a server whose store calls wait on the network
+/// (PostgreSQL) or not (sled answers from memory, and flushes on a blocking
+/// thread): waiting threads leave the CPU to others.
+pub fn workers_for(store_waits_on_network: bool) -> usize {
+    if store_waits_on_network {
+        16
+    } else {
+        2
     }
 }
 

@@ -52,8 +52,10 @@ pub fn keyed_digest(key: &[u8], value: &str) -> String {
 /// its start to its delivery: the base64url SHA-256 of its resource URI
 /// (also the CS's confirmation id).
 pub fn confirmation_id(resource_uri: &str) -> String {
+    use base64::Engine;
     use sha2::Digest;
-    crate::sign::b64::encode(sha2::Sha256::digest(resource_uri.as_bytes()))
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(sha2::Sha256::digest(resource_uri.as_bytes()))
 }
 
 /// The tracing span of everything about one confirmation.

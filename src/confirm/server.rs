@@ -165,7 +165,7 @@ pub fn serve(
     state: web::Data<CsState>,
 ) -> Result<actix_web::dev::Server, ServerError> {
     let https = state.secure_cookies;
-    let workers = crate::httpkit::workers_for(state.backend);
+    let workers = crate::httpkit::workers_for(state.backend == Backend::Postgres);
     let server = HttpServer::new(move || {
         let state = state.clone();
         App::new()

@@ -216,7 +216,9 @@ pub fn serve(
             .wrap(tracing_actix_web::TracingLogger::default())
             .configure(move |c| configure(c, state))
     })
-    .workers(httpkit::workers_for(workers))
+    .workers(httpkit::workers_for(
+        workers == crate::store::Backend::Postgres,
+    ))
     .listen(listener)
     .map_err(|source| RsError::Io {
         what: "listen".into(),
@@ -434,7 +436,8 @@ async fn post_decision(
 
 /// `GET /readyz`: 200 only when the store answers.
 async fn readyz(state: web::Data<RsState>) -> HttpResponse {
-    httpkit::readyz(state.readiness.clone()).await
+    let readiness = state.readiness.clone();
+    httpkit::readyz(move || readiness.ready()).await
 }
 
 /// `GET /metrics` (Prometheus text format).

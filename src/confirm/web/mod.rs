@@ -191,7 +191,8 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<CsState>) {
 
 /// `GET /readyz`: 200 only when the store answers.
 async fn readyz(state: web::Data<CsState>) -> HttpResponse {
-    crate::httpkit::readyz(state.cs.readiness()).await
+    let readiness = state.cs.readiness();
+    crate::httpkit::readyz(move || readiness.ready()).await
 }
 
 /// `GET /metrics` (Prometheus text format).
