@@ -13,7 +13,9 @@
 //! the outcome page says the decision was delivered.
 //!
 //! `CHEQ_BENCH_FLOWS` (default 2000) and `CHEQ_BENCH_CONCURRENCY` (default 32)
-//! set the size of the run.
+//! set the size of the run. `CHEQ_BENCH_CS` may name several CS instances
+//! (comma-separated, on one PostgreSQL database): the browsers are spread
+//! over them, all with the one session signed in at the first.
 
 use reqwest::header;
 use serde_json::Value;
@@ -94,10 +96,12 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 fn main() {
     // `cargo bench` passes "--bench"; nothing else is taken from argv.
-    let Ok(cs) = std::env::var("CHEQ_BENCH_CS") else {
+    let Ok(cs_list) = std::env::var("CHEQ_BENCH_CS") else {
         eprintln!("flows: set CHEQ_BENCH_CS and CHEQ_BENCH_RS (scripts/bench does); skipping");
         return;
     };
+    let instances: Vec<String> = cs_list.split(',').map(str::to_owned).collect();
+    let cs = instances[0].clone();
     let rs = env("CHEQ_BENCH_RS", "http://127.0.0.1:8081");
     let password = env("CHEQ_DEMO_PASSWORD", "");
     let flows: usize = env("CHEQ_BENCH_FLOWS", "2000").parse().unwrap_or(2000);
@@ -161,8 +165,9 @@ fn main() {
         let queue = Arc::new(std::sync::Mutex::new(uris));
         let started = Instant::now();
         let mut workers = Vec::new();
-        for _ in 0..concurrency {
-            let (http, cs, session, queue) = (http.clone(), cs.clone(), session.clone(), queue.clone());
+        for i in 0..concurrency {
+            let cs = instances[i % instances.len()].clone();
+            let (http, session, queue) = (http.clone(), session.clone(), queue.clone());
             workers.push(tokio::spawn(async move {
                 let mut latencies = Vec::new();
                 let mut failures = Vec::new();
@@ -186,9 +191,10 @@ fn main() {
         let wall = started.elapsed();
         latencies.sort();
         println!(
-            "flows: {} complete, {} failed, {concurrency} concurrent, {:.2} s: {:.0} flows/s; latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            "flows: {} complete, {} failed, {concurrency} concurrent, {} CS instance(s), {:.2} s: {:.0} flows/s; latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
             latencies.len(),
             failures.len(),
+            instances.len(),
             wall.as_secs_f64(),
             latencies.len() as f64 / wall.as_secs_f64(),
             percentile(&latencies, 0.50).as_secs_f64() * 1000.0,

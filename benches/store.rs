@@ -1,9 +1,15 @@
-//! Durable records per second of the sled replay store (`PROTOCOL.md` §6).
+//! Durable records per second of the replay store (`PROTOCOL.md` §6), on
+//! sled and on PostgreSQL in the same run.
 //!
 //! Each iteration records one fresh random nonce and returns only once it is
-//! flushed. Writers run on 1 and on 8 threads at once; criterion's throughput line
-//! ("thrpt", elements/s) is records/s. The store lives in a temporary directory on
-//! the disk that holds the system temp dir.
+//! durable (sled: flushed; PostgreSQL: committed with `synchronous_commit =
+//! on`, so concurrent writers share WAL flushes: group commit). Writers run on
+//! 1 and on 8 threads at once (and 32 on PostgreSQL); criterion's throughput
+//! line ("thrpt", elements/s) is records/s. The sled store lives in a
+//! temporary directory on the disk that holds the system temp dir; the
+//! PostgreSQL one in a fresh database of `CHEQ_TEST_DATABASE_URL`
+//! (`scripts/bench` starts a throwaway server; without it, PostgreSQL is
+//! skipped with a note).
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +18,7 @@ use base64::Engine as _;
 use cheq::store::{NonceEntry, NonceStore, RecordOutcome, SledNonceStore};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
-fn record_fresh(store: &SledNonceStore) {
+fn record_fresh(store: &dyn NonceStore) {
     let nonce = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>());
     let entry = NonceEntry {
         digest: rand::random(),
@@ -26,7 +32,7 @@ fn record_fresh(store: &SledNonceStore) {
 }
 
 /// Records `iters` nonces spread over `threads` threads; returns the wall time.
-fn run(store: &SledNonceStore, threads: u64, iters: u64) -> Duration {
+fn run(store: &dyn NonceStore, threads: u64, iters: u64) -> Duration {
     let start = Instant::now();
     std::thread::scope(|scope| {
         for t in 0..threads {
@@ -49,9 +55,21 @@ fn durable_records(c: &mut Criterion) {
     for threads in [1u64, 8] {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = SledNonceStore::open(dir.path()).expect("open store");
-        group.bench_function(format!("{threads}_threads"), |b| {
+        group.bench_function(format!("sled_{threads}_threads"), |b| {
             b.iter_custom(|iters| run(&store, threads, iters));
         });
+    }
+    match cheq::store::pg::test_database("bench_store") {
+        Ok(url) => {
+            let pg = cheq::store::pg::Pg::new(&url, 40).expect("pool");
+            let store = cheq::store::pg::rs::nonces(&pg).expect("schema");
+            for threads in [1u64, 8, 32] {
+                group.bench_function(format!("postgres_{threads}_threads"), |b| {
+                    b.iter_custom(|iters| run(&*store, threads, iters));
+                });
+            }
+        }
+        Err(e) => eprintln!("store: PostgreSQL skipped: {e}"),
     }
     group.finish();
 }

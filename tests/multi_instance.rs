@@ -632,3 +632,99 @@ fn readyz_follows_the_database_and_no_instance_exits_while_it_is_away() {
         cs.kill();
     });
 }
+
+/// `cheq` with `args` and `envs`: (success, stdout and stderr).
+fn cheq_cli(args: &[&str], envs: &[(&str, &str)]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cheq"))
+        .args(args)
+        .envs(envs.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+#[test]
+fn cheq_migrate_applies_the_schema_of_the_server_a_configuration_names() {
+    let setup = Setup::new();
+    let db = database("migrate_cli");
+    let envs = [("CHEQ_DATABASE_URL", db.as_str())];
+    let cs = setup.path("cs.toml");
+    let rs = setup.path("rs.toml");
+    let (ok, out) = cheq_cli(&["migrate", "--config", &cs], &envs);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("cs schema at version 1 (1 step applied now)"),
+        "{out}"
+    );
+    let (ok, out) = cheq_cli(&["migrate", "--config", &cs], &envs);
+    assert!(ok && out.contains("(0 steps applied now)"), "{out}");
+    let (ok, out) = cheq_cli(&["migrate", "--config", &rs], &envs);
+    assert!(ok && out.contains("rs schema at version 1"), "{out}");
+    let pg = cheq::store::pg::Pg::new(&db, 1).unwrap();
+    assert_eq!(cheq::store::pg::applied(&pg, "cs").unwrap(), vec![1]);
+    assert_eq!(cheq::store::pg::applied(&pg, "rs").unwrap(), vec![1]);
+    // Without a database there is nothing to migrate: said in one line.
+    let (ok, out) = cheq_cli(&["migrate", "--config", &cs], &[]);
+    assert!(!ok && out.contains("no database_url"), "{out}");
+    // A database nobody answers for: a clear error, no panic.
+    let port = free_port();
+    let nowhere = format!("postgres://cheq@127.0.0.1:{port}/x");
+    let (ok, out) = cheq_cli(
+        &["migrate", "--config", &cs],
+        &[("CHEQ_DATABASE_URL", nowhere.as_str())],
+    );
+    assert!(
+        !ok && out.contains("migrate") && !out.contains("panicked"),
+        "{out}"
+    );
+    let (ok, out) = cheq_cli(
+        &["migrate", "--config", &cs],
+        &[("CHEQ_DATABASE_URL", "mysql://root:hunter2@h/db")],
+    );
+    assert!(
+        !ok && out.contains("database_url") && !out.contains("hunter2"),
+        "{out}"
+    );
+}
+
+#[test]
+fn the_demo_runs_on_postgresql() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = database("demo");
+    let (cs_port, rs_port) = (free_port(), free_port());
+    let data = dir.path().join("demo");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let demo = start_server_with(
+            "demo",
+            &[
+                "demo",
+                "--data-dir",
+                &data.display().to_string(),
+                "--cs-port",
+                &cs_port.to_string(),
+                "--rs-port",
+                &rs_port.to_string(),
+                "--database-url",
+                &db,
+            ],
+            &[("CHEQ_DEMO_PASSWORD", ALICE_PW)],
+            &dir.path().join("demo.log"),
+            &format!("http://127.0.0.1:{cs_port}"),
+        )
+        .await;
+        for port in [cs_port, rs_port] {
+            let base = format!("http://127.0.0.1:{port}");
+            assert_eq!(timed_get(&base, "/readyz").await.0, 200, "{}", demo.log());
+        }
+        // alice lives in the database, and no sled database was opened.
+        let accounts = query_count(&db, "SELECT count(*) FROM cs_accounts", &[]).await;
+        assert_eq!(accounts, 1);
+        assert!(!data.join("cs").join("cs.sled").exists());
+        let mut b = Browser::new(&format!("http://127.0.0.1:{cs_port}"));
+        b.sign_in("alice", ALICE_PW).await;
+    });
+}
