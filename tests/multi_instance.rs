@@ -587,7 +587,20 @@ fn readyz_follows_the_database_and_no_instance_exits_while_it_is_away() {
             assert_eq!(timed_get(base, "/readyz").await.0, 200, "{base}");
         }
 
+        let waiting = invoke_flight(&setup.rs_url).await;
+        let token = cs_token(&setup.rs_url).await;
         postgres.script("stop");
+        // The RS says its database is away, as JSON, and when to come back.
+        let res = http_client()
+            .get(&waiting.resource_uri)
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 503);
+        assert_eq!(res.headers()["retry-after"], "1");
+        let body: Value = res.json().await.unwrap();
+        assert_eq!(body["error"], "unavailable", "{body}");
         for base in bases {
             let (status, took) = timed_get(base, "/readyz").await;
             assert_eq!(status, 503, "{base}");
@@ -610,7 +623,13 @@ fn readyz_follows_the_database_and_no_instance_exits_while_it_is_away() {
                 ],
             )
             .await;
-        assert!(res.status >= 500, "{}", res.text);
+        assert_eq!(res.status, 503, "{}", res.text);
+        assert!(
+            res.text.contains("cannot reach its database"),
+            "{}",
+            res.text
+        );
+        assert_eq!(res.header("retry-after").as_deref(), Some("1"));
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(!rs.exited(), "{}", rs.log());
         assert!(!cs.exited(), "{}", cs.log());

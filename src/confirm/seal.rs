@@ -133,7 +133,16 @@ impl Sealer {
         for entry in entries.flatten() {
             let path = entry.path();
             let is_key = path.extension().is_some_and(|e| e == "key");
-            if is_key && !wanted.contains(&path) && std::fs::remove_file(&path).is_ok() {
+            // Another instance on this data directory may have just sealed
+            // a document whose record it has not stored yet: a key is only
+            // swept once it is older than any sealing can take.
+            let young = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_none_or(|age| age < SWEEP_MIN_AGE);
+            if is_key && !young && !wanted.contains(&path) && std::fs::remove_file(&path).is_ok() {
                 n += 1;
             }
         }
@@ -143,6 +152,9 @@ impl Sealer {
         n
     }
 }
+
+/// How old a key must be before a sweep may delete it.
+pub const SWEEP_MIN_AGE: std::time::Duration = std::time::Duration::from_secs(600);
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
@@ -221,9 +233,21 @@ mod tests {
         let s = Sealer::new(dir.path(), vec![7; 32]);
         let a = s.seal("a", "private a").unwrap();
         let b = s.seal("b", "private b").unwrap();
+        let old = std::time::SystemTime::now() - 2 * SWEEP_MIN_AGE;
+        for name in ["a", "b"] {
+            std::fs::File::options()
+                .write(true)
+                .open(s.key_path(name))
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
+        }
+        // Just sealed by another instance, its record not yet stored: kept.
+        let c = s.seal("c", "private c").unwrap();
         assert!(s.has_keys());
         assert_eq!(s.sweep(&["a".to_owned()]), 1);
         assert_eq!(s.open("a", &a).unwrap(), "private a");
         assert!(s.open("b", &b).is_err());
+        assert_eq!(s.open("c", &c).unwrap(), "private c");
     }
 }

@@ -26,6 +26,7 @@ pub fn of(e: &CsError) -> (StatusCode, &'static str) {
         CsError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
         CsError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
         CsError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
+        CsError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         CsError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "server_error"),
     }
 }
@@ -79,6 +80,7 @@ pub fn every_error() -> Vec<(CsError, u16)> {
         (CsError::MethodNotAllowed, 405),
         (CsError::PayloadTooLarge, 413),
         (CsError::Busy, 503),
+        (CsError::Unavailable("connection refused".into()), 503),
         (CsError::Internal("sled exploded".into()), 500),
     ]
 }

@@ -123,6 +123,10 @@ impl From<CheqRsError> for JsonError {
             Invalid { .. } | InvalidOther(_) => (StatusCode::BAD_REQUEST, "invalid_cheq"),
             Replayed => (StatusCode::CONFLICT, "replayed"),
             Operation(_) => (StatusCode::INTERNAL_SERVER_ERROR, "operation_failed"),
+            Store(StoreError::Unavailable { .. }) => {
+                log::warn!("resource server: {e}");
+                (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+            }
             Mint(_) | Sign(_) | Store(_) => {
                 log::error!("resource server: {e}");
                 (StatusCode::INTERNAL_SERVER_ERROR, "server_error")
@@ -132,10 +136,17 @@ impl From<CheqRsError> for JsonError {
             Replayed => {
                 "this CHEQ's nonce was already decided with a different document".to_owned()
             }
+            Store(StoreError::Unavailable { .. }) => {
+                "the resource server cannot reach its database; try again in a moment".to_owned()
+            }
             Store(_) => "internal storage error".to_owned(),
             _ => e.to_string(),
         };
-        JsonError::new(status, code, description)
+        let mut err = JsonError::new(status, code, description);
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            err.retry_after = Some(1);
+        }
+        err
     }
 }
 

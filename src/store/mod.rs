@@ -95,6 +95,16 @@ pub enum StoreError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The database could not be reached or did not answer in time (a
+    /// database server's outage): try again later; nothing is known to
+    /// have been written.
+    #[error("the database is unavailable during {op}: {message}")]
+    Unavailable {
+        /// The store operation that failed.
+        op: &'static str,
+        /// What happened.
+        message: String,
+    },
     /// [`NonceEntry::data`] is larger than [`MAX_DATA_LEN`].
     #[error("nonce entry data is {len} bytes; at most {max} are allowed")]
     DataTooLarge {

@@ -43,12 +43,16 @@ pub fn json_error(e: CsError) -> JsonError {
             log::error!("internal error: {}", crate::text::one_line(detail));
             "internal error".to_owned()
         }
+        CsError::Unavailable(detail) => {
+            log::warn!("{}", crate::text::one_line(detail));
+            e.to_string()
+        }
         e => e.to_string(),
     };
     let mut err = JsonError::new(status, code, description);
     err.retry_after = match e {
         CsError::TooManyAttempts { retry_after } => Some(retry_after),
-        CsError::Busy => Some(1),
+        CsError::Busy | CsError::Unavailable(_) => Some(1),
         _ => None,
     };
     err

@@ -44,18 +44,26 @@ pub enum CsError {
     PayloadTooLarge,
     #[error("the service is busy; try again in a moment")]
     Busy,
+    #[error("the service cannot reach its database; try again in a moment")]
+    Unavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
 
 impl From<StoreError> for CsError {
     fn from(e: StoreError) -> Self {
-        CsError::Internal(e.to_string())
+        match e {
+            StoreError::Unavailable { .. } => CsError::Unavailable(e.to_string()),
+            e => CsError::Internal(e.to_string()),
+        }
     }
 }
 
 impl From<AuthError> for CsError {
     fn from(e: AuthError) -> Self {
-        CsError::Internal(e.to_string())
+        match e {
+            AuthError::Store(e) => e.into(),
+            e => CsError::Internal(e.to_string()),
+        }
     }
 }

@@ -103,8 +103,12 @@ impl ResponseError for WebError {
             WebError::Cs(e) => e,
         };
         let status = self.status_code();
-        if let CsError::Internal(detail) = e {
-            log::error!("internal error: {}", crate::text::one_line(detail));
+        match e {
+            CsError::Internal(detail) => {
+                log::error!("internal error: {}", crate::text::one_line(detail));
+            }
+            CsError::Unavailable(detail) => log::warn!("{}", crate::text::one_line(detail)),
+            _ => {}
         }
         let mut res = HttpResponse::build(status);
         res.content_type("text/html; charset=utf-8")
@@ -113,7 +117,7 @@ impl ResponseError for WebError {
             CsError::TooManyAttempts { retry_after } => {
                 res.insert_header((header::RETRY_AFTER, retry_after.to_string()));
             }
-            CsError::Busy => {
+            CsError::Busy | CsError::Unavailable(_) => {
                 res.insert_header((header::RETRY_AFTER, "1"));
             }
             _ => {}
@@ -349,6 +353,7 @@ mod tests {
             "Method not allowed",
             "too large",
             "busy",
+            "cannot reach its database",
             "internal problem",
         ];
         let errors = crate::confirm::status::every_error();

@@ -203,6 +203,7 @@ pub fn title(e: &CsError) -> &'static str {
         CsError::MethodNotAllowed => "Method not allowed",
         CsError::PayloadTooLarge => "Too large",
         CsError::Busy => "Busy",
+        CsError::Unavailable(_) => "Temporarily unavailable",
         CsError::Internal(_) => "Something went wrong",
     }
 }
@@ -222,6 +223,7 @@ pub fn message(e: &CsError) -> String {
         ),
         CsError::Changed => "The request is not the one you were shown. Review it again before deciding.".into(),
         CsError::Internal(_) => "The confirmation service had an internal problem. Nothing was signed. Try again later.".into(),
+        CsError::Unavailable(_) => "The confirmation service cannot reach its database right now. Nothing was signed. Try again in a moment.".into(),
         other => {
             let mut s = other.to_string();
             if let Some(first) = s.get(..1) {

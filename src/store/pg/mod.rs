@@ -86,11 +86,28 @@ pub(crate) fn backend(op: &'static str, message: impl Into<String>) -> StoreErro
     }
 }
 
-/// A database error, with what the server said when it said something.
+/// An outage: the database cannot be reached now.
+pub(crate) fn unavailable(op: &'static str, message: impl Into<String>) -> StoreError {
+    StoreError::Unavailable {
+        op,
+        message: message.into(),
+    }
+}
+
+/// A database error, with what the server said when it said something; a
+/// lost or refused connection (or a server shutting down) is an outage.
 pub(crate) fn db_error(op: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError {
     move |e| {
         let message = match e.as_db_error() {
-            Some(db) => format!("{} ({})", db.message(), db.code().code()),
+            Some(db) => {
+                let code = db.code().code();
+                let message = format!("{} ({code})", db.message());
+                // Class 08: connection exception; 57P: operator intervention.
+                if code.starts_with("08") || code.starts_with("57P") {
+                    return unavailable(op, message);
+                }
+                return backend(op, message);
+            }
             None => {
                 let mut m = e.to_string();
                 let mut source = std::error::Error::source(&e);
@@ -102,7 +119,7 @@ pub(crate) fn db_error(op: &'static str) -> impl Fn(tokio_postgres::Error) -> St
                 m
             }
         };
-        backend(op, message)
+        unavailable(op, message)
     }
 }
 
@@ -129,15 +146,12 @@ pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreErro
 
 /// A pooled connection.
 pub(crate) async fn client(pool: &Pool, op: &'static str) -> Result<Object, StoreError> {
-    pool.get().await.map_err(|e| {
-        let message = match e {
-            deadpool_postgres::PoolError::Backend(e) => return db_error(op)(e),
-            deadpool_postgres::PoolError::Timeout(_) => {
-                "no database connection could be had in time".to_owned()
-            }
-            other => other.to_string(),
-        };
-        backend(op, message)
+    pool.get().await.map_err(|e| match e {
+        deadpool_postgres::PoolError::Backend(e) => db_error(op)(e),
+        deadpool_postgres::PoolError::Timeout(_) => {
+            unavailable(op, "no database connection could be had in time")
+        }
+        other => unavailable(op, other.to_string()),
     })
 }
 
@@ -229,12 +243,12 @@ impl Pg {
         self.inner.handle.spawn(async move {
             let answer = match tokio::time::timeout(limit, f(pool)).await {
                 Ok(answer) => answer,
-                Err(_) => Err(backend(op, "the database did not answer in time")),
+                Err(_) => Err(unavailable(op, "the database did not answer in time")),
             };
             let _ = tx.send(answer);
         });
         rx.recv()
-            .unwrap_or_else(|_| Err(backend(op, "the database task ended without an answer")))
+            .unwrap_or_else(|_| Err(unavailable(op, "the database task ended without an answer")))
     }
 
     /// Does the database answer (`SELECT 1`) within [`PING_TIMEOUT`]?
