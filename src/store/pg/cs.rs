@@ -12,7 +12,7 @@
 //!
 //! Values are JSON text, stored byte for byte.
 
-use super::{backend, client, corrupt, db_error, decode, encode, Migration, Pg, NOT_DURABLE};
+use super::{backend, client, corrupt, db_error, decode, encode, Migration, Pg};
 use crate::store::cs::*;
 use crate::store::{Readiness, StoreError};
 use std::sync::Arc;
@@ -125,22 +125,19 @@ impl ConfirmationEntries for PgEntries {
 
     fn put(&self, id: &str, entry: &ConfirmationEntry) -> Result<(), StoreError> {
         let (id, created, body) = (id.to_owned(), entry.created, encode(entry)?);
-        self.0.call("put", move |pool| async move {
+        // Not durable: the document can be fetched again.
+        self.0.call_lazy("put", move |pool| async move {
             let err = db_error("put");
-            let mut c = client(&pool, "put").await?;
-            let tx = c.transaction().await.map_err(&err)?;
-            tx.batch_execute(NOT_DURABLE).await.map_err(&err)?;
-            let s = tx
+            let c = client(&pool, "put").await?;
+            let s = c
                 .prepare_cached(
                     "INSERT INTO cs_entries (id, created, body) VALUES ($1, $2, $3)
                      ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body",
                 )
                 .await
                 .map_err(&err)?;
-            tx.execute(&s, &[&id, &created, &body])
-                .await
-                .map_err(&err)?;
-            tx.commit().await.map_err(&err)
+            c.execute(&s, &[&id, &created, &body]).await.map_err(&err)?;
+            Ok(())
         })
     }
 
@@ -303,21 +300,17 @@ impl DecisionRecords for PgRecords {
 
     fn update(&self, record: &DecisionRecord, durable: bool) -> Result<(), StoreError> {
         let r = RecordRow::of(record)?;
-        self.0.call("update", move |pool| async move {
+        let update = move |pool: deadpool_postgres::Pool| async move {
             let err = db_error("update");
-            let mut c = client(&pool, "update").await?;
-            let tx = c.transaction().await.map_err(&err)?;
-            if !durable {
-                tx.batch_execute(NOT_DURABLE).await.map_err(&err)?;
-            }
-            let s = tx
+            let c = client(&pool, "update").await?;
+            let s = c
                 .prepare_cached(
                     "UPDATE cs_records SET pending = $3, next_try = $4, sealed = $5, body = $6
                      WHERE origin = $1 AND nonce = $2",
                 )
                 .await
                 .map_err(&err)?;
-            let n = tx
+            let n = c
                 .execute(
                     &s,
                     &[
@@ -331,12 +324,16 @@ impl DecisionRecords for PgRecords {
                 )
                 .await
                 .map_err(&err)?;
-            tx.commit().await.map_err(&err)?;
             if n == 0 {
                 return Err(backend("update", "no such record"));
             }
             Ok(())
-        })
+        };
+        if durable {
+            self.0.call("update", update)
+        } else {
+            self.0.call_lazy("update", update)
+        }
     }
 
     fn lease_due(
@@ -346,12 +343,11 @@ impl DecisionRecords for PgRecords {
         limit: usize,
     ) -> Result<Vec<DecisionRecord>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.0.call("lease_due", move |pool| async move {
+        // A lease lost in a crash only makes the delivery due again.
+        self.0.call_lazy("lease_due", move |pool| async move {
             let err = db_error("lease_due");
             let mut c = client(&pool, "lease_due").await?;
             let tx = c.transaction().await.map_err(&err)?;
-            // A lease lost in a crash only makes the delivery due again.
-            tx.batch_execute(NOT_DURABLE).await.map_err(&err)?;
             // Rows another instance is leasing right now are skipped, not
             // waited for: two instances never take the same delivery.
             let rows = tx
@@ -539,7 +535,8 @@ struct PgSessions(Pg);
 impl Sessions for PgSessions {
     fn put(&self, key: &[u8; 32], session: &Session) -> Result<(), StoreError> {
         let (key, expires, body) = (key.to_vec(), session.expires, encode(session)?);
-        self.0.call("put session", move |pool| async move {
+        // Not durable: a session lost in a crash means signing in again.
+        self.0.call_lazy("put session", move |pool| async move {
             let c = client(&pool, "put session").await?;
             let s = c
                 .prepare_cached(
@@ -640,7 +637,9 @@ impl PgLimits {
         let new = new
             .map(|s| Ok::<_, StoreError>((s.last_failure, s.locked_until, encode(s)?)))
             .transpose()?;
-        self.0.call("update limit", move |pool| async move {
+        // Not durable: a crash may forgive a few failures; every instance
+        // sees the new state at once.
+        self.0.call_lazy("update limit", move |pool| async move {
             let err = db_error("update limit");
             let c = client(&pool, "update limit").await?;
             let n = match (&old, &new) {

@@ -10,8 +10,10 @@
 //! - Every connection runs with `synchronous_commit = on`: a write a method
 //!   calls durable is on the database's disk (WAL flushed) before it returns,
 //!   which survives a power loss, not only a killed process. Writes that may
-//!   be lost (a lease, a cache of a fetched document) say so with
-//!   `SET LOCAL synchronous_commit TO OFF` in their transaction.
+//!   be lost (a lease, a cache of a fetched document, a session) go through
+//!   a second pool whose sessions run with `synchronous_commit = off`
+//!   ([`Pg::call_lazy`]): one round trip, visible to every instance at once,
+//!   on disk a moment later.
 //! - [`migrate`] applies the versioned schema of one server ([`cs::MIGRATIONS`],
 //!   [`rs::MIGRATIONS`]) under a transaction-level advisory lock, so that
 //!   instances starting at once apply each step once; the tables of the CS
@@ -39,10 +41,6 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a readiness check waits for the database.
 pub const PING_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Makes a transaction's commit not wait for the disk (a write a crash may
-/// lose); run first in the transaction.
-pub(crate) const NOT_DURABLE: &str = "SET LOCAL synchronous_commit TO OFF";
-
 /// How long opening a connection may take (unless the URL says otherwise).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -60,6 +58,10 @@ impl Drop for Rt {
 
 struct Inner {
     pool: Pool,
+    /// Connections whose commits do not wait for the disk: for the writes
+    /// a crash may lose (one round trip instead of a transaction with
+    /// `SET LOCAL`).
+    lazy: Pool,
     handle: tokio::runtime::Handle,
     // Last: dropped after the pool.
     _rt: Rt,
@@ -177,11 +179,13 @@ impl Pg {
         }
         // Durable means flushed to the database's disk, whatever the
         // server's default says.
-        let options = match config.get_options() {
-            Some(o) if !o.is_empty() => format!("{o} -c synchronous_commit=on"),
-            _ => "-c synchronous_commit=on".to_owned(),
+        let with = |setting: &str| match config.get_options() {
+            Some(o) if !o.is_empty() => format!("{o} -c synchronous_commit={setting}"),
+            _ => format!("-c synchronous_commit={setting}"),
         };
-        config.options(&options);
+        let mut lazy_config = config.clone();
+        lazy_config.options(&with("off"));
+        config.options(&with("on"));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("cheq-db")
@@ -191,24 +195,29 @@ impl Pg {
                 op: "start the database runtime",
                 source,
             })?;
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(max_size.max(1))
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(CALL_TIMEOUT))
-            .create_timeout(Some(CONNECT_TIMEOUT))
-            .recycle_timeout(Some(CONNECT_TIMEOUT))
-            .build()
-            .map_err(|e| backend("pool", e.to_string()))?;
+        let build = |config: tokio_postgres::Config, size: usize| {
+            let manager = Manager::from_config(
+                config,
+                NoTls,
+                ManagerConfig {
+                    recycling_method: RecyclingMethod::Fast,
+                },
+            );
+            Pool::builder(manager)
+                .max_size(size.max(1))
+                .runtime(Runtime::Tokio1)
+                .wait_timeout(Some(CALL_TIMEOUT))
+                .create_timeout(Some(CONNECT_TIMEOUT))
+                .recycle_timeout(Some(CONNECT_TIMEOUT))
+                .build()
+                .map_err(|e| backend("pool", e.to_string()))
+        };
+        let pool = build(config, max_size)?;
+        let lazy = build(lazy_config, max_size.div_ceil(2))?;
         Ok(Pg {
             inner: Arc::new(Inner {
                 pool,
+                lazy,
                 handle: rt.handle().clone(),
                 _rt: Rt(Some(rt)),
             }),
@@ -227,6 +236,17 @@ impl Pg {
         self.call_within(op, CALL_TIMEOUT, f)
     }
 
+    /// Like [`Pg::call`], on connections whose commits do not wait for the
+    /// disk: only for writes a crash may lose.
+    pub(crate) fn call_lazy<T, F, Fut>(&self, op: &'static str, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(Pool) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.run(op, CALL_TIMEOUT, self.inner.lazy.clone(), f)
+    }
+
     fn call_within<T, F, Fut>(
         &self,
         op: &'static str,
@@ -238,8 +258,22 @@ impl Pg {
         Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
         T: Send + 'static,
     {
+        self.run(op, limit, self.inner.pool.clone(), f)
+    }
+
+    fn run<T, F, Fut>(
+        &self,
+        op: &'static str,
+        limit: Duration,
+        pool: Pool,
+        f: F,
+    ) -> Result<T, StoreError>
+    where
+        F: FnOnce(Pool) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+        T: Send + 'static,
+    {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let pool = self.inner.pool.clone();
         self.inner.handle.spawn(async move {
             let answer = match tokio::time::timeout(limit, f(pool)).await {
                 Ok(answer) => answer,

@@ -10,7 +10,7 @@
 //! | `rs_cheqs` | confirmation id (and unique result id) | [`CheqRecord`] |
 //! | `rs_executions` | idempotency key | the operation's result |
 
-use super::{backend, client, db_error, decode, encode, Migration, Pg, NOT_DURABLE};
+use super::{backend, client, db_error, decode, encode, Migration, Pg};
 use crate::store::rs::*;
 use crate::store::{
     validate, validate_nonce, NonceEntry, NonceStore, Readiness, RecordOutcome, StoreError,
@@ -149,6 +149,9 @@ impl NonceStore for PgNonces {
 
 struct PgCheqs(Pg);
 
+/// How often [`CheqRecords::advance`] retries a lost compare-and-set.
+const CAS_ATTEMPTS: usize = 64;
+
 impl PgCheqs {
     fn one(
         &self,
@@ -213,37 +216,49 @@ impl CheqRecords for PgCheqs {
     ) -> Result<Transition, StoreError> {
         let id = id.to_owned();
         let (from, to) = (from.clone(), to.clone());
-        self.0.call("advance", move |pool| async move {
+        // Read, then write only if the state is still the one read (a
+        // compare-and-set on the stored state's exact text): two round
+        // trips, no lock held in between.
+        let advance = move |pool: deadpool_postgres::Pool| async move {
             let err = db_error("advance");
-            let mut c = client(&pool, "advance").await?;
-            let tx = c.transaction().await.map_err(&err)?;
-            if !durable {
-                tx.batch_execute(NOT_DURABLE).await.map_err(&err)?;
-            }
-            // The row is locked until commit: a second writer waits, then
-            // reads the state this one wrote.
-            let s = tx
-                .prepare_cached("SELECT body FROM rs_cheqs WHERE id = $1 FOR UPDATE")
+            let c = client(&pool, "advance").await?;
+            let read = c
+                .prepare_cached("SELECT state, body FROM rs_cheqs WHERE id = $1")
                 .await
                 .map_err(&err)?;
-            let Some(row) = tx.query_opt(&s, &[&id]).await.map_err(&err)? else {
-                return Ok(Transition::Missing);
-            };
-            let mut record: CheqRecord = decode(&id, row.get::<_, &str>(0))?;
-            if record.state != from {
-                return Ok(Transition::Other(Box::new(record)));
-            }
-            record.state = to;
-            let state = encode(&record.state)?;
-            let body = encode(&record)?;
-            let s = tx
-                .prepare_cached("UPDATE rs_cheqs SET state = $2, body = $3 WHERE id = $1")
+            let write = c
+                .prepare_cached(
+                    "UPDATE rs_cheqs SET state = $3, body = $4 WHERE id = $1 AND state = $2",
+                )
                 .await
                 .map_err(&err)?;
-            tx.execute(&s, &[&id, &state, &body]).await.map_err(&err)?;
-            tx.commit().await.map_err(&err)?;
-            Ok(Transition::Moved)
-        })
+            for _ in 0..CAS_ATTEMPTS {
+                let Some(row) = c.query_opt(&read, &[&id]).await.map_err(&err)? else {
+                    return Ok(Transition::Missing);
+                };
+                let old_state: &str = row.get(0);
+                let mut record: CheqRecord = decode(&id, row.get::<_, &str>(1))?;
+                if record.state != from {
+                    return Ok(Transition::Other(Box::new(record)));
+                }
+                record.state = to.clone();
+                let state = encode(&record.state)?;
+                let body = encode(&record)?;
+                let n = c
+                    .execute(&write, &[&id, &old_state, &state, &body])
+                    .await
+                    .map_err(&err)?;
+                if n == 1 {
+                    return Ok(Transition::Moved);
+                }
+            }
+            Err(backend("advance", "too many concurrent writers"))
+        };
+        if durable {
+            self.0.call("advance", advance)
+        } else {
+            self.0.call_lazy("advance", advance)
+        }
     }
 
     fn collect_expired(&self, cutoff: i64) -> Result<usize, StoreError> {
