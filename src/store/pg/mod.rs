@@ -184,8 +184,8 @@ impl Pg {
             _ => format!("-c synchronous_commit={setting}"),
         };
         let mut lazy_config = config.clone();
-        lazy_config.options(&with("off"));
-        config.options(&with("on"));
+        lazy_config.options(with("off"));
+        config.options(with("on"));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("cheq-db")
