@@ -142,14 +142,11 @@ impl ConfirmationEntries for PgEntries {
     }
 
     fn collect_older_than(&self, cutoff: i64) -> Result<usize, StoreError> {
-        self.0.call("collect entries", move |pool| async move {
-            let c = client(&pool, "collect entries").await?;
-            let n = c
-                .execute("DELETE FROM cs_entries WHERE created < $1", &[&cutoff])
-                .await
-                .map_err(db_error("collect entries"))?;
-            Ok(n as usize)
-        })
+        self.0.delete_where(
+            "collect entries",
+            "DELETE FROM cs_entries WHERE created < $1",
+            cutoff,
+        )
     }
 }
 
@@ -590,14 +587,11 @@ impl Sessions for PgSessions {
     }
 
     fn collect_expired(&self, now: i64) -> Result<usize, StoreError> {
-        self.0.call("collect sessions", move |pool| async move {
-            let c = client(&pool, "collect sessions").await?;
-            let n = c
-                .execute("DELETE FROM cs_sessions WHERE expires <= $1", &[&now])
-                .await
-                .map_err(db_error("collect sessions"))?;
-            Ok(n as usize)
-        })
+        self.0.delete_where(
+            "collect sessions",
+            "DELETE FROM cs_sessions WHERE expires <= $1",
+            now,
+        )
     }
 }
 
@@ -698,16 +692,10 @@ impl Limits for PgLimits {
     }
 
     fn collect(&self, cutoff: i64) -> Result<usize, StoreError> {
-        self.0.call("collect limits", move |pool| async move {
-            let c = client(&pool, "collect limits").await?;
-            let n = c
-                .execute(
-                    "DELETE FROM cs_limits WHERE last_failure < $1 AND locked_until <= $1",
-                    &[&cutoff],
-                )
-                .await
-                .map_err(db_error("collect limits"))?;
-            Ok(n as usize)
-        })
+        self.0.delete_where(
+            "collect limits",
+            "DELETE FROM cs_limits WHERE last_failure < $1 AND locked_until <= $1",
+            cutoff,
+        )
     }
 }

@@ -285,6 +285,21 @@ impl Pg {
             .unwrap_or_else(|_| Err(unavailable(op, "the database task ended without an answer")))
     }
 
+    /// Runs one `DELETE … WHERE … $1` with `bound` and returns how many rows
+    /// went (the collection of expired state).
+    pub(crate) fn delete_where(
+        &self,
+        op: &'static str,
+        sql: &'static str,
+        bound: i64,
+    ) -> Result<usize, StoreError> {
+        self.call(op, move |pool| async move {
+            let c = client(&pool, op).await?;
+            let n = c.execute(sql, &[&bound]).await.map_err(db_error(op))?;
+            Ok(usize::try_from(n).unwrap_or(usize::MAX))
+        })
+    }
+
     /// Does the database answer (`SELECT 1`) within [`PING_TIMEOUT`]?
     pub fn ping(&self) -> Result<(), StoreError> {
         self.call_within("ping", PING_TIMEOUT, |pool| async move {

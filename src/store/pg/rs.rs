@@ -134,14 +134,11 @@ impl NonceStore for PgNonces {
     }
 
     fn collect_expired(&self, now: i64) -> Result<usize, StoreError> {
-        self.0.call("collect nonces", move |pool| async move {
-            let c = client(&pool, "collect nonces").await?;
-            let n = c
-                .execute("DELETE FROM rs_nonces WHERE expires_at < $1", &[&now])
-                .await
-                .map_err(db_error("collect nonces"))?;
-            Ok(n as usize)
-        })
+        self.0.delete_where(
+            "collect nonces",
+            "DELETE FROM rs_nonces WHERE expires_at < $1",
+            now,
+        )
     }
 }
 
@@ -262,14 +259,11 @@ impl CheqRecords for PgCheqs {
     }
 
     fn collect_expired(&self, cutoff: i64) -> Result<usize, StoreError> {
-        self.0.call("collect_expired", move |pool| async move {
-            let c = client(&pool, "collect_expired").await?;
-            let n = c
-                .execute("DELETE FROM rs_cheqs WHERE expires < $1", &[&cutoff])
-                .await
-                .map_err(db_error("collect_expired"))?;
-            Ok(n as usize)
-        })
+        self.0.delete_where(
+            "collect_expired",
+            "DELETE FROM rs_cheqs WHERE expires < $1",
+            cutoff,
+        )
     }
 }
 
