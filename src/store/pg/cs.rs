@@ -111,16 +111,8 @@ impl ConfirmationEntries for PgEntries {
     }
 
     fn get(&self, id: &str) -> Result<Option<ConfirmationEntry>, StoreError> {
-        let id = id.to_owned();
-        self.0.call("get", move |pool| async move {
-            let c = client(&pool, "get").await?;
-            let s = c
-                .prepare_cached("SELECT body FROM cs_entries WHERE id = $1")
-                .await
-                .map_err(db_error("get"))?;
-            let row = c.query_opt(&s, &[&id]).await.map_err(db_error("get"))?;
-            row.map(|r| decode(&id, r.get::<_, &str>(0))).transpose()
-        })
+        self.0
+            .json_by_key("get", "SELECT body FROM cs_entries WHERE id = $1", id)
     }
 
     fn put(&self, id: &str, entry: &ConfirmationEntry) -> Result<(), StoreError> {
@@ -508,20 +500,11 @@ impl Accounts for PgAccounts {
     }
 
     fn get(&self, username: &str) -> Result<Option<Account>, StoreError> {
-        let username = username.to_owned();
-        self.0.call("get account", move |pool| async move {
-            let c = client(&pool, "get account").await?;
-            let s = c
-                .prepare_cached("SELECT body FROM cs_accounts WHERE username = $1")
-                .await
-                .map_err(db_error("get account"))?;
-            let row = c
-                .query_opt(&s, &[&username])
-                .await
-                .map_err(db_error("get account"))?;
-            row.map(|r| decode(&username, r.get::<_, &str>(0)))
-                .transpose()
-        })
+        self.0.json_by_key(
+            "get account",
+            "SELECT body FROM cs_accounts WHERE username = $1",
+            username,
+        )
     }
 }
 
@@ -605,19 +588,11 @@ const CAS_ATTEMPTS: usize = 64;
 impl PgLimits {
     fn read(&self, key: &str) -> Result<Option<String>, StoreError> {
         // Limiter keys join their parts with NUL: bytes, not text.
-        let key = key.as_bytes().to_vec();
-        self.0.call("get limit", move |pool| async move {
-            let c = client(&pool, "get limit").await?;
-            let s = c
-                .prepare_cached("SELECT body FROM cs_limits WHERE key = $1")
-                .await
-                .map_err(db_error("get limit"))?;
-            let row = c
-                .query_opt(&s, &[&key])
-                .await
-                .map_err(db_error("get limit"))?;
-            Ok(row.map(|r| r.get::<_, String>(0)))
-        })
+        self.0.text_by_key(
+            "get limit",
+            "SELECT body FROM cs_limits WHERE key = $1",
+            key.as_bytes().to_vec(),
+        )
     }
 
     /// Replaces `old` by `new` under `key` if `old` is still there.

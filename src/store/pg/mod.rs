@@ -285,6 +285,37 @@ impl Pg {
             .unwrap_or_else(|_| Err(unavailable(op, "the database task ended without an answer")))
     }
 
+    /// The one text column that `sql` (a `SELECT` by `$1`) finds for `key`.
+    pub(crate) fn text_by_key<K>(
+        &self,
+        op: &'static str,
+        sql: &'static str,
+        key: K,
+    ) -> Result<Option<String>, StoreError>
+    where
+        K: tokio_postgres::types::ToSql + Sync + Send + 'static,
+    {
+        self.call(op, move |pool| async move {
+            let c = client(&pool, op).await?;
+            let s = c.prepare_cached(sql).await.map_err(db_error(op))?;
+            let row = c.query_opt(&s, &[&key]).await.map_err(db_error(op))?;
+            Ok(row.map(|r| r.get::<_, String>(0)))
+        })
+    }
+
+    /// The JSON value that `sql` (a `SELECT` of one text column by `$1`)
+    /// finds for `key`, decoded.
+    pub(crate) fn json_by_key<T: serde::de::DeserializeOwned>(
+        &self,
+        op: &'static str,
+        sql: &'static str,
+        key: &str,
+    ) -> Result<Option<T>, StoreError> {
+        self.text_by_key(op, sql, key.to_owned())?
+            .map(|text| decode(key, &text))
+            .transpose()
+    }
+
     /// Runs one `DELETE … WHERE … $1` with `bound` and returns how many rows
     /// went (the collection of expired state).
     pub(crate) fn delete_where(

@@ -149,22 +149,6 @@ struct PgCheqs(Pg);
 /// How often [`CheqRecords::advance`] retries a lost compare-and-set.
 const CAS_ATTEMPTS: usize = 64;
 
-impl PgCheqs {
-    fn one(
-        &self,
-        op: &'static str,
-        sql: &'static str,
-        key: String,
-    ) -> Result<Option<CheqRecord>, StoreError> {
-        self.0.call(op, move |pool| async move {
-            let c = client(&pool, op).await?;
-            let s = c.prepare_cached(sql).await.map_err(db_error(op))?;
-            let row = c.query_opt(&s, &[&key]).await.map_err(db_error(op))?;
-            row.map(|r| decode(&key, r.get::<_, &str>(0))).transpose()
-        })
-    }
-}
-
 impl CheqRecords for PgCheqs {
     fn create(&self, record: &CheqRecord) -> Result<bool, StoreError> {
         let (id, result_id, expires) =
@@ -189,18 +173,15 @@ impl CheqRecords for PgCheqs {
     }
 
     fn get(&self, id: &str) -> Result<Option<CheqRecord>, StoreError> {
-        self.one(
-            "get",
-            "SELECT body FROM rs_cheqs WHERE id = $1",
-            id.to_owned(),
-        )
+        self.0
+            .json_by_key("get", "SELECT body FROM rs_cheqs WHERE id = $1", id)
     }
 
     fn by_result(&self, result_id: &str) -> Result<Option<CheqRecord>, StoreError> {
-        self.one(
+        self.0.json_by_key(
             "by_result",
             "SELECT body FROM rs_cheqs WHERE result_id = $1",
-            result_id.to_owned(),
+            result_id,
         )
     }
 
@@ -273,19 +254,11 @@ struct PgExecutions(Pg);
 
 impl Executions for PgExecutions {
     fn get(&self, key: &str) -> Result<Option<Value>, StoreError> {
-        let key = key.to_owned();
-        self.0.call("get execution", move |pool| async move {
-            let c = client(&pool, "get execution").await?;
-            let s = c
-                .prepare_cached("SELECT result FROM rs_executions WHERE key = $1")
-                .await
-                .map_err(db_error("get execution"))?;
-            let row = c
-                .query_opt(&s, &[&key])
-                .await
-                .map_err(db_error("get execution"))?;
-            row.map(|r| decode(&key, r.get::<_, &str>(0))).transpose()
-        })
+        self.0.json_by_key(
+            "get execution",
+            "SELECT result FROM rs_executions WHERE key = $1",
+            key,
+        )
     }
 
     fn record(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
