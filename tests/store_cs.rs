@@ -210,6 +210,7 @@ fn account(name: &str, email: Option<&str>) -> Account {
         email: email.map(str::to_owned),
         password_hash: "$argon2id$stand-in".into(),
         pin_hash: None,
+        external: None,
     }
 }
 
@@ -234,6 +235,24 @@ fn accounts_name_one_subject_each(store: &CsStore) {
     a.put(&pinned, true).unwrap();
     assert_eq!(a.get("gina").unwrap(), Some(pinned));
     assert_eq!(a.get("nobody").unwrap(), None);
+    // An identity provider's account: kept with who it is there, and held to
+    // the same rule (no e-mail taken twice, whoever claims it).
+    let mut external = account("oidc-abc", Some("GINA@example.com"));
+    external.password_hash = String::new();
+    external.external = Some(cheq::store::cs::ExternalId {
+        issuer: "http://127.0.0.1:9000".into(),
+        subject: "248289761001".into(),
+    });
+    assert!(matches!(
+        a.put(&external, false),
+        Err(AccountPutError::Ambiguous(_))
+    ));
+    external.email = Some("ivy@example.com".into());
+    a.put(&external, false).unwrap();
+    assert_eq!(a.get("oidc-abc").unwrap(), Some(external.clone()));
+    external.email = None;
+    a.put(&external, true).unwrap();
+    assert_eq!(a.get("oidc-abc").unwrap().unwrap().email, None);
 }
 
 fn sessions_expire(store: &CsStore) {
@@ -244,6 +263,8 @@ fn sessions_expire(store: &CsStore) {
             also_known_as: vec![],
             auth_time: 1,
             amr: vec!["pwd".into()],
+            provider: Some("example".into()),
+            id_token: Some("eyJ.x.y".into()),
         }),
         expires: 500,
     };

@@ -23,7 +23,20 @@
 //! client_id = "voice-gw"
 //! secret_hash = "$argon2id$…"                # `cheq hash-secret` makes one
 //! # api_token_ttl_secs = 300                 # (top level) lifetime of a user token
+//!
+//! [[identity_providers]]                     # OpenID Connect sign-in (ISSUE 10)
+//! name = "example"                           # "Sign in with example"
+//! issuer = "https://idp.example"             # discovery at <issuer>/.well-known/openid-configuration
+//! client_id = "cheq"
+//! client_secret = "…"                        # or client_secret_file = "…"
+//! # scopes = ["openid", "email"]
+//! # token_endpoint_auth_method = "client_secret_basic"   # or "client_secret_post"
 //! ```
+//!
+//! The redirect URI to register at a provider is `<public_url origin>/oidc/callback`.
+//! `max_auth_age_secs` (top level, and per resource server where it replaces
+//! the top-level value) sends a user whose last sign-in is older back to
+//! sign in again before they can decide.
 //!
 //! Every URL the CS reads from (`origin`, `token_url`, `jwks_uri`) uses
 //! `https`; plain `http` is accepted only for loopback hosts (127.0.0.0/8,
@@ -68,6 +81,10 @@ pub struct ResourceServerConfig {
     pub token_url: String,
     pub client_id: String,
     pub client_secret: String,
+    /// A sign-in older than this must be renewed before deciding for this
+    /// RS (replaces the top-level `max_auth_age_secs`).
+    #[serde(default)]
+    pub max_auth_age_secs: Option<i64>,
 }
 
 impl std::fmt::Debug for ResourceServerConfig {
@@ -80,7 +97,95 @@ impl std::fmt::Debug for ResourceServerConfig {
             .field("token_url", &self.token_url)
             .field("client_id", &self.client_id)
             .field("client_secret", &"<redacted>")
+            .field("max_auth_age_secs", &self.max_auth_age_secs)
             .finish()
+    }
+}
+
+/// How the CS authenticates at a provider's token endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenEndpointAuth {
+    /// HTTP Basic (RFC 6749 §2.3.1), the OpenID Connect default.
+    ClientSecretBasic,
+    /// `client_id` and `client_secret` in the form body.
+    ClientSecretPost,
+}
+
+/// An OpenID Connect provider people may sign in with (ISSUE 10).
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentityProviderConfig {
+    /// Shown on the login page ("Sign in with …") and used in its URL.
+    pub name: String,
+    /// The issuer identifier; discovery is read from
+    /// `<issuer>/.well-known/openid-configuration`.
+    pub issuer: String,
+    pub client_id: String,
+    #[serde(default)]
+    pub client_secret: Option<String>,
+    /// A file holding the client secret (trimmed), instead of `client_secret`.
+    #[serde(default)]
+    pub client_secret_file: Option<PathBuf>,
+    /// Scopes asked for; `openid` must be one of them.
+    #[serde(default = "default_scopes")]
+    pub scopes: Vec<String>,
+    /// Default: `client_secret_basic` unless the provider's discovery
+    /// document names only `client_secret_post`.
+    #[serde(default)]
+    pub token_endpoint_auth_method: Option<TokenEndpointAuth>,
+}
+
+fn default_scopes() -> Vec<String> {
+    vec!["openid".into(), "email".into()]
+}
+
+impl std::fmt::Debug for IdentityProviderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdentityProviderConfig")
+            .field("name", &self.name)
+            .field("issuer", &self.issuer)
+            .field("client_id", &self.client_id)
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("client_secret_file", &self.client_secret_file)
+            .field("scopes", &self.scopes)
+            .field(
+                "token_endpoint_auth_method",
+                &self.token_endpoint_auth_method,
+            )
+            .finish()
+    }
+}
+
+impl IdentityProviderConfig {
+    /// The client secret, from the configuration or its file.
+    pub fn secret(&self) -> Result<String, ConfigError> {
+        match (&self.client_secret, &self.client_secret_file) {
+            (Some(s), None) => Ok(s.clone()),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    invalid(
+                        format!("identity_providers ({}).client_secret_file", self.name),
+                        format!("{}: {e}", path.display()),
+                    )
+                })?;
+                let secret = text.trim().to_owned();
+                if secret.is_empty() {
+                    return Err(invalid(
+                        format!("identity_providers ({}).client_secret_file", self.name),
+                        format!("{} is empty", path.display()),
+                    ));
+                }
+                Ok(secret)
+            }
+            _ => Err(invalid(
+                format!("identity_providers ({}).client_secret", self.name),
+                "exactly one of `client_secret` and `client_secret_file` must be given",
+            )),
+        }
     }
 }
 
@@ -136,6 +241,13 @@ pub struct CsConfig {
     /// `text` (default) or `json` log lines.
     #[serde(default)]
     pub log_format: LogFormat,
+    /// OpenID Connect providers people may sign in with, beside local accounts.
+    #[serde(default)]
+    pub identity_providers: Vec<IdentityProviderConfig>,
+    /// A sign-in older than this must be renewed before deciding (default:
+    /// none; a resource server's own value replaces it).
+    #[serde(default)]
+    pub max_auth_age_secs: Option<i64>,
 }
 
 fn default_api_token_ttl() -> i64 {
@@ -164,6 +276,8 @@ impl std::fmt::Debug for CsConfig {
             .field("api_token_ttl_secs", &self.api_token_ttl_secs)
             .field("database_url", &self.database_url)
             .field("log_format", &self.log_format)
+            .field("identity_providers", &self.identity_providers)
+            .field("max_auth_age_secs", &self.max_auth_age_secs)
             .finish()
     }
 }
@@ -311,7 +425,91 @@ impl CsConfig {
         if !(10..=3600).contains(&self.api_token_ttl_secs) {
             return Err(invalid("api_token_ttl_secs", "must be from 10 to 3600"));
         }
+        let age_ok = |a: Option<i64>| a.map_or(true, |a| (1..=30 * 86400).contains(&a));
+        if !age_ok(self.max_auth_age_secs) {
+            return Err(invalid(
+                "max_auth_age_secs",
+                "must be from 1 to 2592000 (30 days)",
+            ));
+        }
+        for (i, rs) in self.resource_servers.iter().enumerate() {
+            if !age_ok(rs.max_auth_age_secs) {
+                return Err(invalid(
+                    format!("resource_servers[{i}].max_auth_age_secs"),
+                    "must be from 1 to 2592000 (30 days)",
+                ));
+            }
+        }
+        self.validate_identity_providers()
+    }
+
+    fn validate_identity_providers(&self) -> Result<(), ConfigError> {
+        let mut names = std::collections::HashSet::new();
+        let mut issuers = std::collections::HashSet::new();
+        for (i, p) in self.identity_providers.iter().enumerate() {
+            let key = |k: &str| format!("identity_providers[{i}].{k}");
+            let name_ok = !p.name.is_empty()
+                && p.name.len() <= 64
+                && p.name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            if !name_ok {
+                return Err(invalid(
+                    key("name"),
+                    "use 1 to 64 letters, digits, '.', '_' or '-'",
+                ));
+            }
+            if !names.insert(p.name.to_ascii_lowercase()) {
+                return Err(invalid(key("name"), format!("{:?} is used twice", p.name)));
+            }
+            let issuer =
+                parse_cheq_uri(&p.issuer).map_err(|e| invalid(key("issuer"), e.to_string()))?;
+            if issuer.query().is_some() || issuer.fragment().is_some() {
+                return Err(invalid(key("issuer"), "must carry no query or fragment"));
+            }
+            if !issuers.insert(p.issuer.trim_end_matches('/').to_owned()) {
+                return Err(invalid(
+                    key("issuer"),
+                    "the same issuer is configured twice",
+                ));
+            }
+            if p.client_id.is_empty() {
+                return Err(invalid(key("client_id"), "must not be empty"));
+            }
+            match (&p.client_secret, &p.client_secret_file) {
+                (Some(s), None) if s.is_empty() => {
+                    return Err(invalid(key("client_secret"), "must not be empty"))
+                }
+                (Some(_), None) | (None, Some(_)) => {}
+                _ => {
+                    return Err(invalid(
+                        key("client_secret"),
+                        "exactly one of `client_secret` and `client_secret_file` must be given",
+                    ))
+                }
+            }
+            if !p.scopes.iter().any(|s| s == "openid") {
+                return Err(invalid(key("scopes"), "must include \"openid\""));
+            }
+            if p.scopes.iter().any(|s| {
+                s.is_empty()
+                    || !s
+                        .bytes()
+                        .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+            }) {
+                return Err(invalid(key("scopes"), "a scope is empty or not plain text"));
+            }
+        }
         Ok(())
+    }
+
+    /// The largest age of a sign-in that may decide for resource server
+    /// `index` (its own value, else the top-level one).
+    pub fn max_auth_age(&self, index: usize) -> Option<i64> {
+        self.resource_servers
+            .get(index)
+            .and_then(|r| r.max_auth_age_secs)
+            .or(self.max_auth_age_secs)
     }
 
     /// Is this URL served over https (cookies then get `Secure`)?
@@ -502,5 +700,105 @@ client_secret = "s3cret-s3cret"
         assert_eq!(c.log_format, LogFormat::Json);
         let text = format!("log_format = \"yaml\"\n{GOOD}");
         assert!(CsConfig::from_toml(&text).is_err());
+    }
+
+    const IDP: &str = r#"
+[[identity_providers]]
+name = "example"
+issuer = "http://127.0.0.1:9000"
+client_id = "cheq"
+client_secret = "idp-s3cret-value"
+"#;
+
+    #[test]
+    fn identity_providers_parse_and_hide_their_secret() {
+        let c = CsConfig::from_toml(&format!("max_auth_age_secs = 600\n{GOOD}{IDP}")).unwrap();
+        let p = &c.identity_providers[0];
+        assert_eq!(p.scopes, ["openid", "email"]);
+        assert_eq!(p.secret().unwrap(), "idp-s3cret-value");
+        assert_eq!(c.max_auth_age(0), Some(600));
+        assert_eq!(c.max_auth_age(7), Some(600));
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("idp-s3cret"), "{dbg}");
+        let per_rs = GOOD.replace(
+            "client_secret = \"s3cret-s3cret\"",
+            "client_secret = \"s3cret-s3cret\"\nmax_auth_age_secs = 30",
+        );
+        let c = CsConfig::from_toml(&format!("max_auth_age_secs = 600\n{per_rs}")).unwrap();
+        assert_eq!(c.max_auth_age(0), Some(30));
+        // From a file, trimmed.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("secret");
+        std::fs::write(&file, "from-a-file\n").unwrap();
+        let text = IDP.replace(
+            "client_secret = \"idp-s3cret-value\"",
+            &format!("client_secret_file = {:?}", file.display().to_string()),
+        );
+        let c = CsConfig::from_toml(&format!("{GOOD}{text}")).unwrap();
+        assert_eq!(c.identity_providers[0].secret().unwrap(), "from-a-file");
+    }
+
+    #[test]
+    fn bad_identity_providers_are_refused_by_key() {
+        let cases = [
+            (
+                IDP.replace("\"example\"", "\"ex ample\""),
+                "identity_providers[0].name",
+            ),
+            (
+                IDP.replace("http://127.0.0.1:9000", "http://idp.example"),
+                "identity_providers[0].issuer",
+            ),
+            (
+                IDP.replace("http://127.0.0.1:9000", "https://idp.example/?x=1"),
+                "identity_providers[0].issuer",
+            ),
+            (
+                IDP.replace("client_id = \"cheq\"", "client_id = \"\""),
+                "identity_providers[0].client_id",
+            ),
+            (
+                IDP.replace("client_secret = \"idp-s3cret-value\"", ""),
+                "identity_providers[0].client_secret",
+            ),
+            (
+                IDP.replace(
+                    "client_secret = \"idp-s3cret-value\"",
+                    "client_secret = \"a\"\nclient_secret_file = \"b\"",
+                ),
+                "identity_providers[0].client_secret",
+            ),
+            (
+                format!("{IDP}scopes = [\"email\"]\n"),
+                "identity_providers[0].scopes",
+            ),
+            (
+                format!("{IDP}token_endpoint_auth_method = \"private_key_jwt\"\n"),
+                "token_endpoint_auth_method",
+            ),
+            (format!("{IDP}{IDP}"), "identity_providers[1].name"),
+        ];
+        for (idp, key) in cases {
+            let e = CsConfig::from_toml(&format!("{GOOD}{idp}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{key}: {e}");
+        }
+        for bad in ["0", "-5", "2592001"] {
+            let e = CsConfig::from_toml(&format!("max_auth_age_secs = {bad}\n{GOOD}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("max_auth_age_secs"), "{e}");
+        }
+        let missing = IDP.replace(
+            "client_secret = \"idp-s3cret-value\"",
+            "client_secret_file = \"/nonexistent/secret\"",
+        );
+        let c = CsConfig::from_toml(&format!("{GOOD}{missing}")).unwrap();
+        let e = c.identity_providers[0].secret().unwrap_err().to_string();
+        assert!(
+            e.contains("client_secret_file") && e.contains("/nonexistent/secret"),
+            "{e}"
+        );
     }
 }

@@ -26,6 +26,7 @@ pub mod auth;
 pub mod config;
 pub mod fetch;
 pub mod flow;
+pub mod oidc;
 pub mod registry;
 pub mod seal;
 pub mod server;

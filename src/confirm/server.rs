@@ -82,6 +82,7 @@ pub async fn build_state(
         &config.data_dir.join("sealed"),
         load_or_create_secret(&config.data_dir.join("evidence.secret"))?,
     );
+    let clock_for_providers = clock.clone();
     let cs = Arc::new(Cs::new(Deps {
         public_url: config.public_url.clone(),
         key,
@@ -91,7 +92,17 @@ pub async fn build_state(
         store: store.clone(),
         clock,
         sealer,
+        max_auth_age: (0..config.resource_servers.len())
+            .map(|i| config.max_auth_age(i))
+            .collect(),
     }));
+    let providers = super::oidc::Providers::new(
+        &config.identity_providers,
+        &config.origin(),
+        &secret,
+        clock_for_providers,
+    )
+    .map_err(ServerError::Other)?;
     let login = LocalLogin {
         accounts: store.accounts.clone(),
         pin_pepper: load_or_create_secret(&config.data_dir.join(super::auth::PIN_PEPPER_FILE))?
@@ -119,6 +130,7 @@ pub async fn build_state(
         sessions: SessionService::new(store.sessions.clone(), secret, config.session_ttl_secs),
         limiter,
         start_path: config.start_path(),
+        providers: Arc::new(providers),
         secure_cookies: config.is_https(),
         log_key,
     }))

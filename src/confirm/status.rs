@@ -14,6 +14,7 @@ pub fn of(e: &CsError) -> (StatusCode, &'static str) {
         CsError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
         CsError::UnknownAtRs { .. } => (StatusCode::NOT_FOUND, "unknown_at_resource_server"),
         CsError::Csrf => (StatusCode::FORBIDDEN, "invalid_csrf_token"),
+        CsError::Reauthenticate { .. } => (StatusCode::UNAUTHORIZED, "reauthentication_required"),
         CsError::WrongUser { .. } => (StatusCode::FORBIDDEN, "forbidden"),
         CsError::Unreachable { .. } => (StatusCode::BAD_GATEWAY, "resource_server_unreachable"),
         CsError::Untrusted { .. } => (StatusCode::BAD_GATEWAY, "untrusted_cheq"),
@@ -45,6 +46,7 @@ pub fn every_error() -> Vec<(CsError, u16)> {
             404,
         ),
         (CsError::Csrf, 403),
+        (CsError::Reauthenticate { max_age_secs: 300 }, 401),
         (
             CsError::WrongUser {
                 subject: "bob".into(),

@@ -189,15 +189,31 @@ pub trait DecisionRecords: Send + Sync {
 
 // ---- accounts ----
 
-/// A local account. Its `Debug` shows no hash.
+/// An account at the CS: a local one (a password), or one that an identity
+/// provider's login stands for (`external`, no password). Its `Debug` shows
+/// no hash.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Account {
     pub username: String,
+    /// A CHEQ `subject` this account may decide for: for an external
+    /// account, only an e-mail the provider said it verified.
     #[serde(default)]
     pub email: Option<String>,
+    /// Empty for an external account (nothing verifies against it).
     pub password_hash: String,
     #[serde(default)]
     pub pin_hash: Option<String>,
+    /// Who this account is at an OpenID Connect provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<ExternalId>,
+}
+
+/// An identity at an OpenID Connect provider: the issuer and its `sub`
+/// (OpenID Connect Core §2: together they identify the user).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExternalId {
+    pub issuer: String,
+    pub subject: String,
 }
 
 impl std::fmt::Debug for Account {
@@ -205,6 +221,7 @@ impl std::fmt::Debug for Account {
         f.debug_struct("Account")
             .field("username", &self.username)
             .field("email", &self.email)
+            .field("external", &self.external)
             .finish_non_exhaustive()
     }
 }
@@ -244,6 +261,14 @@ pub struct Identity {
     pub auth_time: i64,
     /// How (RFC 8176).
     pub amr: Vec<String>,
+    /// The identity provider (its configured name) they signed in with;
+    /// `None` for a local account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The provider's ID token of that sign-in, for its end-session
+    /// endpoint (`id_token_hint`) at logout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_token: Option<String>,
 }
 
 impl Identity {

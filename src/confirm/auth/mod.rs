@@ -17,7 +17,7 @@ pub use limits::{LimitKey, Limiter, Policy};
 pub use sessions::SessionService;
 
 use super::flow::CsError;
-pub use crate::store::cs::{Account, Identity, LimitState, Session};
+pub use crate::store::cs::{Account, ExternalId, Identity, LimitState, Session};
 use crate::store::cs::{AccountPutError, Accounts};
 use crate::store::StoreError;
 use argon2::password_hash::{PasswordHash, PasswordHasher, SaltString};
@@ -299,6 +299,7 @@ pub fn new_account(
         email: email.map(str::to_owned),
         password_hash: hash_secret(password)?,
         pin_hash: None,
+        external: None,
     })
 }
 
@@ -370,6 +371,8 @@ pub fn identity_of(account: &Account, amr: &str, now: i64) -> Identity {
         also_known_as: account.email.clone().into_iter().collect(),
         auth_time: now,
         amr: vec![amr.to_owned()],
+        provider: None,
+        id_token: None,
     }
 }
 

@@ -98,6 +98,7 @@ impl Cs {
         if let Some(record) = self.earlier(&entry.resource_uri, None)? {
             return Ok(earlier(record, who)?);
         }
+        self.check_fresh(&entry.resource_uri, who)?;
         let open = self.shown(id, &entry).await?;
         let verified = open.verified();
         if !who.is(&verified.fields().subject) {

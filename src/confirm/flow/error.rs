@@ -16,6 +16,8 @@ pub enum CsError {
     NotFound,
     #[error("the form's security token is missing or wrong")]
     Csrf,
+    #[error("this request needs a sign-in from the last {max_age_secs} s; sign in again")]
+    Reauthenticate { max_age_secs: i64 },
     #[error("this request belongs to another account; you are signed in as \"{user}\"")]
     WrongUser { subject: String, user: String },
     #[error("{origin} could not be reached: {detail}")]

@@ -79,6 +79,9 @@ pub struct Deps {
     pub store: CsStore,
     pub clock: Arc<dyn Clock>,
     pub sealer: Sealer,
+    /// Per registered RS (registry order): the oldest sign-in that may
+    /// decide for it, in seconds (`max_auth_age_secs`).
+    pub max_auth_age: Vec<Option<i64>>,
 }
 
 /// The confirmation server's domain.
@@ -92,6 +95,7 @@ pub struct Cs {
     store: CsStore,
     clock: Arc<dyn Clock>,
     sealer: Sealer,
+    max_auth_age: Vec<Option<i64>>,
     verified: Mutex<IndexMap<String, Arc<Open>>>,
     locks: Vec<Mutex<()>>,
     delivery_locks: Vec<tokio::sync::Mutex<()>>,
@@ -127,6 +131,7 @@ impl Cs {
             store: deps.store,
             clock: deps.clock,
             sealer: deps.sealer,
+            max_auth_age: deps.max_auth_age,
             verified: Mutex::new(IndexMap::new()),
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             delivery_locks: (0..LOCK_STRIPES)
@@ -189,6 +194,18 @@ impl Cs {
         self.registry
             .find(resource_uri.trim())
             .map_err(|e| CsError::NotRegistered(e.to_string()))
+    }
+
+    /// Refuses `who` when the RS of `resource_uri` wants a fresher sign-in
+    /// than theirs (`max_auth_age_secs`).
+    pub fn check_fresh(&self, resource_uri: &str, who: &Identity) -> Result<(), CsError> {
+        let index = self.check_registered(resource_uri)?;
+        match self.max_auth_age.get(index).copied().flatten() {
+            Some(max) if self.now().timestamp() - who.auth_time > max => {
+                Err(CsError::Reauthenticate { max_age_secs: max })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// §2: accepts a resource URI of a registered RS and returns the id of its
@@ -310,6 +327,7 @@ impl Cs {
         if let Some(record) = self.earlier(&entry.resource_uri, None)? {
             return Ok(Loaded::Decided(Box::new(owned(record, who)?)));
         }
+        self.check_fresh(&entry.resource_uri, who)?;
         let document = self.fetch(&entry).await?;
         let verified = self.verify(&entry.resource_uri, &document)?;
         let fields = verified.fields();

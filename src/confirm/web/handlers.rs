@@ -3,7 +3,7 @@
 
 use super::pages::{
     render, status_line, time_left, when, ConfirmPage, HistoryPage, HistoryRow, LoginPage,
-    OutcomePage, StartPage,
+    OutcomePage, ProviderLink, StartPage,
 };
 use super::{
     check_csrf, safe_next, see_other, session_cookie, to_login, CsState, SignedIn, Visitor,
@@ -126,6 +126,37 @@ fn begin(state: &CsState, visitor: &Visitor, uri: &str) -> Page {
 #[derive(serde::Deserialize)]
 pub(super) struct NextQuery {
     next: Option<String>,
+    /// Set when a fresh sign-in is required (`max_auth_age_secs`): the form
+    /// is shown even to someone signed in.
+    reauth: Option<i64>,
+}
+
+/// The login page: the local form and a link per identity provider.
+fn login_page<'a>(
+    state: &CsState,
+    next: &'a str,
+    csrf: &'a str,
+    error: Option<&'a str>,
+    username: &'a str,
+    reauth: Option<i64>,
+) -> LoginPage<'a> {
+    LoginPage {
+        next,
+        csrf,
+        error,
+        username,
+        providers: state
+            .providers
+            .names()
+            .into_iter()
+            .map(|name| ProviderLink {
+                name: name.to_owned(),
+                href: super::oidc::start_href(name, next, reauth),
+            })
+            .collect(),
+        notice: None,
+        end_session: None,
+    }
 }
 
 pub(super) async fn login_form(
@@ -135,7 +166,7 @@ pub(super) async fn login_form(
     q: web::Query<NextQuery>,
 ) -> Page {
     let next = safe_next(q.next.as_deref());
-    if visitor.signed_in() {
+    if visitor.signed_in() && q.reauth.is_none() {
         return Ok(see_other(&next));
     }
     // Before login nothing is stored: the cookie holds a random value the
@@ -144,11 +175,16 @@ pub(super) async fn login_form(
         Some(id) => (id, false),
         None => (crate::sign::b64::encode(rand::random::<[u8; 32]>()), true),
     };
+    let notice = q.reauth.map(|age| {
+        format!(
+            "This request needs a sign-in from the last {}: please sign in again.",
+            super::pages::duration_words(age)
+        )
+    });
+    let csrf = state.sessions.csrf_token(&id);
     let page = LoginPage {
-        next: &next,
-        csrf: &state.sessions.csrf_token(&id),
-        error: None,
-        username: "",
+        notice,
+        ..login_page(&state, &next, &csrf, None, "", q.reauth)
     };
     let mut res = html(StatusCode::OK, render(&page)?);
     if fresh {
@@ -190,12 +226,15 @@ pub(super) async fn login(
             .limiter
             .fail(&LimitKey::Address(ip.clone()), t)
             .map_err(CsError::from)?;
-        let page = LoginPage {
-            next: &next,
-            csrf: &state.sessions.csrf_token(&old_id),
-            error: Some("The user name or password is wrong."),
-            username: "",
-        };
+        let csrf = state.sessions.csrf_token(&old_id);
+        let page = login_page(
+            &state,
+            &next,
+            &csrf,
+            Some("The user name or password is wrong."),
+            "",
+            None,
+        );
         return Ok(html(StatusCode::UNAUTHORIZED, render(&page)?));
     }
     let keys = [
@@ -219,12 +258,15 @@ pub(super) async fn login(
             "failed login for {}",
             crate::text::keyed_digest(&state.log_key, &username)
         );
-        let page = LoginPage {
-            next: &next,
-            csrf: &state.sessions.csrf_token(&old_id),
-            error: Some("The user name or password is wrong."),
-            username: &username,
-        };
+        let csrf = state.sessions.csrf_token(&old_id);
+        let page = login_page(
+            &state,
+            &next,
+            &csrf,
+            Some("The user name or password is wrong."),
+            &username,
+            None,
+        );
         return Ok(html(StatusCode::UNAUTHORIZED, render(&page)?));
     };
     // A new session id at login (no session fixation).
@@ -251,11 +293,34 @@ pub(super) async fn logout(
     visitor: Visitor,
     form: web::Form<CsrfForm>,
 ) -> Page {
-    if let Some((id, _)) = visitor.0 {
+    let mut end_session = None;
+    if let Some((id, session)) = visitor.0 {
         check_csrf(&state, &id, form.csrf.as_deref())?;
         state.sessions.remove(&id)?;
+        if let Some(who) = session.identity.filter(|w| w.provider.is_some()) {
+            let back = format!("{}/login", state.cs.cs_origin());
+            if let Some(href) = state.providers.end_session_url(&who, &back).await {
+                end_session = Some(ProviderLink {
+                    name: who.provider.clone().unwrap_or_default(),
+                    href,
+                });
+            }
+        }
     }
-    let mut res = see_other("/login");
+    let mut res = match end_session {
+        // The provider's end-session endpoint is offered as a link: a form
+        // may only lead to this origin (CSP form-action), and the person
+        // may want to stay signed in there.
+        Some(link) => {
+            let page = LoginPage {
+                notice: Some("You are signed out of the confirmation service.".into()),
+                end_session: Some(link),
+                ..login_page(&state, "/history", "", None, "", None)
+            };
+            html(StatusCode::OK, render(&page)?)
+        }
+        None => see_other("/login"),
+    };
     let mut gone = Cookie::build(super::session_cookie_name(state.secure_cookies), "")
         .path("/")
         .secure(state.secure_cookies)
@@ -271,7 +336,13 @@ pub(super) async fn confirmation(
     me: SignedIn,
     id: web::Path<String>,
 ) -> Page {
-    match state.cs.load(&id, &me.who).await? {
+    let loaded = match state.cs.load(&id, &me.who).await {
+        Err(CsError::Reauthenticate { max_age_secs }) => {
+            return Ok(reauthenticate(&me, &format!("/c/{id}"), max_age_secs))
+        }
+        other => other?,
+    };
+    match loaded {
         Loaded::Decided(r) => outcome(&state, &me, &r, true),
         Loaded::Open(open) => confirm_page(
             &state,
@@ -343,6 +414,9 @@ pub(super) async fn decide(
             state.cs.wake();
             outcome(&state, &me, &d.record, d.earlier)
         }
+        Err(DecideError::Other(CsError::Reauthenticate { max_age_secs })) => {
+            Ok(reauthenticate(&me, &format!("/c/{id}"), max_age_secs))
+        }
         Err(DecideError::Other(e)) => Err(e.into()),
         Err(DecideError::Input { problems, open }) => {
             // The page again, with the problems next to their fields; typed
@@ -363,6 +437,23 @@ pub(super) async fn decide(
                 &problems,
                 &entered,
             )
+        }
+    }
+}
+
+/// Sends a user whose sign-in is too old to sign in again, the way they
+/// signed in (their identity provider, asked for a fresh authentication, or
+/// the local form), and back to `next`.
+fn reauthenticate(me: &SignedIn, next: &str, max_age_secs: i64) -> HttpResponse {
+    match &me.who.provider {
+        Some(name) => see_other(&super::oidc::start_href(name, next, Some(max_age_secs))),
+        None => {
+            let q = serde_urlencoded::to_string([
+                ("next", next.to_owned()),
+                ("reauth", max_age_secs.to_string()),
+            ])
+            .unwrap_or_default();
+            see_other(&format!("/login?{q}"))
         }
     }
 }

@@ -8,6 +8,7 @@
 //! | `GET <start path>` | a form to paste a resource URI |
 //! | `POST <start path>` | §2: `resource_uri` → 303 to the confirmation page (through login) |
 //! | `GET /login`, `POST /login`, `POST /logout` | the embedded login |
+//! | `GET /oidc/login/{name}`, `GET /oidc/callback` | sign-in with an identity provider ([`oidc`]) |
 //! | `GET /c/{id}` | the confirmation page (§3, §5) |
 //! | `POST /c/{id}` | the decision (§5, §6) |
 //! | `GET /history`, `GET /history/{id}.json` | past decisions and their signed CHEQs |
@@ -15,6 +16,7 @@
 
 pub mod extract;
 mod handlers;
+pub mod oidc;
 pub mod pages;
 
 pub use extract::{SignedIn, Visitor};
@@ -60,6 +62,8 @@ pub struct CsState {
     pub sessions: SessionService,
     pub limiter: Limiter,
     pub start_path: String,
+    /// The OpenID Connect providers people may sign in with.
+    pub providers: Arc<crate::confirm::oidc::Providers>,
     pub secure_cookies: bool,
     /// The key of the digests that stand for typed names in log lines.
     pub log_key: Vec<u8>,
@@ -81,6 +85,8 @@ pub enum WebError {
     Cs(#[from] CsError),
     #[error("sign in first")]
     SignIn { next: String },
+    #[error("{0}")]
+    Login(#[from] oidc::LoginFailure),
 }
 
 impl From<crate::confirm::auth::AuthError> for WebError {
@@ -94,12 +100,14 @@ impl ResponseError for WebError {
         match self {
             WebError::Cs(e) => crate::confirm::status::of(e).0,
             WebError::SignIn { .. } => StatusCode::SEE_OTHER,
+            WebError::Login(f) => f.status_code(),
         }
     }
 
     fn error_response(&self) -> HttpResponse {
         let e = match self {
             WebError::SignIn { next } => return to_login(next),
+            WebError::Login(f) => return f.error_response(),
             WebError::Cs(e) => e,
         };
         let status = self.status_code();
@@ -178,6 +186,8 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<CsState>) {
                 .route(web::post().to(login)),
         )
         .service(resource("/logout").route(web::post().to(logout)))
+        .service(resource("/oidc/login/{name}").route(web::get().to(oidc::start)))
+        .service(resource("/oidc/callback").route(web::get().to(oidc::callback)))
         .service(
             resource("/c/{id}")
                 .route(web::get().to(confirmation))
@@ -341,6 +351,7 @@ mod tests {
             "No such confirmation",
             "does not know this request",
             "security token",
+            "within the last 5 minutes",
             "signed in as &quot;alice&quot;",
             "could not be reached",
             "Do not act on it",

@@ -23,6 +23,19 @@ pub struct LoginPage<'a> {
     pub csrf: &'a str,
     pub error: Option<&'a str>,
     pub username: &'a str,
+    /// "Sign in with …" links, one per identity provider.
+    pub providers: Vec<ProviderLink>,
+    /// A line above the form (signed out, sign in again).
+    pub notice: Option<String>,
+    /// After a logout: the provider's end-session link.
+    pub end_session: Option<ProviderLink>,
+}
+
+/// A link to sign in (or out) at an identity provider.
+#[derive(Debug, Clone)]
+pub struct ProviderLink {
+    pub name: String,
+    pub href: String,
 }
 
 #[derive(Template)]
@@ -104,6 +117,8 @@ pub struct ErrorPage<'a> {
     pub message: String,
     pub untrusted: bool,
     pub status: u16,
+    /// A way on ("Back to sign in"), if any.
+    pub back: Option<ProviderLink>,
 }
 
 /// Renders a page; a template failure is an internal error.
@@ -118,6 +133,18 @@ pub fn when(ts: i64) -> String {
         .single()
         .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
         .unwrap_or_default()
+}
+
+/// A length of time in words: "45 seconds", "5 minutes", "2 hours".
+pub fn duration_words(secs: i64) -> String {
+    let plural = |n: i64, unit: &str| format!("{n} {unit}{}", if n == 1 { "" } else { "s" });
+    if secs % 3600 == 0 && secs >= 3600 {
+        plural(secs / 3600, "hour")
+    } else if secs % 60 == 0 && secs >= 60 {
+        plural(secs / 60, "minute")
+    } else {
+        plural(secs, "second")
+    }
 }
 
 /// How long is left from `now` until `expires` (RFC 3339), in words, rounded
@@ -190,6 +217,7 @@ pub fn title(e: &CsError) -> &'static str {
         CsError::BadRequest(_) => "Bad request",
         CsError::NotFound => "Not found",
         CsError::Csrf => "Form expired",
+        CsError::Reauthenticate { .. } => "Sign in again",
         CsError::WrongUser { .. } => "Not your request",
         CsError::Unreachable { .. } => "Resource server unreachable",
         CsError::Timeout { .. } => "Resource server too slow",
@@ -221,6 +249,10 @@ pub fn message(e: &CsError) -> String {
         CsError::NotCountersignable(reason) => format!(
             "The request is missing what is needed to confirm it safely: {reason}."
         ),
+        CsError::Reauthenticate { max_age_secs } => format!(
+            "This request may only be decided by someone who signed in within the last {}. Sign in again, then review it.",
+            crate::confirm::web::pages::duration_words(*max_age_secs)
+        ),
         CsError::Changed => "The request is not the one you were shown. Review it again before deciding.".into(),
         CsError::Internal(_) => "The confirmation service had an internal problem. Nothing was signed. Try again later.".into(),
         CsError::Unavailable(_) => "The confirmation service cannot reach its database right now. Nothing was signed. Try again in a moment.".into(),
@@ -243,9 +275,49 @@ pub fn error_page(e: &CsError, status: u16) -> String {
         message: message(e),
         untrusted: matches!(e, CsError::Untrusted { .. }),
         status,
+        back: None,
     };
     page.render()
         .unwrap_or_else(|_| "<!doctype html><title>Error</title><p>Error</p>".to_owned())
+}
+
+/// The page of a failed sign-in at an identity provider.
+pub fn login_error_page(e: &crate::confirm::oidc::LoginError, status: u16) -> String {
+    use crate::confirm::oidc::LoginError as L;
+    let (title, message) = match e {
+        L::UnknownProvider(_) => ("Unknown sign-in provider", format!("{}. Choose a way to sign in from the sign-in page.", capitalized(&e.to_string()))),
+        L::Unreachable { provider, .. } => ("Sign-in provider unreachable", format!("{provider} could not be reached, so you were not signed in. Try again in a moment, or sign in another way.")),
+        L::Misconfigured { provider, .. } => ("Sign-in provider not usable", format!("{provider} is not set up correctly for this service, so you were not signed in. Tell the service's operator.")),
+        L::NoPendingLogin => ("Sign-in not recognised", "This sign-in was not started in this browser, or it took longer than 10 minutes. Nothing was stored. Start again from the sign-in page.".to_owned()),
+        L::StateMismatch => ("Sign-in not recognised", "The answer from the sign-in provider does not belong to the sign-in started in this browser, so it was refused. Nothing was stored. Start again from the sign-in page.".to_owned()),
+        L::Refused { provider, .. } => ("Not signed in", format!("{provider} did not sign you in. Nothing was stored. You can try again.")),
+        L::TokenRequest { provider, .. } => ("Sign-in failed", format!("{provider} refused to complete the sign-in. Nothing was stored. Start again from the sign-in page.")),
+        L::IdToken { provider, problem } => ("Sign-in refused", format!("The answer that claims to come from {provider} cannot be trusted ({problem}), so you were not signed in. Nothing was stored.")),
+        L::EmailTaken { email } => ("E-mail address already in use", format!("The e-mail address {email} already belongs to another account at this service, so this sign-in cannot use it. Sign in with that account instead, or ask the operator.")),
+        L::AccountClash(_) => ("Account conflict", "An account of this service already has the name this sign-in maps to. Ask the operator.".to_owned()),
+        L::Store { .. } => ("Something went wrong", "The confirmation service could not record your sign-in. Try again in a moment.".to_owned()),
+    };
+    let page = ErrorPage {
+        title,
+        message,
+        untrusted: false,
+        status,
+        back: Some(ProviderLink {
+            name: "Back to sign in".into(),
+            href: "/login".into(),
+        }),
+    };
+    page.render()
+        .unwrap_or_else(|_| "<!doctype html><title>Error</title><p>Error</p>".to_owned())
+}
+
+fn capitalized(s: &str) -> String {
+    let mut out = s.to_owned();
+    if let Some(first) = out.get(..1) {
+        let upper = first.to_uppercase();
+        out.replace_range(..1, &upper);
+    }
+    out
 }
 
 #[cfg(test)]
