@@ -30,6 +30,114 @@ pub struct Args {
     /// (postgres://user@host:port/dbname) instead of the embedded one.
     #[arg(long, value_name = "URL")]
     pub database_url: Option<String>,
+    /// Also run the test OpenID provider (node's oidc-provider, from
+    /// tests/oidc/ of a checkout, after tests/oidc/install.sh) with the user
+    /// carol; the agent then acts for carol@example.com, who signs in there.
+    #[arg(long)]
+    pub with_idp: bool,
+    /// The test identity provider's port (with --with-idp).
+    #[arg(long, default_value_t = 8082)]
+    pub idp_port: u16,
+}
+
+/// The test identity provider of `--with-idp`: a node process, ended with
+/// the demo.
+struct DemoIdp {
+    child: std::process::Child,
+    issuer: String,
+    password_line: String,
+}
+
+impl Drop for DemoIdp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The subject the demo agent acts for with `--with-idp`.
+pub const IDP_SUBJECT: &str = "carol@example.com";
+
+/// Where the test provider's script is: `CHEQ_IDP_SCRIPT`, or
+/// `tests/oidc/provider.mjs` under the working directory or the checkout
+/// that holds this binary (`target/<profile>/cheq`).
+fn idp_script() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("CHEQ_IDP_SCRIPT") {
+        return Some(PathBuf::from(p));
+    }
+    let rel = Path::new("tests/oidc/provider.mjs");
+    if rel.exists() {
+        return Some(rel.to_owned());
+    }
+    let exe = std::env::current_exe().ok()?;
+    let root = exe.parent()?.parent()?.parent()?;
+    Some(root.join(rel)).filter(|p| p.exists())
+}
+
+fn start_idp(port: u16, cs_origin: &str, client_secret: &str) -> Result<DemoIdp, CliError> {
+    use std::io::BufRead;
+    let script = idp_script().ok_or_else(|| {
+        CliError::Usage(
+            "--with-idp runs the test identity provider of a checkout of this repository \
+             (tests/oidc/provider.mjs, installed by tests/oidc/install.sh); it was not found \
+             (or set CHEQ_IDP_SCRIPT)"
+                .into(),
+        )
+    })?;
+    let (password, password_line) = match std::env::var("CHEQ_DEMO_IDP_PASSWORD") {
+        Ok(p) if !p.is_empty() => (p, "password from CHEQ_DEMO_IDP_PASSWORD".to_owned()),
+        _ => {
+            let p = crate::sign::b64::encode(rand::random::<[u8; 9]>());
+            (p.clone(), format!("password {p}"))
+        }
+    };
+    let config = serde_json::json!({
+        "port": port,
+        "client_id": "cheq",
+        "client_secret": client_secret,
+        "redirect_uris": [format!("{cs_origin}/oidc/callback")],
+        "post_logout_redirect_uris": [format!("{cs_origin}/login")],
+        "accounts": {"carol": {"password": password, "email": IDP_SUBJECT,
+                                "email_verified": true, "amr": ["pwd"]}},
+    });
+    let mut child = std::process::Command::new("node")
+        .arg(&script)
+        .env("CHEQ_IDP", config.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| CliError::Server(format!("--with-idp needs node (Debian: nodejs): {e}")))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| CliError::Internal("no output from the identity provider".into()))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Some(issuer) = line.strip_prefix("ready ") {
+                let _ = tx.send(issuer.to_owned());
+            }
+        }
+    });
+    let mut idp = DemoIdp {
+        child,
+        issuer: String::new(),
+        password_line,
+    };
+    idp.issuer = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .map_err(|_| {
+            CliError::Server(format!(
+                "the identity provider ({}) did not start on port {port}: is the port free, \
+                 and were its packages installed (tests/oidc/install.sh)?",
+                script.display()
+            ))
+        })?;
+    Ok(idp)
 }
 
 fn server(e: impl std::fmt::Display) -> CliError {
@@ -134,14 +242,29 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         Some(url) => format!("database_url = \"{url}\"\n"),
         None => String::new(),
     };
-    let rs_toml = format!(
+    let mut rs_toml = format!(
         "# Written by `cheq demo`: the reference resource server.\n{database}{}",
         pair.rs_toml().map_err(server)?
     );
-    let cs_toml = format!(
+    let mut cs_toml = format!(
         "# Written by `cheq demo`: the confirmation server.\n{database}{}\n[[gateways]]\nclient_id = \"voice-gw\"\nsecret_hash = \"{gateway_hash}\"\n",
         pair.cs_toml().map_err(server)?
     );
+    let idp = if args.with_idp {
+        let secret = crate::sign::b64::encode(rand::random::<[u8; 24]>());
+        let idp = start_idp(args.idp_port, &cs_url, &secret)?;
+        cs_toml.push_str(&format!(
+            "\n[[identity_providers]]\nname = \"demo-idp\"\nissuer = \"{}\"\nclient_id = \"cheq\"\nclient_secret = \"{secret}\"\n",
+            idp.issuer
+        ));
+        rs_toml = rs_toml.replace(
+            "subject = \"alice\"",
+            &format!("subject = \"{IDP_SUBJECT}\""),
+        );
+        Some(idp)
+    } else {
+        None
+    };
     write_0600(&dir.join("rs.toml"), &rs_toml)?;
     write_0600(&dir.join("cs.toml"), &cs_toml)?;
     let rs_config = crate::resource::RsConfig::from_toml(&rs_toml).map_err(server)?;
@@ -221,8 +344,22 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
                 rs_cfg = dir.join("rs.toml").display(),
             ),
         )?;
+        if let Some(idp) = &idp {
+            write_out(
+                out,
+                &format!(
+                    "\nWith --with-idp: the identity provider demo-idp runs at {issuer}\
+                     \n  its user carol ({IDP_SUBJECT}), {line}\
+                     \nThe agent now acts for {IDP_SUBJECT}: on the CS login page choose\
+                     \n\"Sign in with demo-idp\" and sign in there as carol.\n",
+                    issuer = idp.issuer,
+                    line = idp.password_line,
+                ),
+            )?;
+        }
         out.flush().ok();
         let (rs, cs) = tokio::join!(rs_server, cs_server);
+        drop(idp);
         rs.and(cs).map_err(server)
     })
 }

@@ -180,6 +180,9 @@ pub struct Callback {
     pub code: Option<String>,
     pub error: Option<String>,
     pub error_description: Option<String>,
+    /// The issuer, from a provider that names it (RFC 9207): it must be
+    /// the one the sign-in was started with.
+    pub iss: Option<String>,
 }
 
 /// Who a provider says signed in, after every check.
@@ -198,7 +201,8 @@ pub struct ExternalLogin {
 struct Discovered {
     metadata: ProviderMetadataWithLogout,
     at: i64,
-    jwks_at: i64,
+    /// When the JWKS was last fetched again for an unknown `kid`.
+    refetched_at: Option<i64>,
 }
 
 struct Provider {
@@ -372,6 +376,9 @@ impl Providers {
             Some(t) => urls.push(("token_endpoint", t.as_str().to_owned())),
             None => return Err(misconfigured(&p.name, "discovery names no token_endpoint")),
         }
+        if let Some(u) = metadata.userinfo_endpoint() {
+            urls.push(("userinfo_endpoint", u.as_str().to_owned()));
+        }
         if let Some(e) = &metadata.additional_metadata().end_session_endpoint {
             urls.push(("end_session_endpoint", e.as_str().to_owned()));
         }
@@ -382,7 +389,7 @@ impl Providers {
         let d = Arc::new(Discovered {
             metadata,
             at: now,
-            jwks_at: now,
+            refetched_at: None,
         });
         if let Ok(mut g) = p.discovered.lock() {
             *g = Some(d.clone());
@@ -397,7 +404,10 @@ impl Providers {
         {
             let guard = p.discovered.lock().ok()?;
             let current = guard.as_ref()?;
-            if now - current.jwks_at < JWKS_REFETCH_SECS {
+            if current
+                .refetched_at
+                .is_some_and(|t| now - t < JWKS_REFETCH_SECS)
+            {
                 return None;
             }
         }
@@ -408,7 +418,7 @@ impl Providers {
                 *g = Some(Arc::new(Discovered {
                     metadata: current.metadata.clone(),
                     at: current.at,
-                    jwks_at: now,
+                    refetched_at: Some(now),
                 }));
             }
         }
@@ -418,7 +428,7 @@ impl Providers {
         let fresh = Arc::new(Discovered {
             metadata: d.metadata.clone().set_jwks(jwks),
             at: d.at,
-            jwks_at: now,
+            refetched_at: Some(now),
         });
         if let Ok(mut g) = p.discovered.lock() {
             *g = Some(fresh.clone());
@@ -533,6 +543,12 @@ impl Providers {
             return Err(LoginError::StateMismatch);
         }
         let p = self.provider(&pending.p)?;
+        if callback.iss.as_ref().is_some_and(|iss| iss != &p.issuer) {
+            return Err(LoginError::IdToken {
+                provider: p.name.clone(),
+                problem: IdTokenProblem::Issuer("the answer names another issuer (iss)".into()),
+            });
+        }
         if let Some(error) = &callback.error {
             let error = crate::text::one_line(error);
             return Err(LoginError::Refused {
@@ -573,10 +589,18 @@ impl Providers {
             problem,
         })?;
         let now = self.now();
-        let verified_email = match (claims.email(), claims.email_verified()) {
+        let mut verified_email = match (claims.email(), claims.email_verified()) {
             (Some(e), Some(true)) => Some(e.as_str().to_owned()),
             _ => None,
         };
+        // Many providers put the e-mail in the UserInfo answer only (Core
+        // §5.4): asked for when the ID token has none, for the same `sub`
+        // (§5.3.2; the crate checks it).
+        if claims.email().is_none() && p.scopes.iter().any(|s| s == "email") {
+            verified_email = self
+                .userinfo_email(p, &d, &response, claims.subject().clone())
+                .await?;
+        }
         let amr: Vec<String> = claims
             .auth_method_refs()
             .map(|v| v.iter().map(|a| a.as_str().to_owned()).collect())
@@ -591,6 +615,35 @@ impl Providers {
             id_token: id_token.to_string(),
         };
         Ok((login, pending))
+    }
+
+    /// The verified e-mail of the UserInfo answer, if the provider has the
+    /// endpoint and says it verified the address.
+    async fn userinfo_email(
+        &self,
+        p: &Provider,
+        d: &Discovered,
+        response: &CoreTokenResponse,
+        subject: openidconnect::SubjectIdentifier,
+    ) -> Result<Option<String>, LoginError> {
+        use openidconnect::OAuth2TokenResponse;
+        if d.metadata.userinfo_endpoint().is_none() {
+            return Ok(None);
+        }
+        let client = self.client(p, d);
+        let info: openidconnect::core::CoreUserInfoClaims = client
+            .user_info(response.access_token().clone(), Some(subject))
+            .map_err(|e| misconfigured(&p.name, e.to_string()))?
+            .request_async(&self.http)
+            .await
+            .map_err(|e| LoginError::TokenRequest {
+                provider: p.name.clone(),
+                detail: crate::text::one_line(&format!("userinfo: {e}")),
+            })?;
+        Ok(match (info.email(), info.email_verified()) {
+            (Some(e), Some(true)) => Some(e.as_str().to_owned()),
+            _ => None,
+        })
     }
 
     /// The checks of Core §3.1.3.7 on one ID token.

@@ -381,6 +381,14 @@ pub struct Options {
     pub gateways: Vec<Gateway>,
     /// The CS's `api_token_ttl_secs`; its default when `None`.
     pub api_token_ttl_secs: Option<i64>,
+    /// Top-level keys put first in the CS configuration.
+    pub cs_toml_top: String,
+    /// Tables put last in the CS configuration (`[[identity_providers]]`).
+    pub cs_toml_tables: String,
+    /// Keys added to the CS's `[[resource_servers]]` entry of the RS.
+    pub rs_entry_keys: String,
+    /// The CHEQ subject the agent acts for ("alice" when `None`).
+    pub agent_subject: Option<String>,
 }
 
 pub struct Env {
@@ -450,8 +458,12 @@ impl Env {
             agent_id: "agent".to_owned(),
             agent_secret: AGENT_SECRET.to_owned(),
         };
-        let rs_toml = pair.rs_toml().unwrap();
+        let mut rs_toml = pair.rs_toml().unwrap();
+        if let Some(subject) = &opts.agent_subject {
+            rs_toml = rs_toml.replace("subject = \"alice\"", &format!("subject = {subject:?}"));
+        }
         let mut cs_toml = pair.cs_toml().unwrap();
+        cs_toml.push_str(&opts.rs_entry_keys);
         for extra in &opts.extra {
             cs_toml.push_str(&format!(
                 r#"
@@ -478,6 +490,8 @@ secret_hash = "{hash}"
                 hash = hash_secret(&gw.secret).unwrap(),
             ));
         }
+        cs_toml.push_str(&opts.cs_toml_tables);
+        cs_toml = format!("{}\n{cs_toml}", opts.cs_toml_top);
         if let Some(ttl) = opts.api_token_ttl_secs {
             // A top-level key: it must come before the first table.
             cs_toml = format!("api_token_ttl_secs = {ttl}\n{cs_toml}");

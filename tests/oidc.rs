@@ -1,0 +1,761 @@
+//! Sign-in with an identity provider (ISSUE 10), over real sockets: the CS and
+//! RS in this process, node's oidc-provider (a certified OpenID provider) and
+//! a provider that misbehaves on purpose (`tests/oidc/rogue.mjs`, signing
+//! with node's jose) as real processes on loopback. A browser is played by a
+//! reqwest client with a cookie jar that follows no redirect by itself.
+
+mod common;
+
+use cheq::confirm::oidc::account_name;
+use common::*;
+use serde_json::{json, Value};
+use std::io::BufRead;
+use std::time::Duration;
+
+const CAROL: &str = "carol@example.com";
+const CAROL_IDP_PW: &str = "carol-idp-password";
+const IDP_SECRET: &str = "idp-client-secret-for-tests";
+const ROGUE_SECRET: &str = "rogue-client-secret";
+
+/// The agent's result once the decision is there (polled, bounded).
+async fn outcome_of(pack: &cheq::cheq::UriPack) -> Value {
+    for _ in 0..100 {
+        let (status, v) = result_of(&pack.result_uri).await;
+        if status == 200 {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no result for {}", pack.result_uri);
+}
+
+/// A node process of `tests/oidc/`, killed when dropped.
+struct Node {
+    child: std::process::Child,
+    issuer: String,
+}
+
+impl Node {
+    fn start(script: &str, env_name: &str, config: Value) -> Node {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oidc");
+        assert!(
+            dir.join("node_modules/oidc-provider").exists(),
+            "run tests/oidc/install.sh first (scripts/test does)"
+        );
+        let mut child = std::process::Command::new("node")
+            .arg(dir.join(script))
+            .env(env_name, config.to_string())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("node");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(issuer) = line.strip_prefix("ready ") {
+                    let _ = tx.send(issuer.to_owned());
+                }
+            }
+        });
+        let issuer = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("{script} did not start"));
+        Node { child, issuer }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A browser: one cookie jar for every site, redirects looked at one by one.
+struct Web {
+    http: reqwest::Client,
+    cs: String,
+}
+
+struct Answer {
+    status: u16,
+    location: Option<String>,
+    text: String,
+}
+
+impl Answer {
+    fn hidden(&self, name: &str) -> Option<String> {
+        let marker = format!("name=\"{name}\" value=\"");
+        let start = self.text.find(&marker)? + marker.len();
+        let end = self.text[start..].find('"')? + start;
+        Some(
+            self.text[start..end]
+                .replace("&#x2F;", "/")
+                .replace("&amp;", "&"),
+        )
+    }
+
+    fn link(&self, prefix: &str) -> Option<String> {
+        let marker = format!("href=\"{prefix}");
+        let start = self.text.find(&marker)? + "href=\"".len();
+        let end = self.text[start..].find('"')? + start;
+        Some(
+            self.text[start..end]
+                .replace("&#x2F;", "/")
+                .replace("&amp;", "&")
+                .replace("&#x3D;", "="),
+        )
+    }
+}
+
+impl Web {
+    fn new(cs: &str) -> Web {
+        Web {
+            http: reqwest::Client::builder()
+                .cookie_store(true)
+                .redirect(reqwest::redirect::Policy::none())
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            cs: cs.trim_end_matches('/').to_owned(),
+        }
+    }
+
+    fn url(&self, u: &str) -> String {
+        if u.starts_with('/') {
+            format!("{}{u}", self.cs)
+        } else {
+            u.to_owned()
+        }
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Answer {
+        let res = req.send().await.unwrap();
+        let status = res.status().as_u16();
+        let location = res
+            .headers()
+            .get("location")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let text = res.text().await.unwrap();
+        Answer {
+            status,
+            location,
+            text,
+        }
+    }
+
+    async fn get(&self, u: &str) -> Answer {
+        self.send(self.http.get(self.url(u))).await
+    }
+
+    async fn post(&self, u: &str, form: &[(&str, &str)]) -> Answer {
+        self.send(self.http.post(self.url(u)).form(form)).await
+    }
+
+    /// Follows redirects from `u` until an answer that is not one; returns
+    /// it and every URL visited.
+    async fn follow(&self, u: &str) -> (Answer, Vec<String>) {
+        let mut url = self.url(u);
+        let mut seen = vec![url.clone()];
+        for _ in 0..20 {
+            let a = self.get(&url).await;
+            match (a.status, &a.location) {
+                (301..=303 | 307 | 308, Some(next)) => {
+                    url = absolute(&url, next);
+                    seen.push(url.clone());
+                }
+                _ => return (a, seen),
+            }
+        }
+        panic!("too many redirects: {seen:?}");
+    }
+
+    /// Starts a sign-in with provider `name` (back to `next`); returns the
+    /// provider's login page (its URL and the answer).
+    async fn to_provider_login(&self, name: &str, next: &str) -> (String, Answer) {
+        let q = serde_urlencoded::to_string([("next", next)]).unwrap();
+        let (page, seen) = self.follow(&format!("/oidc/login/{name}?{q}")).await;
+        (seen.last().unwrap().clone(), page)
+    }
+
+    /// Fills the oidc-provider login form at `login_url`; follows on to
+    /// the end (through the CS callback).
+    async fn idp_login(
+        &self,
+        login_url: &str,
+        user: &str,
+        password: &str,
+    ) -> (Answer, Vec<String>) {
+        let action = format!("{login_url}/login");
+        let a = self
+            .post(&action, &[("login", user), ("password", password)])
+            .await;
+        assert_eq!(a.status, 303, "IdP login: {}", a.text);
+        self.follow(&absolute(&action, a.location.as_deref().unwrap()))
+            .await
+    }
+
+    /// Signs in at the real provider as `user`, from the CS's login link,
+    /// and ends where the CS sends the browser after (`next`).
+    async fn sign_in_with_idp(
+        &self,
+        user: &str,
+        password: &str,
+        next: &str,
+    ) -> (Answer, Vec<String>) {
+        let (login_url, page) = self.to_provider_login("example", next).await;
+        assert_eq!(page.status, 200, "IdP login page: {}", page.text);
+        assert!(
+            page.text.contains("Example identity provider"),
+            "{}",
+            page.text
+        );
+        self.idp_login(&login_url, user, password).await
+    }
+}
+
+fn absolute(base: &str, location: &str) -> String {
+    url::Url::parse(base)
+        .unwrap()
+        .join(location)
+        .unwrap()
+        .to_string()
+}
+
+struct World {
+    env: Env,
+    idp: Node,
+    rogue: Node,
+}
+
+async fn world(cs_top: &str, rs_entry_keys: &str) -> World {
+    let (idp_port, rogue_port) = (free_port(), free_port());
+    let idp_issuer = format!("http://127.0.0.1:{idp_port}");
+    let rogue_issuer = format!("http://127.0.0.1:{rogue_port}");
+    let tables = format!(
+        r#"
+[[identity_providers]]
+name = "example"
+issuer = "{idp_issuer}"
+client_id = "cheq"
+client_secret = "{IDP_SECRET}"
+
+[[identity_providers]]
+name = "rogue"
+issuer = "{rogue_issuer}"
+client_id = "cheq"
+client_secret = "{ROGUE_SECRET}"
+"#
+    );
+    let env = Env::start(Options {
+        cs_toml_top: cs_top.to_owned(),
+        cs_toml_tables: tables,
+        rs_entry_keys: rs_entry_keys.to_owned(),
+        agent_subject: Some(CAROL.to_owned()),
+        ..Default::default()
+    })
+    .await;
+    let callback = format!("{}/oidc/callback", env.cs_origin);
+    let idp = Node::start(
+        "provider.mjs",
+        "CHEQ_IDP",
+        json!({
+            "port": idp_port,
+            "client_id": "cheq",
+            "client_secret": IDP_SECRET,
+            "redirect_uris": [callback],
+            "post_logout_redirect_uris": [format!("{}/login", env.cs_origin)],
+            "accounts": {
+                "carol": {"password": CAROL_IDP_PW, "email": CAROL, "email_verified": true, "amr": ["pwd", "mfa"]},
+                "eve": {"password": "eve-idp-password", "email": CAROL, "email_verified": false, "amr": ["pwd"]},
+                "frank": {"password": "frank-idp-password", "email": "frank@example.com", "email_verified": true, "amr": ["urn:example:custom"]}
+            }
+        }),
+    );
+    assert_eq!(idp.issuer, idp_issuer);
+    let rogue = Node::start(
+        "rogue.mjs",
+        "CHEQ_ROGUE",
+        json!({"port": rogue_port, "client_id": "cheq", "client_secret": ROGUE_SECRET,
+               "sub": "rogue-user", "email": CAROL}),
+    );
+    World { env, idp, rogue }
+}
+
+impl World {
+    async fn rogue_mode(&self, mode: &str) {
+        let res = http_client()
+            .post(format!("{}/_mode?m={mode}", self.rogue.issuer))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+    }
+
+    async fn rogue_stats(&self) -> Value {
+        http_client()
+            .get(format!("{}/_stats", self.rogue.issuer))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// A fresh browser through the rogue provider; returns the CS's last
+    /// answer.
+    async fn through_rogue(&self) -> (Web, Answer) {
+        let web = Web::new(&self.env.cs_origin);
+        let (a, seen) = web.follow("/oidc/login/rogue?next=%2Fhistory").await;
+        assert!(
+            seen.iter().any(|u| u.contains("/oidc/callback")),
+            "{seen:?}"
+        );
+        (web, a)
+    }
+}
+
+async fn signed_in(web: &Web) -> bool {
+    web.get("/history").await.status == 200
+}
+
+/// The confirmation header of a decided document.
+fn confirmation_header(document: &str) -> Value {
+    let doc: Value = serde_json::from_str(document).unwrap();
+    let protected = doc["signatures"][1]["protected"].as_str().unwrap();
+    serde_json::from_slice(&cheq::sign::b64::decode(protected).unwrap()).unwrap()
+}
+
+#[actix_web::test]
+async fn an_idp_login_decides_an_email_subject_end_to_end() {
+    let w = world("", "").await;
+    let env = &w.env;
+    let pack = env.invoke().await;
+    let web = Web::new(&env.cs_origin);
+    // §2 through login: the login page offers the provider beside the form.
+    let start = web
+        .post(&env.cs_url, &[("resource_uri", &pack.resource_uri)])
+        .await;
+    assert_eq!(start.status, 303);
+    let login = web.get(start.location.as_deref().unwrap()).await;
+    assert_eq!(login.status, 200);
+    assert!(
+        login.text.contains("Sign in with example"),
+        "{}",
+        login.text
+    );
+    assert!(login.text.contains("Sign in with rogue"), "{}", login.text);
+    let link = login.link("/oidc/login/example").expect("provider link");
+    // To the provider: code flow with PKCE (S256), state, nonce, scopes.
+    let first = web.get(&link).await;
+    assert_eq!(first.status, 303);
+    let authorize = url::Url::parse(first.location.as_deref().unwrap()).unwrap();
+    assert!(authorize.as_str().starts_with(&w.idp.issuer));
+    let q: std::collections::HashMap<_, _> = authorize.query_pairs().into_owned().collect();
+    assert_eq!(q["response_type"], "code");
+    assert_eq!(q["client_id"], "cheq");
+    assert_eq!(q["code_challenge_method"], "S256");
+    assert_eq!(
+        q["redirect_uri"],
+        format!("{}/oidc/callback", env.cs_origin)
+    );
+    assert!(q["state"].len() >= 22 && q["nonce"].len() >= 22);
+    assert_eq!(q["scope"], "openid email");
+    let before = chrono::Utc::now().timestamp();
+    let (idp_page, seen) = web.follow(authorize.as_str()).await;
+    let login_url = seen.last().unwrap().clone();
+    assert_eq!(idp_page.status, 200);
+    // A wrong password at the provider: its own page, nothing at the CS.
+    let wrong = web
+        .post(
+            &format!("{login_url}/login"),
+            &[("login", "carol"), ("password", "nope")],
+        )
+        .await;
+    assert_eq!(wrong.status, 401);
+    let (page, seen) = web.idp_login(&login_url, "carol", CAROL_IDP_PW).await;
+    assert!(
+        seen.iter().any(|u| u.contains("/oidc/callback?")),
+        "{seen:?}"
+    );
+    assert!(seen.last().unwrap().contains("/c/"), "{seen:?}");
+    assert_eq!(page.status, 200, "{}", page.text);
+    let account = account_name(&w.idp.issuer, "carol");
+    assert!(page.text.contains(&account), "signed in as the IdP account");
+    // Decide.
+    let path = url::Url::parse(seen.last().unwrap())
+        .unwrap()
+        .path()
+        .to_owned();
+    let csrf = page.hidden("csrf").unwrap();
+    let view = page.hidden("view").unwrap();
+    let outcome = web
+        .post(
+            &path,
+            &[("csrf", &csrf), ("view", &view), ("decision", "accept")],
+        )
+        .await;
+    assert_eq!(outcome.status, 200, "{}", outcome.text);
+    let result = outcome_of(&pack).await;
+    assert_eq!(result["status"], "accepted", "{result}");
+    // The evidence: sub is the CS account, auth_time from the ID token, amr
+    // the provider's RFC 8176 values.
+    let records = env.records(&account);
+    assert_eq!(records.len(), 1);
+    let evidence = web
+        .get(&format!("/history/{}.json", records[0].key().id()))
+        .await;
+    assert_eq!(evidence.status, 200);
+    let header = confirmation_header(&evidence.text);
+    assert_eq!(header["sub"], account.as_str());
+    let auth_time = header["auth_time"].as_i64().unwrap();
+    assert!(
+        auth_time >= before - 1 && auth_time <= header["iat"].as_i64().unwrap(),
+        "{header}"
+    );
+    assert_eq!(header["amr"], json!(["pwd", "mfa"]));
+    // History works the same.
+    let history = web.get("/history").await;
+    assert!(
+        history.text.contains(&records[0].key().id()),
+        "{}",
+        history.text
+    );
+    // The account: the verified e-mail, no password.
+    let stored = env.cs.accounts.get(&account).unwrap().unwrap();
+    assert_eq!(stored.email.as_deref(), Some(CAROL));
+    assert!(stored.password_hash.is_empty());
+    // A local login with that name and any password fails.
+    let mut b = env.browser();
+    let res = b.login_at("/login", &account, "").await;
+    assert_eq!(res.status, 401);
+
+    // Logout ends the CS session and offers the provider's end-session link.
+    let csrf = history.hidden("csrf").unwrap();
+    let out = web.post("/logout", &[("csrf", &csrf)]).await;
+    assert_eq!(out.status, 200, "{}", out.text);
+    assert!(!signed_in(&web).await);
+    let end = out
+        .link(&format!("{}/session/end", w.idp.issuer))
+        .expect("end-session link");
+    let end = url::Url::parse(&end).unwrap();
+    let eq: std::collections::HashMap<_, _> = end.query_pairs().into_owned().collect();
+    assert_eq!(eq["client_id"], "cheq");
+    assert_eq!(
+        eq["post_logout_redirect_uri"],
+        format!("{}/login", env.cs_origin)
+    );
+    assert!(eq["id_token_hint"].split('.').count() == 3);
+    let ended = web.get(end.as_str()).await;
+    assert_eq!(
+        ended.status, 200,
+        "the provider's logout page: {}",
+        ended.text
+    );
+
+    // The same person again: the same account; a second provider claiming
+    // carol's e-mail is refused, and stores nothing.
+    // (The provider still has her session, so no password is asked.)
+    let (_, again) = web.to_provider_login("example", "/history").await;
+    assert_eq!(again.status, 200, "{}", again.text);
+    assert!(again.text.contains("Your decisions"), "{}", again.text);
+    assert_eq!(env.records(&account).len(), 1);
+    w.rogue_mode("good").await;
+    let (_, clash) = w.through_rogue().await;
+    assert_eq!(clash.status, 409, "{}", clash.text);
+    assert!(
+        clash.text.contains("carol@example.com already belongs"),
+        "{}",
+        clash.text
+    );
+    assert!(env
+        .cs
+        .accounts
+        .get(&account_name(&w.rogue.issuer, "rogue-user"))
+        .unwrap()
+        .is_none());
+}
+
+#[actix_web::test]
+async fn an_unverified_email_never_matches() {
+    let w = world("", "").await;
+    let env = &w.env;
+    let pack = env.invoke().await;
+    // eve's provider says her e-mail is carol's, unverified.
+    let web = Web::new(&env.cs_origin);
+    let (page, _) = web
+        .sign_in_with_idp("eve", "eve-idp-password", "/history")
+        .await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let eve = env
+        .cs
+        .accounts
+        .get(&account_name(&w.idp.issuer, "eve"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(eve.email, None, "an unverified e-mail is not kept");
+    let start = web
+        .post(&env.cs_url, &[("resource_uri", &pack.resource_uri)])
+        .await;
+    let (refused, _) = web.follow(start.location.as_deref().unwrap()).await;
+    assert_eq!(refused.status, 403, "{}", refused.text);
+    assert!(
+        refused.text.contains("belongs to another account"),
+        "{}",
+        refused.text
+    );
+    // Carol (verified) is not blocked by eve's claim and decides.
+    let carol = Web::new(&env.cs_origin);
+    let (login_url, _) = carol.to_provider_login("example", "/history").await;
+    let (_, _) = carol.idp_login(&login_url, "carol", CAROL_IDP_PW).await;
+    let start = carol
+        .post(&env.cs_url, &[("resource_uri", &pack.resource_uri)])
+        .await;
+    let (page, _) = carol.follow(start.location.as_deref().unwrap()).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+}
+
+#[actix_web::test]
+async fn state_missing_swapped_or_without_cookie_is_refused_and_nothing_is_stored() {
+    let w = world("", "").await;
+    let env = &w.env;
+    let alice = Web::new(&env.cs_origin);
+    let mallory = Web::new(&env.cs_origin);
+    // Both start a sign-in; alice completes hers at the provider, but her
+    // callback URL is played in mallory's browser (login CSRF / swap).
+    let (alice_login, _) = alice.to_provider_login("example", "/history").await;
+    let (_, _) = mallory.to_provider_login("example", "/history").await;
+    let a = alice
+        .post(
+            &format!("{alice_login}/login"),
+            &[("login", "carol"), ("password", CAROL_IDP_PW)],
+        )
+        .await;
+    assert_eq!(a.status, 303);
+    // Follow at the provider until it sends the browser to the CS callback.
+    let mut url = absolute(
+        &format!("{alice_login}/login"),
+        a.location.as_deref().unwrap(),
+    );
+    while !url.contains("/oidc/callback") {
+        let r = alice.get(&url).await;
+        url = absolute(
+            &url,
+            r.location.as_deref().expect("redirect to the callback"),
+        );
+    }
+    let callback = url;
+    let swapped = mallory.get(&callback).await;
+    assert_eq!(swapped.status, 400, "{}", swapped.text);
+    assert!(swapped
+        .text
+        .contains("does not belong to the sign-in started in this browser"));
+    assert!(!signed_in(&mallory).await);
+    // Without the state, or with no pending cookie at all: refused too.
+    let no_state = {
+        let mut u = url::Url::parse(&callback).unwrap();
+        let kept: Vec<(String, String)> = u
+            .query_pairs()
+            .filter(|(k, _)| k != "state")
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        u.query_pairs_mut().clear().extend_pairs(kept);
+        u.to_string()
+    };
+    assert_eq!(alice.get(&no_state).await.status, 400);
+    let stranger = Web::new(&env.cs_origin);
+    let none = stranger.get(&callback).await;
+    assert_eq!(none.status, 400);
+    assert!(
+        none.text.contains("not started in this browser"),
+        "{}",
+        none.text
+    );
+    // Nothing was stored for carol by any of these.
+    let carol = account_name(&w.idp.issuer, "carol");
+    assert!(env.cs.accounts.get(&carol).unwrap().is_none());
+    // The code was not spent by the refusals: alice's own callback works once.
+    let ok = alice.get(&callback).await;
+    assert_eq!(ok.status, 303, "{}", ok.text);
+    assert!(signed_in(&alice).await);
+    assert!(env.cs.accounts.get(&carol).unwrap().is_some());
+    // Played again: the pending cookie is gone.
+    let replay = alice.get(&callback).await;
+    assert_eq!(replay.status, 400, "{}", replay.text);
+    // The provider cancelled: a page, not signed in.
+    let web = Web::new(&env.cs_origin);
+    let (login_url, _) = web.to_provider_login("example", "/history").await;
+    let cancel = web.post(&format!("{login_url}/abort"), &[]).await;
+    let (page, _) = web
+        .follow(&absolute(
+            &format!("{login_url}/abort"),
+            cancel.location.as_deref().unwrap(),
+        ))
+        .await;
+    assert_eq!(page.status, 401, "{}", page.text);
+    assert!(page.text.contains("did not sign you in"), "{}", page.text);
+    // An unknown provider.
+    assert_eq!(web.get("/oidc/login/nobody?next=%2F").await.status, 404);
+}
+
+#[actix_web::test]
+async fn every_bad_id_token_is_refused_by_its_own_rule() {
+    let w = world("", "").await;
+    // The harness can pass: an honest answer signs in (RS256, then ES256),
+    // with client_secret_post (the rogue's only method).
+    for mode in ["good", "good-es256"] {
+        w.rogue_mode(mode).await;
+        let (web, a) = w.through_rogue().await;
+        assert_eq!(a.status, 200, "{mode}: {}", a.text);
+        assert!(signed_in(&web).await, "{mode}");
+    }
+    let cases = [
+        ("wrong-iss", "issued by someone else"),
+        ("wrong-aud", "for another client"),
+        ("extra-aud", "for another client"),
+        ("wrong-azp", "authorized party"),
+        ("other-key", "signature does not verify"),
+        ("alg-none", "algorithm"),
+        ("hs256", "algorithm"),
+        ("expired", "has expired"),
+        ("iat-future", "issue time"),
+        ("iat-old", "issue time"),
+        ("no-id-token", "no ID token"),
+    ];
+    for (mode, words) in cases {
+        w.rogue_mode(mode).await;
+        let (web, a) = w.through_rogue().await;
+        assert_eq!(a.status, 401, "{mode}: {}", a.text);
+        assert!(a.text.contains(words), "{mode}: {}", a.text);
+        assert!(!signed_in(&web).await, "{mode}");
+    }
+    // A replayed ID token (the nonce of an earlier sign-in).
+    w.rogue_mode("replay-nonce").await;
+    let (web, first) = w.through_rogue().await;
+    assert_eq!(first.status, 200, "the first use: {}", first.text);
+    assert!(signed_in(&web).await);
+    let (web, second) = w.through_rogue().await;
+    assert_eq!(second.status, 401, "{}", second.text);
+    assert!(second.text.contains("nonce"), "{}", second.text);
+    assert!(!signed_in(&web).await);
+    // A new key at the provider: found by fetching its JWKS again.
+    let before = w.rogue_stats().await["jwks"].as_u64().unwrap();
+    w.rogue_mode("rotate").await;
+    let (web, a) = w.through_rogue().await;
+    assert_eq!(a.status, 200, "rotated key: {}", a.text);
+    assert!(signed_in(&web).await);
+    let after_rotation = w.rogue_stats().await["jwks"].as_u64().unwrap();
+    assert_eq!(after_rotation, before + 1, "one refetch for the new kid");
+    // A flood of tokens naming an unknown kid: refused, and the JWKS is not
+    // fetched again within the minute.
+    w.rogue_mode("unknown-kid").await;
+    for _ in 0..5 {
+        let (_, a) = w.through_rogue().await;
+        assert_eq!(a.status, 401, "{}", a.text);
+        assert!(a.text.contains("no key of the provider"), "{}", a.text);
+    }
+    assert_eq!(
+        w.rogue_stats().await["jwks"].as_u64().unwrap(),
+        after_rotation
+    );
+}
+
+#[actix_web::test]
+async fn max_auth_age_sends_people_back_to_sign_in() {
+    // Top level one hour; this RS four seconds (it replaces the default).
+    let w = world("max_auth_age_secs = 3600", "max_auth_age_secs = 4\n").await;
+    let env = &w.env;
+    let pack = env.invoke().await;
+    let web = Web::new(&env.cs_origin);
+    let (page, _) = web
+        .sign_in_with_idp("carol", CAROL_IDP_PW, "/history")
+        .await;
+    assert_eq!(page.status, 200);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Too old now: the page sends carol to the provider, asking for a new
+    // authentication (max_age, prompt=login).
+    let start = web
+        .post(&env.cs_url, &[("resource_uri", &pack.resource_uri)])
+        .await;
+    let page_path = start.location.clone().unwrap();
+    assert!(page_path.starts_with("/c/"), "{page_path}");
+    let reauth = web.get(&page_path).await;
+    assert_eq!(reauth.status, 303);
+    let again = reauth.location.clone().unwrap();
+    assert!(
+        again.starts_with("/oidc/login/example?") && again.contains("max_age=4"),
+        "{again}"
+    );
+    let to_idp = web.get(&again).await;
+    let authorize = to_idp.location.clone().unwrap();
+    assert!(
+        authorize.contains("max_age=4") && authorize.contains("prompt=login"),
+        "{authorize}"
+    );
+    // The provider asks for the password again (its session is not enough).
+    let (idp_page, seen) = web.follow(&authorize).await;
+    assert!(
+        idp_page.text.contains("Example identity provider"),
+        "{}",
+        idp_page.text
+    );
+    let (page, seen2) = web
+        .idp_login(seen.last().unwrap(), "carol", CAROL_IDP_PW)
+        .await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(seen2.last().unwrap().ends_with(&page_path), "{seen2:?}");
+    let csrf = page.hidden("csrf").unwrap();
+    let view = page.hidden("view").unwrap();
+    let outcome = web
+        .post(
+            &page_path,
+            &[("csrf", &csrf), ("view", &view), ("decision", "accept")],
+        )
+        .await;
+    assert_eq!(outcome.status, 200, "{}", outcome.text);
+    assert_eq!(outcome_of(&pack).await["status"], "accepted");
+
+    // A provider that ignores max_age (an old auth_time, or none) is refused.
+    for mode in ["stale-auth-time", "no-auth-time"] {
+        w.rogue_mode(mode).await;
+        let web = Web::new(&env.cs_origin);
+        let (a, _) = web
+            .follow("/oidc/login/rogue?next=%2Fhistory&max_age=4")
+            .await;
+        assert_eq!(a.status, 401, "{mode}: {}", a.text);
+        assert!(a.text.contains("not fresh enough"), "{mode}: {}", a.text);
+    }
+    // Without max_age the same token passes every ID-token check (auth_time
+    // is only required when a fresh sign-in was asked for): it gets as far
+    // as the account, where carol's e-mail is already taken by her login at
+    // the other provider (so a second provider cannot claim it).
+    let (_, a) = w.through_rogue().await;
+    assert_eq!(a.status, 409, "{}", a.text);
+    assert!(a.text.contains("already belongs"), "{}", a.text);
+
+    // A local account is sent back to the local form.
+    let mut b = env.browser();
+    b.sign_in("alice", ALICE_PW).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let pack2 = invoke_tool(&env.rs_url, "book_flight", &flight_params()).await;
+    let res = b
+        .post(START, &[("resource_uri", &pack2.resource_uri)])
+        .await;
+    let path = b.after_login(res.location()).await;
+    let res = b.get(&path).await;
+    assert_eq!(res.status, 303);
+    let loc = res.location();
+    assert!(
+        loc.starts_with("/login?") && loc.contains("reauth=4"),
+        "{loc}"
+    );
+    let form = b.get(&loc).await;
+    assert_eq!(form.status, 200);
+    assert!(form.text.contains("sign in again"), "{}", form.text);
+}
