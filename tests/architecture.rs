@@ -104,8 +104,8 @@ fn rules() -> Vec<Rule> {
             ],
         },
         Rule {
-            layer: "CS client of resource servers",
-            files: &["confirm/fetch.rs"],
+            layer: "CS clients of resource servers and identity providers",
+            files: &["confirm/fetch.rs", "confirm/oidc.rs"],
             except: &[],
             forbidden: &[
                 "actix_web",

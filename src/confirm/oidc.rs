@@ -716,7 +716,7 @@ fn token_error<E: std::error::Error>(
     match e {
         RequestTokenError::ServerResponse(r) => LoginError::TokenRequest {
             provider: provider.to_owned(),
-            detail: crate::text::one_line(&r.error().to_string()),
+            detail: crate::text::one_line(r.error().as_ref()),
         },
         RequestTokenError::Request(e) => unreachable(provider, e),
         RequestTokenError::Parse(e, _) => LoginError::TokenRequest {
