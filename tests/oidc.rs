@@ -237,6 +237,7 @@ async fn world(cs_top: &str, rs_entry_keys: &str) -> World {
     let (idp_port, rogue_port) = (free_port(), free_port());
     let idp_issuer = format!("http://127.0.0.1:{idp_port}");
     let rogue_issuer = format!("http://127.0.0.1:{rogue_port}");
+    let down_port = free_port();
     let tables = format!(
         r#"
 [[identity_providers]]
@@ -244,6 +245,12 @@ name = "example"
 issuer = "{idp_issuer}"
 client_id = "cheq"
 client_secret = "{IDP_SECRET}"
+
+[[identity_providers]]
+name = "down"
+issuer = "http://127.0.0.1:{down_port}"
+client_id = "cheq"
+client_secret = "nobody-listens"
 
 [[identity_providers]]
 name = "rogue"
@@ -387,7 +394,11 @@ async fn an_idp_login_decides_an_email_subject_end_to_end() {
     assert!(seen.last().unwrap().contains("/c/"), "{seen:?}");
     assert_eq!(page.status, 200, "{}", page.text);
     let account = account_name(&w.idp.issuer, "carol");
-    assert!(page.text.contains(&account), "signed in as the IdP account");
+    assert!(
+        page.text.contains("carol@example.com (via example)"),
+        "signed in through the provider: {}",
+        page.text
+    );
     // Decide.
     let path = url::Url::parse(seen.last().unwrap())
         .unwrap()
@@ -600,8 +611,15 @@ async fn state_missing_swapped_or_without_cookie_is_refused_and_nothing_is_store
         .await;
     assert_eq!(page.status, 401, "{}", page.text);
     assert!(page.text.contains("did not sign you in"), "{}", page.text);
-    // An unknown provider.
+    // An unknown provider; a provider that is down.
     assert_eq!(web.get("/oidc/login/nobody?next=%2F").await.status, 404);
+    let down = web.get("/oidc/login/down?next=%2F").await;
+    assert_eq!(down.status, 502, "{}", down.text);
+    assert!(
+        down.text.contains("down could not be reached"),
+        "{}",
+        down.text
+    );
 }
 
 #[actix_web::test]

@@ -272,6 +272,16 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// How pages name the user: the account, or for a provider's user their
+    /// e-mail (else account) and the provider.
+    pub fn display_name(&self) -> String {
+        match (&self.provider, self.also_known_as.first()) {
+            (Some(p), Some(email)) => format!("{email} (via {p})"),
+            (Some(p), None) => format!("{} (via {p})", self.sub),
+            (None, _) => self.sub.clone(),
+        }
+    }
+
     /// Is `subject` (a CHEQ's) this user?
     pub fn is(&self, subject: &str) -> bool {
         self.sub == subject

@@ -31,7 +31,7 @@ fn html(status: StatusCode, body: String) -> HttpResponse {
 fn outcome(state: &CsState, me: &SignedIn, r: &DecisionRecord, earlier: bool) -> Page {
     let page = OutcomePage {
         r,
-        user: &me.who.sub,
+        user: &me.who.display_name(),
         csrf: state.sessions.csrf_token(&me.session_id),
         earlier,
         when: when(r.decided_at),
@@ -52,7 +52,7 @@ fn confirm_page(
     let page = ConfirmPage {
         id: &open.id,
         v: &open.view,
-        user: &me.who.sub,
+        user: &me.who.display_name(),
         csrf: state.sessions.csrf_token(&me.session_id),
         problems,
         entered,
@@ -466,7 +466,7 @@ pub(super) async fn history(state: web::Data<CsState>, me: SignedIn) -> Page {
         .map(HistoryRow::of)
         .collect();
     let page = HistoryPage {
-        user: &me.who.sub,
+        user: &me.who.display_name(),
         csrf: state.sessions.csrf_token(&me.session_id),
         rows,
     };
