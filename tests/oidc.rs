@@ -463,6 +463,44 @@ async fn an_idp_login_decides_an_email_subject_end_to_end() {
         format!("{}/login", env.cs_origin)
     );
     assert!(eq["id_token_hint"].split('.').count() == 3);
+    // The page's own login form works (a fresh pre-login cookie and token).
+    let other = Web::new(&env.cs_origin);
+    let csrf = out.hidden("csrf").unwrap();
+    assert!(!csrf.is_empty());
+    let local = web
+        .post(
+            "/login",
+            &[
+                ("username", "alice"),
+                ("password", ALICE_PW),
+                ("csrf", &csrf),
+                ("next", "/history"),
+            ],
+        )
+        .await;
+    assert_eq!(local.status, 303, "{}", local.text);
+    assert!(signed_in(&web).await);
+    // (and a token from that page is no good in another browser)
+    let stolen = other
+        .post(
+            "/login",
+            &[
+                ("username", "alice"),
+                ("password", ALICE_PW),
+                ("csrf", &csrf),
+                ("next", "/history"),
+            ],
+        )
+        .await;
+    assert_eq!(stolen.status, 403, "{}", stolen.text);
+    let history = web.get("/history").await;
+    let csrf = history.hidden("csrf").unwrap();
+    let out2 = web.post("/logout", &[("csrf", &csrf)]).await;
+    assert_eq!(
+        out2.status, 303,
+        "a local account's logout goes to the login page"
+    );
+    assert!(!signed_in(&web).await);
     let ended = web.get(end.as_str()).await;
     assert_eq!(
         ended.status, 200,

@@ -307,28 +307,37 @@ pub(super) async fn logout(
             }
         }
     }
-    let mut res = match end_session {
+    match end_session {
         // The provider's end-session endpoint is offered as a link: a form
         // may only lead to this origin (CSP form-action), and the person
-        // may want to stay signed in there.
+        // may want to stay signed in there. The page is also the login page,
+        // so its form gets a pre-login cookie value and CSRF token, as the
+        // login form does.
         Some(link) => {
+            let pre_login = crate::sign::b64::encode(rand::random::<[u8; 32]>());
+            let csrf = state.sessions.csrf_token(&pre_login);
             let page = LoginPage {
                 notice: Some("You are signed out of the confirmation service.".into()),
                 end_session: Some(link),
-                ..login_page(&state, "/history", "", None, "", None)
+                ..login_page(&state, "/history", &csrf, None, "", None)
             };
-            html(StatusCode::OK, render(&page)?)
+            let mut res = html(StatusCode::OK, render(&page)?);
+            res.add_cookie(&session_cookie(&state, &pre_login))
+                .map_err(|e| CsError::Internal(e.to_string()))?;
+            Ok(res)
         }
-        None => see_other("/login"),
-    };
-    let mut gone = Cookie::build(super::session_cookie_name(state.secure_cookies), "")
-        .path("/")
-        .secure(state.secure_cookies)
-        .finish();
-    gone.make_removal();
-    res.add_cookie(&gone)
-        .map_err(|e| CsError::Internal(e.to_string()))?;
-    Ok(res)
+        None => {
+            let mut res = see_other("/login");
+            let mut gone = Cookie::build(super::session_cookie_name(state.secure_cookies), "")
+                .path("/")
+                .secure(state.secure_cookies)
+                .finish();
+            gone.make_removal();
+            res.add_cookie(&gone)
+                .map_err(|e| CsError::Internal(e.to_string()))?;
+            Ok(res)
+        }
+    }
 }
 
 pub(super) async fn confirmation(
