@@ -157,6 +157,17 @@ impl Web {
         self.send(self.http.post(self.url(u)).form(form)).await
     }
 
+    /// Posts the CS's local login form with `csrf` (next: /history).
+    async fn local_login(&self, user: &str, password: &str, csrf: &str) -> Answer {
+        let form = [
+            ("username", user),
+            ("password", password),
+            ("csrf", csrf),
+            ("next", "/history"),
+        ];
+        self.post("/login", &form).await
+    }
+
     /// Follows redirects from `u` until an answer that is not one; returns
     /// it and every URL visited.
     async fn follow(&self, u: &str) -> (Answer, Vec<String>) {
@@ -467,31 +478,11 @@ async fn an_idp_login_decides_an_email_subject_end_to_end() {
     let other = Web::new(&env.cs_origin);
     let csrf = out.hidden("csrf").unwrap();
     assert!(!csrf.is_empty());
-    let local = web
-        .post(
-            "/login",
-            &[
-                ("username", "alice"),
-                ("password", ALICE_PW),
-                ("csrf", &csrf),
-                ("next", "/history"),
-            ],
-        )
-        .await;
+    let local = web.local_login("alice", ALICE_PW, &csrf).await;
     assert_eq!(local.status, 303, "{}", local.text);
     assert!(signed_in(&web).await);
     // (and a token from that page is no good in another browser)
-    let stolen = other
-        .post(
-            "/login",
-            &[
-                ("username", "alice"),
-                ("password", ALICE_PW),
-                ("csrf", &csrf),
-                ("next", "/history"),
-            ],
-        )
-        .await;
+    let stolen = other.local_login("alice", ALICE_PW, &csrf).await;
     assert_eq!(stolen.status, 403, "{}", stolen.text);
     let history = web.get("/history").await;
     let csrf = history.hidden("csrf").unwrap();

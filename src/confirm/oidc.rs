@@ -363,29 +363,7 @@ impl Providers {
                 }
                 e => unreachable(&p.name, e),
             })?;
-        // Every endpoint the CS talks to, or sends a person to, is https
-        // (plain http on loopback only), as for the issuer itself.
-        let mut urls = vec![
-            (
-                "authorization_endpoint",
-                metadata.authorization_endpoint().as_str().to_owned(),
-            ),
-            ("jwks_uri", metadata.jwks_uri().as_str().to_owned()),
-        ];
-        match metadata.token_endpoint() {
-            Some(t) => urls.push(("token_endpoint", t.as_str().to_owned())),
-            None => return Err(misconfigured(&p.name, "discovery names no token_endpoint")),
-        }
-        if let Some(u) = metadata.userinfo_endpoint() {
-            urls.push(("userinfo_endpoint", u.as_str().to_owned()));
-        }
-        if let Some(e) = &metadata.additional_metadata().end_session_endpoint {
-            urls.push(("end_session_endpoint", e.as_str().to_owned()));
-        }
-        for (what, url) in urls {
-            crate::cheq::uri::parse_cheq_uri(&url)
-                .map_err(|e| misconfigured(&p.name, format!("{what}: {e}")))?;
-        }
+        check_endpoints(&metadata).map_err(|detail| misconfigured(&p.name, detail))?;
         let d = Arc::new(Discovered {
             metadata,
             at: now,
@@ -402,7 +380,9 @@ impl Providers {
     async fn refetch_jwks(&self, p: &Provider, d: &Discovered) -> Option<Arc<Discovered>> {
         let now = self.now();
         {
-            let guard = p.discovered.lock().ok()?;
+            // Check and claim the refetch under one lock, before the request,
+            // so that concurrent callers do not fetch too.
+            let mut guard = p.discovered.lock().ok()?;
             let current = guard.as_ref()?;
             if current
                 .refetched_at
@@ -410,17 +390,12 @@ impl Providers {
             {
                 return None;
             }
-        }
-        // Claim the refetch before the request, so that concurrent callers
-        // do not fetch too.
-        if let Ok(mut g) = p.discovered.lock() {
-            if let Some(current) = g.as_ref() {
-                *g = Some(Arc::new(Discovered {
-                    metadata: current.metadata.clone(),
-                    at: current.at,
-                    refetched_at: Some(now),
-                }));
-            }
+            let claimed = Arc::new(Discovered {
+                metadata: current.metadata.clone(),
+                at: current.at,
+                refetched_at: Some(now),
+            });
+            *guard = Some(claimed);
         }
         let jwks = CoreJsonWebKeySet::fetch_async(d.metadata.jwks_uri(), &self.http)
             .await
@@ -705,6 +680,33 @@ impl Providers {
     }
 }
 
+/// Every endpoint the CS talks to, or sends a person to, is https (plain
+/// http on loopback only), as for the issuer itself; a token endpoint is
+/// required.
+fn check_endpoints(metadata: &ProviderMetadataWithLogout) -> Result<(), String> {
+    let mut urls = vec![
+        (
+            "authorization_endpoint",
+            metadata.authorization_endpoint().as_str(),
+        ),
+        ("jwks_uri", metadata.jwks_uri().as_str()),
+    ];
+    match metadata.token_endpoint() {
+        Some(t) => urls.push(("token_endpoint", t.as_str())),
+        None => return Err("discovery names no token_endpoint".into()),
+    }
+    if let Some(u) = metadata.userinfo_endpoint() {
+        urls.push(("userinfo_endpoint", u.as_str()));
+    }
+    if let Some(e) = &metadata.additional_metadata().end_session_endpoint {
+        urls.push(("end_session_endpoint", e.as_str()));
+    }
+    for (what, url) in urls {
+        crate::cheq::uri::parse_cheq_uri(url).map_err(|e| format!("{what}: {e}"))?;
+    }
+    Ok(())
+}
+
 fn token_error<E: std::error::Error>(
     provider: &str,
     e: openidconnect::RequestTokenError<
@@ -977,6 +979,102 @@ mod tests {
         let who = identity_of(&a, &login("u1", Some("ann@example.com")));
         assert!(who.is("ann@example.com") && who.is(&a.username));
         assert_eq!(who.provider.as_deref(), Some("example"));
+    }
+
+    #[test]
+    fn endpoints_must_be_https_except_on_loopback() {
+        let meta = |token: &str, end: Option<&str>| -> ProviderMetadataWithLogout {
+            let mut v = serde_json::json!({
+                "issuer": "https://idp.example",
+                "authorization_endpoint": "https://idp.example/auth",
+                "token_endpoint": token,
+                "jwks_uri": "https://idp.example/jwks",
+                "response_types_supported": ["code"],
+                "subject_types_supported": ["public"],
+                "id_token_signing_alg_values_supported": ["RS256"],
+            });
+            if let Some(e) = end {
+                v["end_session_endpoint"] = e.into();
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        check_endpoints(&meta(
+            "https://idp.example/token",
+            Some("https://idp.example/end"),
+        ))
+        .unwrap();
+        check_endpoints(&meta("http://127.0.0.1:9/token", None)).unwrap();
+        let e = check_endpoints(&meta("http://idp.example/token", None)).unwrap_err();
+        assert!(e.starts_with("token_endpoint"), "{e}");
+        let e = check_endpoints(&meta(
+            "https://idp.example/token",
+            Some("http://idp.example/end"),
+        ))
+        .unwrap_err();
+        assert!(e.starts_with("end_session_endpoint"), "{e}");
+    }
+
+    /// The callback is matched to the sign-in before anything is fetched:
+    /// no `state`, another `state`, or another issuer's `iss` (RFC 9207).
+    #[actix_web::test]
+    async fn a_callback_must_carry_the_state_and_issuer_of_its_sign_in() {
+        let config: crate::confirm::config::IdentityProviderConfig = toml::from_str(
+            "name = \"example\"\nissuer = \"http://127.0.0.1:9\"\nclient_id = \"cheq\"\nclient_secret = \"s\"",
+        )
+        .unwrap();
+        let p = Providers::new(
+            &[config],
+            "http://127.0.0.1:8080",
+            &[1; 32],
+            Arc::new(crate::time::SystemClock),
+        )
+        .unwrap();
+        let pending = || Pending {
+            p: "example".into(),
+            s: "the-state".into(),
+            n: "nonce".into(),
+            v: "verifier".into(),
+            next: "/".into(),
+            t: chrono::Utc::now().timestamp(),
+            m: None,
+        };
+        let cb = |state: Option<&str>, iss: Option<&str>| Callback {
+            state: state.map(str::to_owned),
+            code: Some("code".into()),
+            iss: iss.map(str::to_owned),
+            ..Callback::default()
+        };
+        for c in [cb(None, None), cb(Some("other-state"), None)] {
+            assert!(matches!(
+                p.finish(Some(pending()), &c).await,
+                Err(LoginError::StateMismatch)
+            ));
+        }
+        assert!(matches!(
+            p.finish(None, &cb(Some("the-state"), None)).await,
+            Err(LoginError::NoPendingLogin)
+        ));
+        assert!(matches!(
+            p.finish(
+                Some(pending()),
+                &cb(Some("the-state"), Some("http://127.0.0.1:1"))
+            )
+            .await,
+            Err(LoginError::IdToken {
+                problem: IdTokenProblem::Issuer(_),
+                ..
+            })
+        ));
+        // With the right state and issuer it goes on to the provider (which
+        // does not listen here).
+        assert!(matches!(
+            p.finish(
+                Some(pending()),
+                &cb(Some("the-state"), Some("http://127.0.0.1:9"))
+            )
+            .await,
+            Err(LoginError::Unreachable { .. })
+        ));
     }
 
     #[test]

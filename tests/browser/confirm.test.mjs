@@ -11,8 +11,7 @@ import { mkdtempSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import net from 'node:net';
-import { chromium } from 'playwright-core';
+import { freePort, launchChromium, pollResult, waitFor } from './support.mjs';
 
 const root = resolve(import.meta.dirname, '..', '..');
 const cheq = process.env.CHEQ_BIN || join(root, 'target', 'debug', 'cheq');
@@ -23,22 +22,7 @@ const shots = join(root, 'target', 'browser');
 const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 mkdirSync(shots, { recursive: true });
 
-function freePort() {
-  return new Promise((ok, fail) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => ok(port)); });
-    s.on('error', fail);
-  });
-}
 
-async function waitFor(url, ms = 60000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    try { if ((await fetch(url)).ok) return; } catch { /* not up yet */ }
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error(`${url} did not come up within ${ms} ms`);
-}
 
 const dataDir = mkdtempSync(join(tmpdir(), 'cheq-browser-'));
 const [csPort, rsPort] = [await freePort(), await freePort()];
@@ -49,11 +33,7 @@ const demo = spawn(cheq, ['demo', '--data-dir', dataDir, '--cs-port', String(csP
 let demoLog = '';
 demo.stdout.on('data', (d) => { demoLog += d; });
 demo.stderr.on('data', (d) => { demoLog += d; });
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
+const browser = await launchChromium();
 
 after(async () => {
   writeFileSync(join(shots, 'axe.json'), JSON.stringify(audits, null, 2));
@@ -118,16 +98,6 @@ async function signInIfAsked(page) {
   }
 }
 
-async function pollResult(uri, ms = 30000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    const r = await fetch(uri);
-    const body = await r.json();
-    if (r.status === 200) return body;
-    await new Promise((ok) => setTimeout(ok, 250));
-  }
-  throw new Error('no result in time');
-}
 
 /** What a user app does with a URI pack: POST the resource URI to the CS. */
 async function openPack(page, pack) {

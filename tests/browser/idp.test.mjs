@@ -9,8 +9,7 @@ import { spawn, execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import net from 'node:net';
-import { chromium } from 'playwright-core';
+import { freePort, launchChromium, pollResult, waitFor } from './support.mjs';
 
 const root = resolve(import.meta.dirname, '..', '..');
 const cheq = process.env.CHEQ_BIN || join(root, 'target', 'debug', 'cheq');
@@ -18,13 +17,6 @@ const idpPassword = 'carol at the provider';
 const shots = join(root, 'target', 'browser');
 mkdirSync(shots, { recursive: true });
 
-function freePort() {
-  return new Promise((ok, fail) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => ok(port)); });
-    s.on('error', fail);
-  });
-}
 
 const dataDir = mkdtempSync(join(tmpdir(), 'cheq-browser-idp-'));
 const [csPort, rsPort, idpPort] = [await freePort(), await freePort(), await freePort()];
@@ -37,11 +29,7 @@ const demo = spawn(cheq, ['demo', '--with-idp', '--data-dir', dataDir, '--cs-por
 let demoLog = '';
 demo.stdout.on('data', (d) => { demoLog += d; });
 demo.stderr.on('data', (d) => { demoLog += d; });
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
+const browser = await launchChromium();
 after(async () => {
   await browser.close();
   demo.kill('SIGTERM');
@@ -51,28 +39,10 @@ after(async () => {
 const cs = `http://127.0.0.1:${csPort}`;
 const rs = `http://127.0.0.1:${rsPort}`;
 
-async function waitFor(url, ms = 60000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    try { if ((await fetch(url)).ok) return; } catch { /* not up yet */ }
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error(`${url} did not come up within ${ms} ms:\n${demoLog}`);
-}
 
-async function pollResult(uri, ms = 30000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    const r = await fetch(uri);
-    const body = await r.json();
-    if (r.status === 200) return body;
-    await new Promise((ok) => setTimeout(ok, 250));
-  }
-  throw new Error('no result in time');
-}
 
 test('sign in with the identity provider, then accept', async () => {
-  await waitFor(`${cs}/healthz`);
+  await waitFor(`${cs}/healthz`, 60000, () => demoLog);
   await waitFor(`${rs}/healthz`);
   await waitFor(`http://127.0.0.1:${idpPort}/.well-known/openid-configuration`);
   assert.match(demoLog, /Sign in with demo-idp/);

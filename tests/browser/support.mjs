@@ -1,0 +1,42 @@
+// What the browser tests share: a free loopback port, waiting for a server,
+// polling the agent's result URI, and Debian's headless Chromium.
+import net from 'node:net';
+import { chromium } from 'playwright-core';
+
+export function freePort() {
+  return new Promise((ok, fail) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => ok(port)); });
+    s.on('error', fail);
+  });
+}
+
+/** Waits until `url` answers 2xx; `log()` is shown if it never does. */
+export async function waitFor(url, ms = 60000, log = () => '') {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    try { if ((await fetch(url)).ok) return; } catch { /* not up yet */ }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`${url} did not come up within ${ms} ms\n${log()}`);
+}
+
+/** The agent's result (§7) once it is final. */
+export async function pollResult(uri, ms = 30000) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    const r = await fetch(uri);
+    const body = await r.json();
+    if (r.status === 200) return body;
+    await new Promise((ok) => setTimeout(ok, 250));
+  }
+  throw new Error('no result in time');
+}
+
+export function launchChromium() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+}
