@@ -13,6 +13,7 @@
 //! - [`configfile`]: reading TOML configuration, errors naming the key.
 //! - [`keyfile`]: private key and secret files (0600, generated when missing).
 //! - [`resource`]: the reference resource server and agent client (§1, §3, §6, §7).
+//! - [`mcp`]: the MCP bridge in front of an A2T resource server (§11).
 //! - [`time`]: time as a parameter (`Clock`), shared by every layer.
 //! - [`throttle`]: the arithmetic of failed-attempt limits, for both servers.
 //! - [`text`]: making untrusted text safe for one line of a log.
@@ -28,6 +29,7 @@ pub mod configfile;
 pub mod confirm;
 pub mod httpkit;
 pub mod keyfile;
+pub mod mcp;
 pub mod metrics;
 pub mod resource;
 pub mod sign;

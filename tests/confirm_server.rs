@@ -932,3 +932,49 @@ async fn a_silent_resource_server_gets_the_user_an_answer_in_time() {
     drop(silent);
     env.stop().await;
 }
+
+/// §11: the start link (`<confirmation uri>?resource_uri=…`) is safe to
+/// open: its GET never starts a confirmation (no CHEQ is fetched, nothing is
+/// stored); it sends a visitor through login and shows a signed-in user the
+/// filled-in form, whose POST starts it. An unregistered URI is refused.
+#[actix_web::test]
+async fn a_get_of_the_start_link_starts_nothing() {
+    let env = Env::start(Options::default()).await;
+    let pack = env.invoke().await;
+    let link = format!(
+        "{START}?{}",
+        serde_urlencoded::to_string([("resource_uri", pack.resource_uri.as_str())]).unwrap()
+    );
+    let mut b = env.browser();
+    let res = b.get(&link).await;
+    assert_eq!(res.status, 303, "{}", res.text);
+    assert!(
+        res.location().starts_with("/login?next="),
+        "{}",
+        res.location()
+    );
+
+    b.sign_in("alice", ALICE_PW).await;
+    for _ in 0..3 {
+        let res = b.get(&link).await;
+        assert_eq!(res.status, 200, "{}", res.text);
+        assert!(res.text.contains(&pack.resource_uri), "{}", res.text);
+        assert!(
+            !res.text.contains("UA23"),
+            "no CHEQ was shown: {}",
+            res.text
+        );
+    }
+    // The POST of the filled-in form starts it.
+    let res = b.post(&link, &[("resource_uri", &pack.resource_uri)]).await;
+    assert_eq!(res.status, 303, "{}", res.text);
+    assert!(res.location().starts_with("/c/"), "{}", res.location());
+
+    let other = format!(
+        "{START}?resource_uri={}",
+        url::form_urlencoded::byte_serialize(b"http://127.0.0.1:9/cheq/x").collect::<String>()
+    );
+    let res = b.get(&other).await;
+    assert_eq!(res.status, 400, "{}", res.text);
+    env.stop().await;
+}

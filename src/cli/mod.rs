@@ -16,6 +16,7 @@ pub mod demo;
 pub mod inspect;
 pub mod keygen;
 pub mod logging;
+pub mod mcp;
 pub mod migrate;
 pub mod servers;
 pub mod sign;
@@ -69,6 +70,8 @@ pub enum Command {
     Demo(demo::Args),
     /// Print the argon2 hash of a secret read from standard input.
     HashSecret(user::HashArgs),
+    /// Serve a resource server's tools to MCP clients (Streamable HTTP or stdio).
+    Mcp(mcp::Args),
     /// Apply the PostgreSQL schema of a server's configuration (`database_url`).
     Migrate(migrate::Args),
 }
@@ -88,6 +91,7 @@ pub fn dispatch(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Demo(args) => demo::run(args, out),
         Command::HashSecret(args) => user::hash_secret_cmd(args, out),
         Command::Migrate(args) => migrate::run(args, out),
+        Command::Mcp(args) => mcp::run(args, out),
     }
 }
 

@@ -139,6 +139,57 @@ pub async fn invoke(
     }
 }
 
+/// Lists the RS's A2T tool signatures (`GET {rs}/tools`, draft A2T §6).
+pub async fn list_tools(
+    rs_base_url: &str,
+    client_id: &str,
+    secret: &str,
+) -> Result<Vec<Value>, AgentError> {
+    let token = get_token(rs_base_url, client_id, secret).await?;
+    let url = format!("{}/tools", rs_base_url.trim_end_matches('/'));
+    let res = client()?.get(&url).bearer_auth(token).send().await?;
+    if !res.status().is_success() {
+        return Err(error_of(&url, res).await);
+    }
+    let body: Value = res.json().await?;
+    match body.get("items") {
+        Some(Value::Array(items)) => Ok(items.clone()),
+        _ => Err(AgentError::Protocol {
+            url,
+            message: "the tool list has no \"items\" array".into(),
+        }),
+    }
+}
+
+/// Reads a result URI once (§7): `None` while the decision is pending.
+pub async fn check_result(result_uri: &str) -> Result<Option<ResultStatus>, AgentError> {
+    let res = client()?
+        .get(result_uri)
+        .header(header::ACCEPT, "application/json")
+        .send()
+        .await?;
+    match res.status().as_u16() {
+        200 => {
+            let body: Value = res.json().await?;
+            final_status(result_uri, &body).map(Some)
+        }
+        202 => Ok(None),
+        _ => Err(error_of(result_uri, res).await),
+    }
+}
+
+fn final_status(result_uri: &str, body: &Value) -> Result<ResultStatus, AgentError> {
+    match body["status"].as_str() {
+        Some("accepted") => Ok(ResultStatus::Accepted(body["result"].clone())),
+        Some("rejected") => Ok(ResultStatus::Rejected),
+        Some("expired") => Ok(ResultStatus::Expired),
+        _ => Err(AgentError::Protocol {
+            url: result_uri.to_owned(),
+            message: format!("unknown status in {body}"),
+        }),
+    }
+}
+
 /// Polls a result URI until a final answer or `timeout`, waiting as
 /// `Retry-After` says (1–30 s, 2 s when absent).
 pub async fn poll_result(result_uri: &str, timeout: Duration) -> Result<ResultStatus, AgentError> {
@@ -161,15 +212,7 @@ pub async fn poll_result(result_uri: &str, timeout: Duration) -> Result<ResultSt
         match status {
             200 => {
                 let body: Value = res.json().await?;
-                return match body["status"].as_str() {
-                    Some("accepted") => Ok(ResultStatus::Accepted(body["result"].clone())),
-                    Some("rejected") => Ok(ResultStatus::Rejected),
-                    Some("expired") => Ok(ResultStatus::Expired),
-                    _ => Err(AgentError::Protocol {
-                        url: result_uri.to_owned(),
-                        message: format!("unknown status in {body}"),
-                    }),
-                };
+                return final_status(result_uri, &body);
             }
             202 => {
                 let now = Instant::now();

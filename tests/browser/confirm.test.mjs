@@ -11,7 +11,7 @@ import { mkdtempSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { freePort, launchChromium, pollResult, waitFor } from './support.mjs';
+import { continueIfAsked, freePort, launchChromium, pollResult, waitFor } from './support.mjs';
 
 const root = resolve(import.meta.dirname, '..', '..');
 const cheq = process.env.CHEQ_BIN || join(root, 'target', 'debug', 'cheq');
@@ -95,6 +95,7 @@ async function signInIfAsked(page) {
     await page.fill('input[name=username]', 'alice');
     await page.fill('input[name=password]', password);
     await Promise.all([page.waitForNavigation(), page.click('button[type=submit], input[type=submit]')]);
+    await continueIfAsked(page);
   }
 }
 
@@ -176,6 +177,7 @@ test('alice accepts a booking in Chromium and the RS runs it', async () => {
   await page.fill('input[name=username]', 'alice');
   await page.fill('input[name=password]', password);
   await Promise.all([page.waitForNavigation(), page.click('button[type=submit], input[type=submit]')]);
+  await continueIfAsked(page);
 
   const text = await page.textContent('body');
   for (const fact of ['UA23', '2026-12-08', 'BUSINESS', '1200', rs]) {

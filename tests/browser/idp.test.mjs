@@ -9,7 +9,7 @@ import { spawn, execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { freePort, launchChromium, pollResult, waitFor } from './support.mjs';
+import { continueIfAsked, freePort, launchChromium, pollResult, waitFor } from './support.mjs';
 
 const root = resolve(import.meta.dirname, '..', '..');
 const cheq = process.env.CHEQ_BIN || join(root, 'target', 'debug', 'cheq');
@@ -62,7 +62,8 @@ test('sign in with the identity provider, then accept', async () => {
   assert.ok(page.url().startsWith(`http://127.0.0.1:${idpPort}/interaction/`), page.url());
   await page.fill('#login', 'carol');
   await page.fill('#password', idpPassword);
-  await Promise.all([page.waitForURL(/\/c\//), page.click('#idp-submit')]);
+  await Promise.all([page.waitForURL((u) => u.pathname === '/confirm' || u.pathname.startsWith('/c/')), page.click('#idp-submit')]);
+  await continueIfAsked(page);
   // Back at the CS: the confirmation page, signed in through the provider.
   assert.ok(page.url().startsWith(`${cs}/c/`), page.url());
   assert.match(await page.textContent('body'), /UA23/);

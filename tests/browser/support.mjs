@@ -40,3 +40,13 @@ export function launchChromium() {
       '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   });
 }
+
+/** PROTOCOL.md §11: after sign-in the start link shows the filled-in start
+ * form (a GET starts nothing); the user's click on Continue starts it. */
+export async function continueIfAsked(page) {
+  if (await page.$('form input#resource_uri')) {
+    const value = await page.inputValue('input#resource_uri');
+    if (!value) throw new Error('the start form is not filled in');
+    await Promise.all([page.waitForNavigation(), page.click('form button[type=submit]')]);
+  }
+}

@@ -305,7 +305,25 @@ impl Browser {
         if location.starts_with("/c/") {
             return location;
         }
+        // §11: the start link's GET only shows the filled-in start form;
+        // the user's own POST starts the confirmation.
         let res = self.get(&location).await;
+        assert_eq!(res.status, 200, "start page after login: {}", res.text);
+        let uri = url::Url::parse(&format!("http://x{location}"))
+            .ok()
+            .and_then(|u| {
+                u.query_pairs()
+                    .find(|(k, _)| k == "resource_uri")
+                    .map(|(_, v)| v.into_owned())
+            })
+            .expect("resource_uri in the start link");
+        assert!(
+            res.text
+                .contains(&format!("value=\"{}\"", uri.replace('&', "&amp;"))),
+            "the start form is filled in: {}",
+            res.text
+        );
+        let res = self.post(&location, &[("resource_uri", &uri)]).await;
         assert_eq!(res.status, 303, "start after login: {}", res.text);
         res.location()
     }

@@ -72,13 +72,22 @@ pub(super) async fn home(
     visitor: Visitor,
     query: web::Query<StartForm>,
 ) -> Page {
-    // The link an agent prints: `<confirmation uri>?resource_uri=…` (§2).
-    if let Some(uri) = query
+    // The link an agent prints: `<confirmation uri>?resource_uri=…` (§2,
+    // §11). A GET never starts a confirmation (a link preview or a scanner
+    // must not): it checks the URI is registered, sends a visitor through
+    // login, and shows the start form filled in; the user's own POST starts.
+    let given = query
         .into_inner()
         .resource_uri
-        .filter(|u| !u.trim().is_empty())
-    {
-        return begin(&state, &visitor, &uri);
+        .map(|u| u.trim().to_owned())
+        .filter(|u| !u.is_empty());
+    if let Some(uri) = &given {
+        state.cs.check_registered(uri)?;
+        if !visitor.signed_in() {
+            let query =
+                serde_urlencoded::to_string([("resource_uri", uri.as_str())]).unwrap_or_default();
+            return Ok(to_login(&format!("{}?{query}", state.start_path)));
+        }
     }
     let (user, csrf) = match visitor.0 {
         Some((id, s)) => (s.identity.map(|i| i.sub), state.sessions.csrf_token(&id)),
@@ -87,6 +96,7 @@ pub(super) async fn home(
     let page = StartPage {
         user: user.as_deref(),
         csrf,
+        resource_uri: given.as_deref().unwrap_or(""),
     };
     Ok(html(StatusCode::OK, render(&page)?))
 }

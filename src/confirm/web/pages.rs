@@ -14,6 +14,8 @@ use indexmap::IndexMap;
 pub struct StartPage<'a> {
     pub user: Option<&'a str>,
     pub csrf: String,
+    /// The resource URI of a start link, filled into the form.
+    pub resource_uri: &'a str,
 }
 
 #[derive(Template)]

@@ -1,0 +1,387 @@
+//! The MCP wire side of the bridge (PROTOCOL.md §11), on the Rust MCP SDK
+//! (`rmcp`): one endpoint serving both MCP revisions. A client that opens
+//! with `initialize` at 2025-11-25 gets a session and that revision; a
+//! request carrying the 2026-07-28 per-request `_meta` (or `server/discover`)
+//! is served statelessly by that revision. Served over Streamable HTTP at
+//! `/mcp` ([`serve_http`]) or over standard input and output ([`serve_stdio`]).
+//!
+//! A call that needs confirmation is answered:
+//! - at 2025-11-25: with a `URLElicitationRequiredError` (-32042) naming an
+//!   opaque `elicitationId`, then `notifications/elicitation/complete` for it
+//!   once the RS reports a final state; the retried call returns the result;
+//! - at 2026-07-28: with an `InputRequiredResult` holding a URL-mode
+//!   `elicitation/create` and the sealed `requestState`; the retry carrying
+//!   it gets the result, or the same elicitation while the user has not
+//!   decided.
+
+use super::schema::tool_def;
+use super::{Bridge, BridgeError, Elicitation, Final, Outcome};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
+    CustomNotification, ElicitRequest, ElicitRequestParams, ElicitationCapability, ErrorCode,
+    Implementation, InputRequest, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ServerCapabilities, ServerConfig, ServerNotification, Tool,
+    UrlElicitationCapability,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{json, Map, Value};
+use std::borrow::Cow;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// The JSON-RPC code of `URLElicitationRequiredError` (MCP 2025-11-25).
+pub const URL_ELICITATION_REQUIRED: i32 = -32042;
+/// The key of the confirmation in an `InputRequiredResult`'s `inputRequests`.
+pub const INPUT_KEY: &str = "cheq_confirmation";
+/// The revisions served.
+pub const VERSIONS: &[ProtocolVersion] =
+    &[ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28];
+
+/// One MCP service instance: the shared bridge, and the session it serves
+/// (a random key per 2025-11-25 session or stdio process; the binding of
+/// pending confirmations at that revision).
+#[derive(Clone)]
+pub struct McpBridge {
+    bridge: Arc<Bridge>,
+    session: Arc<str>,
+}
+
+impl McpBridge {
+    pub fn new(bridge: Arc<Bridge>) -> Self {
+        let bytes: [u8; 16] = rand::random();
+        McpBridge {
+            bridge,
+            session: crate::sign::b64::encode(bytes).into(),
+        }
+    }
+}
+
+fn is_modern(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
+fn supports_url_elicitation(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .client_capabilities()
+        .and_then(|c| c.elicitation)
+        .and_then(|e| e.url)
+        .is_some()
+}
+
+fn url_capability() -> ClientCapabilities {
+    let mut caps = ClientCapabilities::default();
+    caps.elicitation =
+        Some(ElicitationCapability::new().with_url(UrlElicitationCapability::default()));
+    caps
+}
+
+/// The one place where a bridge error becomes an MCP answer: a failure the
+/// model should read is a tool result with `isError`; a refused request
+/// state is an invalid-params protocol error.
+fn answer_error(e: BridgeError) -> Result<CallToolResponse, McpError> {
+    match e {
+        BridgeError::State(s) => Err(McpError::invalid_params(
+            format!("requestState refused: {s}"),
+            None,
+        )),
+        BridgeError::Busy => Ok(tool_error(
+            "busy",
+            "Too many confirmations are pending at this bridge; try again later.",
+        )),
+        BridgeError::Rs(e) => Ok(tool_error("resource_server_error", &e.to_string())),
+    }
+}
+
+fn tool_error(status: &str, text: &str) -> CallToolResponse {
+    let mut r = CallToolResult::error(vec![ContentBlock::text(text.to_owned())]);
+    r.structured_content = Some(json!({"status": status, "message": text}));
+    CallToolResponse::Complete(r)
+}
+
+/// A final outcome as a tool result (never a protocol error, §11).
+pub fn final_result(f: Final) -> CallToolResponse {
+    match f {
+        Final::Accepted(result) => {
+            let body = json!({"status": "accepted", "result": result});
+            let mut r = CallToolResult::success(vec![ContentBlock::text(body.to_string())]);
+            r.structured_content = Some(body);
+            CallToolResponse::Complete(r)
+        }
+        Final::Rejected => tool_error(
+            "rejected",
+            "The user rejected this request at the confirmation server. Nothing was done.",
+        ),
+        Final::Expired => tool_error(
+            "expired",
+            "The confirmation expired before the user decided. Nothing was done.",
+        ),
+    }
+}
+
+fn done_result(output: Value) -> CallToolResponse {
+    let body = json!({"status": "done", "output": output});
+    let mut r = CallToolResult::success(vec![ContentBlock::text(body.to_string())]);
+    r.structured_content = Some(body);
+    CallToolResponse::Complete(r)
+}
+
+fn url_elicitation(e: &Elicitation, id: &str) -> Value {
+    json!({"mode": "url", "elicitationId": id, "url": e.url, "message": e.message})
+}
+
+impl McpBridge {
+    async fn call_legacy(
+        &self,
+        tool: &str,
+        args: &Map<String, Value>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let outcome = match self.bridge.call_in_session(&self.session, tool, args).await {
+            Ok(o) => o,
+            Err(e) => return answer_error(e),
+        };
+        match outcome {
+            Outcome::Done(output) => Ok(done_result(output)),
+            Outcome::Final(f) => Ok(final_result(f)),
+            Outcome::Pending {
+                elicitation,
+                handle,
+                new,
+            } => {
+                if new {
+                    let bridge = self.bridge.clone();
+                    let peer = context.peer.clone();
+                    let id = handle.clone();
+                    tokio::spawn(async move {
+                        if bridge.wait_final(&id).await.is_some() {
+                            let note = CustomNotification::new(
+                                "notifications/elicitation/complete",
+                                Some(json!({"elicitationId": id})),
+                            );
+                            let _ = peer
+                                .send_notification(ServerNotification::CustomNotification(note))
+                                .await;
+                        }
+                    });
+                }
+                if supports_url_elicitation(context) {
+                    Err(McpError::new(
+                        ErrorCode(URL_ELICITATION_REQUIRED),
+                        "This request needs the user's confirmation at the confirmation server.",
+                        Some(json!({"elicitations": [url_elicitation(&elicitation, &handle)]})),
+                    ))
+                } else {
+                    // The client cannot open a URL elicitation: say so to the
+                    // model, with the link (it carries no credential), and
+                    // keep the call pending for the retry.
+                    Ok(tool_error(
+                        "confirmation_required",
+                        &format!(
+                            "{}: open {} in a browser, decide there, then call this tool again with the same arguments.",
+                            elicitation.message, elicitation.url
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+
+    async fn call_modern(
+        &self,
+        tool: &str,
+        args: &Map<String, Value>,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let declined = request
+            .input_responses
+            .as_ref()
+            .and_then(|r| r.get(INPUT_KEY))
+            .and_then(|v| v.get("action").and_then(Value::as_str).map(str::to_owned));
+        let outcome = match self
+            .bridge
+            .call_stateless(tool, args, request.request_state.as_deref())
+            .await
+        {
+            Ok(o) => o,
+            Err(e) => return answer_error(e),
+        };
+        match outcome {
+            Outcome::Done(output) => Ok(done_result(output)),
+            Outcome::Final(f) => Ok(final_result(f)),
+            Outcome::Pending {
+                elicitation,
+                handle,
+                ..
+            } => {
+                if matches!(declined.as_deref(), Some("decline") | Some("cancel")) {
+                    return Ok(tool_error(
+                        "not_confirmed",
+                        "The user did not open the confirmation page, so the request was not confirmed. It stays pending at the confirmation server until it expires; call again with the same arguments to collect its outcome.",
+                    ));
+                }
+                if !supports_url_elicitation(context) {
+                    return Err(McpError::missing_required_client_capability(
+                        url_capability(),
+                    ));
+                }
+                let params = ElicitRequestParams::UrlElicitationParams {
+                    meta: None,
+                    message: elicitation.message,
+                    url: elicitation.url,
+                    elicitation_id: String::new(),
+                };
+                let mut requests = rmcp::model::InputRequests::new();
+                requests.insert(
+                    INPUT_KEY.to_owned(),
+                    InputRequest::Elicitation(ElicitRequest::new(params)),
+                );
+                let mut result = InputRequiredResult::from_request_state(handle);
+                result.input_requests = Some(requests);
+                Ok(CallToolResponse::InputRequired(result))
+            }
+        }
+    }
+}
+
+impl ServerHandler for McpBridge {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("cheq-mcp", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Tools of a CHEQ resource server. A call that needs the user's confirmation \
+                 asks the client to open the confirmation server's page in the user's browser; \
+                 call the tool again with the same arguments to get its outcome.",
+            )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(VERSIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let signatures =
+            self.bridge.tools().await.map_err(|e| {
+                McpError::internal_error(format!("cannot list the tools: {e}"), None)
+            })?;
+        let mut tools = Vec::new();
+        for sig in &signatures {
+            match tool_def(sig) {
+                Ok(def) => {
+                    let mut tool = Tool::new(def.name, def.description, Arc::new(def.input_schema));
+                    tool.title = def.title;
+                    tools.push(tool);
+                }
+                Err(e) => tracing::warn!(error = %e, "a tool of the RS is not offered"),
+            }
+        }
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let tool = request.name.to_string();
+        if !super::schema::valid_tool_name(&tool) {
+            return Err(McpError::invalid_params("unknown tool", None));
+        }
+        let args = request.arguments.clone().unwrap_or_default();
+        if is_modern(&context) {
+            self.call_modern(&tool, &args, &request, &context).await
+        } else {
+            self.call_legacy(&tool, &args, &context).await
+        }
+    }
+}
+
+/// Serves MCP over Streamable HTTP at `http://{addr}/mcp` until the process
+/// ends. `bound` is called with the address actually bound.
+pub async fn serve_http(
+    bridge: Arc<Bridge>,
+    addr: SocketAddr,
+    bound: impl FnOnce(SocketAddr),
+) -> std::io::Result<()> {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::rt::TokioIo;
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    use tower_service::Service as _;
+
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    let host = local.ip().to_string();
+    let mut allowed = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "::1".to_owned(),
+        format!("localhost:{}", local.port()),
+        format!("{host}:{}", local.port()),
+        host,
+    ];
+    if local.is_ipv6() {
+        allowed.push(format!("[{}]:{}", local.ip(), local.port()));
+    }
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(allowed)
+        // No browser page of any origin may drive the bridge (DNS rebinding).
+        .enforce_origin_validation()
+        .with_stateless_protocol_metadata_required(true);
+    let service = StreamableHttpService::new(
+        move || Ok(McpBridge::new(bridge.clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    bound(local);
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let service = service.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(
+                move |req: hyper::Request<hyper::body::Incoming>| {
+                    let mut service = service.clone();
+                    async move {
+                        if req.uri().path() != "/mcp" {
+                            let body = json!({"error": "not_found", "error_description": "the MCP endpoint is /mcp"});
+                            let resp = hyper::Response::builder()
+                                .status(404)
+                                .header("content-type", "application/json")
+                                .body(Full::new(Bytes::from(body.to_string())).boxed())
+                                .unwrap_or_default();
+                            return Ok::<_, std::convert::Infallible>(resp);
+                        }
+                        service.call(req).await
+                    }
+                },
+            );
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+/// Serves MCP over standard input and output until the client closes it.
+pub async fn serve_stdio(bridge: Arc<Bridge>) -> std::io::Result<()> {
+    let running = McpBridge::new(bridge)
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    running
+        .waiting()
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok(())
+}
