@@ -138,8 +138,9 @@ where
         }
         Err(e) => return report(&CliError::Usage(clap_message(&e))),
     };
-    let stdout = io::stdout();
-    let mut out = stdout.lock();
+    // Not locked for the whole command: `cheq mcp --stdio` writes MCP to
+    // standard output from the async runtime's threads.
+    let mut out = io::stdout();
     let result = dispatch(cli.command, &mut out).and_then(|()| {
         out.flush().map_err(|source| CliError::Write {
             path: "standard output".to_owned(),

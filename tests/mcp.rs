@@ -1,0 +1,600 @@
+//! The MCP bridge (`cheq mcp`, PROTOCOL.md §11) with a client the project did
+//! not write: the official MCP Python SDK (`mcp` on PyPI, installed by
+//! `tests/mcp/install.sh`), driven through `tests/mcp/client.py`, against the
+//! in-process CS and RS and the bridge as a real process. The user's side is
+//! done over HTTP as a browser would (the Chromium run is
+//! `tests/browser/mcp.test.mjs`). Both MCP revisions the SDK speaks are
+//! covered: 2025-11-25 (`URLElicitationRequiredError` and
+//! `notifications/elicitation/complete`) and 2026-07-28 (`input_required`
+//! with a sealed `requestState`).
+
+mod common;
+
+use common::*;
+use serde_json::{json, Map, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const LEGACY: &str = "legacy";
+const MODERN: &str = "2026-07-28";
+
+/// The bridge as a real process, in front of the test RS.
+struct BridgeProc {
+    _proc: Proc,
+    url: String,
+}
+
+async fn start_bridge(env: &Env, dir: &std::path::Path) -> BridgeProc {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let log = dir.join(format!("mcp-{port}.log"));
+    let proc = Proc::spawn_with(
+        "cheq mcp",
+        &[
+            "mcp",
+            "--rs",
+            &env.rs_url,
+            "--listen",
+            &listen,
+            "--client-id",
+            "agent",
+        ],
+        &[("CHEQ_AGENT_SECRET", AGENT_SECRET)],
+        &log,
+    );
+    let url = format!("http://{listen}/mcp");
+    let http = http_client();
+    for _ in 0..200 {
+        if let Ok(res) = http.get(format!("http://{listen}/nothing")).send().await {
+            assert_eq!(res.status(), 404);
+            return BridgeProc { _proc: proc, url };
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the bridge did not start:\n{}", proc.log());
+}
+
+/// The Python SDK client, one JSON command in and one JSON event out a line.
+struct Py {
+    child: Child,
+    stdin: ChildStdin,
+    events: mpsc::Receiver<String>,
+    /// Every line the client printed: all it received from the bridge.
+    seen: Vec<String>,
+}
+
+impl Py {
+    fn start(args: &[&str]) -> Py {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .args(args)
+            .env("CHEQ_AGENT_ID", "agent")
+            .env("CHEQ_AGENT_SECRET", AGENT_SECRET)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut py = Py {
+            child,
+            stdin,
+            events: rx,
+            seen: Vec::new(),
+        };
+        let ready = py.next("ready");
+        assert!(ready["protocol_version"].is_string(), "{ready}");
+        py
+    }
+
+    fn connect(url: &str, mode: &str) -> Py {
+        Py::start(&[url, mode])
+    }
+
+    fn send(&mut self, cmd: Value) {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// The next event that is not a notification, which must be `kind`.
+    fn next(&mut self, kind: &str) -> Value {
+        loop {
+            let line = self
+                .events
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| {
+                    panic!("no {kind} event from the client; seen: {:#?}", self.seen)
+                });
+            self.seen.push(line.clone());
+            let event: Value = serde_json::from_str(&line).unwrap();
+            if event["event"] == "message" {
+                continue;
+            }
+            assert_eq!(event["event"], kind, "{event}");
+            return event;
+        }
+    }
+
+    fn everything(&mut self) -> String {
+        while let Ok(line) = self.events.try_recv() {
+            self.seen.push(line);
+        }
+        self.seen.join("\n")
+    }
+}
+
+impl Drop for Py {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "{}", json!({"op": "quit"}));
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn cheap_flight() -> Map<String, Value> {
+    let mut m = flight_params();
+    m.insert("price_usd".into(), json!(100));
+    m
+}
+
+/// The value of an A2T output parameter.
+fn output_value(result: &Value, name: &str) -> Value {
+    result["output_parameters"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["name"] == name))
+        .map(|p| p["value"].clone())
+        .unwrap_or(Value::Null)
+}
+
+/// The resource URI carried in a start link.
+fn resource_uri_of(link: &str) -> String {
+    url::Url::parse(link)
+        .unwrap()
+        .query_pairs()
+        .find(|(k, _)| k == "resource_uri")
+        .map(|(_, v)| v.into_owned())
+        .expect("resource_uri in the elicitation URL")
+}
+
+/// What a user does with the elicitation URL in a browser: open it, sign in,
+/// continue, decide. Returns the decision's outcome page.
+async fn decide_at_link(env: &Env, link: &str, decision: &str, fill: &[(&str, &str)]) -> Page {
+    assert!(
+        link.starts_with(&env.cs_url),
+        "{link} is at the CS {}",
+        env.cs_url
+    );
+    let mut b = env.browser();
+    let path = link.trim_start_matches(&env.cs_origin).to_owned();
+    let res = b.get(&path).await;
+    assert_eq!(
+        res.status, 303,
+        "a GET of the link sends a visitor to login: {}",
+        res.text
+    );
+    let res = b.login_at(&res.location(), "alice", ALICE_PW).await;
+    assert_eq!(res.status, 303, "{}", res.text);
+    let page_path = b.after_login(res.location()).await;
+    let page = b.get(&page_path).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let csrf = page.hidden("csrf").unwrap();
+    let view = page.hidden("view").unwrap();
+    let mut fields = vec![
+        ("csrf", csrf.as_str()),
+        ("view", view.as_str()),
+        ("decision", decision),
+    ];
+    fields.extend_from_slice(fill);
+    let outcome = b.post(&page_path, &fields).await;
+    assert_eq!(outcome.status, 200, "{}", outcome.text);
+    outcome
+}
+
+fn check_elicitation(env: &Env, el: &Value) {
+    assert_eq!(el["mode"], "url", "{el}");
+    let url = el["url"].as_str().unwrap();
+    assert!(
+        url.starts_with(&format!(
+            "{}/?resource_uri=",
+            env.cs_url.trim_end_matches('/')
+        )) || url.starts_with(&format!("{}?resource_uri=", env.cs_url)),
+        "{url}"
+    );
+    assert_eq!(
+        el["message"],
+        format!("Confirm 'book_flight' at {}", env.cs_origin),
+        "{el}"
+    );
+    // No credential, no personal data: only the resource URI (§11).
+    let parsed = url::Url::parse(url).unwrap();
+    let keys: Vec<String> = parsed.query_pairs().map(|(k, _)| k.into_owned()).collect();
+    assert_eq!(keys, vec!["resource_uri".to_owned()], "{url}");
+    assert!(!url.contains("alice"), "{url}");
+}
+
+#[actix_web::test]
+async fn revision_2025_11_25_accept_reject_and_sessions() {
+    let env = Env::start(Options::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bridge = start_bridge(&env, dir.path()).await;
+    let mut a = Py::connect(&bridge.url, LEGACY);
+    let mut b = Py::connect(&bridge.url, LEGACY);
+
+    // The tools, with input schemas from the A2T signatures.
+    a.send(json!({"op": "list"}));
+    let tools = a.next("tools")["tools"].clone();
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["book_flight", "transfer_funds"]);
+    let schema = &tools[0]["inputSchema"];
+    assert_eq!(
+        schema["properties"]["price_usd"]["type"], "integer",
+        "{schema}"
+    );
+    assert_eq!(
+        schema["properties"]["cabin_class"]["enum"][1],
+        "PREMIUM_ECONOMY"
+    );
+
+    // A call under the threshold runs at once.
+    a.send(json!({"op": "call", "tool": "book_flight", "args": cheap_flight()}));
+    let done = a.next("result")["result"].clone();
+    assert_eq!(done["structuredContent"]["status"], "done", "{done}");
+    assert_ne!(done["isError"], true, "{done}");
+
+    // Above it: URLElicitationRequiredError at once.
+    a.send(json!({"op": "call", "tool": "book_flight", "args": flight_params()}));
+    let first = a.next("elicit");
+    assert_eq!(first["error"]["code"], -32042, "{first}");
+    let el = first["params"].clone();
+    check_elicitation(&env, &el);
+    let id = el["elicitationId"].as_str().unwrap().to_owned();
+    assert!(id.len() >= 22, "an opaque id of 128 bits: {id}");
+    // A retry before the decision asks again with the same URL and id.
+    a.send(json!({"op": "call", "tool": "book_flight", "args": flight_params()}));
+    let again = a.next("elicit")["params"].clone();
+    assert_eq!(again, el);
+
+    // Another session calling the same tool with the same arguments gets its
+    // own confirmation, never the first session's.
+    b.send(json!({"op": "call", "tool": "book_flight", "args": flight_params()}));
+    let b_el = b.next("elicit")["params"].clone();
+    assert_ne!(b_el["elicitationId"], el["elicitationId"]);
+    assert_ne!(b_el["url"], el["url"]);
+
+    // The user accepts the first: the bridge notifies that session, and its
+    // retry returns the RS's result.
+    decide_at_link(&env, el["url"].as_str().unwrap(), "accept", &[]).await;
+    a.send(json!({"op": "wait_complete", "id": id, "secs": 30}));
+    a.next("complete");
+    a.send(json!({"op": "call", "tool": "book_flight", "args": flight_params()}));
+    let accepted = a.next("result")["result"].clone();
+    assert_eq!(
+        accepted["structuredContent"]["status"], "accepted",
+        "{accepted}"
+    );
+    assert_eq!(
+        output_value(&accepted["structuredContent"]["result"], "status"),
+        json!("CONFIRMED"),
+        "{accepted}"
+    );
+    assert_ne!(accepted["isError"], true);
+
+    // B's confirmation is still its own and still pending; the user rejects
+    // it: a tool result (not a protocol error) says so.
+    b.send(json!({"op": "call", "tool": "book_flight", "args": flight_params()}));
+    assert_eq!(b.next("elicit")["params"], b_el);
+    decide_at_link(&env, b_el["url"].as_str().unwrap(), "reject", &[]).await;
+    b.send(json!({"op": "wait_complete", "id": b_el["elicitationId"], "secs": 30}));
+    b.next("complete");
+    b.send(json!({"op": "call", "tool": "book_flight", "args": flight_params()}));
+    let rejected = b.next("result")["result"].clone();
+    assert_eq!(rejected["isError"], true, "{rejected}");
+    assert_eq!(
+        rejected["structuredContent"]["status"], "rejected",
+        "{rejected}"
+    );
+
+    // Once collected, the same call starts a new confirmation.
+    a.send(json!({"op": "call", "tool": "book_flight", "args": flight_params()}));
+    let fresh = a.next("elicit")["params"].clone();
+    assert_ne!(fresh["elicitationId"], el["elicitationId"]);
+
+    // The result URIs never reached a client.
+    for everything in [a.everything(), b.everything()] {
+        assert!(!everything.contains("/cheq/results/"), "{everything}");
+    }
+    env.stop().await;
+}
+
+/// Flips one character of a request state (kept base64url).
+fn tamper(state: &str, at: usize) -> String {
+    let mut chars: Vec<char> = state.chars().collect();
+    let i = at % chars.len();
+    chars[i] = if chars[i] == 'A' { 'B' } else { 'A' };
+    chars.into_iter().collect()
+}
+
+#[actix_web::test]
+async fn revision_2026_07_28_request_state_binding_accept_and_reject() {
+    let env = Env::start(Options::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bridge = start_bridge(&env, dir.path()).await;
+    let mut c = Py::connect(&bridge.url, MODERN);
+
+    c.send(json!({"op": "list"}));
+    assert_eq!(c.next("tools")["tools"].as_array().unwrap().len(), 2);
+
+    c.send(json!({"op": "call_once", "tool": "book_flight", "args": cheap_flight()}));
+    let done = c.next("result")["result"].clone();
+    assert_eq!(done["structuredContent"]["status"], "done", "{done}");
+
+    // input_required at once: the URL elicitation and an opaque state.
+    c.send(json!({"op": "call_once", "tool": "book_flight", "args": flight_params()}));
+    let first = c.next("input_required");
+    let state = first["state"].as_str().unwrap().to_owned();
+    let req = &first["result"]["inputRequests"]["cheq_confirmation"];
+    assert_eq!(req["method"], "elicitation/create", "{first}");
+    let el = req["params"].clone();
+    check_elicitation(&env, &el);
+
+    // A retry before the decision asks again with the same URL.
+    c.send(
+        json!({"op": "call_once", "tool": "book_flight", "args": flight_params(),
+                  "state": state, "responses": {"cheq_confirmation": {"action": "accept"}}}),
+    );
+    let again = c.next("input_required");
+    assert_eq!(
+        again["result"]["inputRequests"]["cheq_confirmation"]["params"],
+        el
+    );
+
+    // The state is bound to its call: another tool, other arguments, or one
+    // character changed, and it is refused.
+    let mut other_args = flight_params();
+    other_args.insert("price_usd".into(), json!(1201));
+    let refusals = [
+        json!({"op": "call_once", "tool": "transfer_funds", "args": transfer_params(Some("ACME"), None), "state": state}),
+        json!({"op": "call_once", "tool": "book_flight", "args": other_args, "state": state}),
+        json!({"op": "call_once", "tool": "book_flight", "args": flight_params(), "state": tamper(&state, 5)}),
+        json!({"op": "call_once", "tool": "book_flight", "args": flight_params(), "state": tamper(&state, state.len() - 3)}),
+        json!({"op": "call_once", "tool": "book_flight", "args": flight_params(), "state": "not a state"}),
+    ];
+    for cmd in refusals {
+        c.send(cmd.clone());
+        let err = c.next("error");
+        assert_eq!(err["error"]["code"], -32602, "{cmd}: {err}");
+        assert!(
+            err["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("requestState"),
+            "{err}"
+        );
+    }
+
+    // Accepted at the CS: the retry carrying the state gets the result.
+    decide_at_link(&env, el["url"].as_str().unwrap(), "accept", &[]).await;
+    let mut result = Value::Null;
+    for _ in 0..50 {
+        c.send(json!({"op": "call_once", "tool": "book_flight", "args": flight_params(), "state": state}));
+        let line = c.events.recv_timeout(Duration::from_secs(60)).unwrap();
+        c.seen.push(line.clone());
+        let event: Value = serde_json::from_str(&line).unwrap();
+        if event["event"] == "result" {
+            result = event["result"].clone();
+            break;
+        }
+        assert_eq!(event["event"], "input_required", "{event}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        result["structuredContent"]["status"], "accepted",
+        "{result}"
+    );
+    assert_eq!(
+        output_value(&result["structuredContent"]["result"], "status"),
+        json!("CONFIRMED")
+    );
+
+    // The SDK's own multi-round-trip driver: the user rejects this one.
+    let mut cheaper = flight_params();
+    cheaper.insert("price_usd".into(), json!(999));
+    c.send(json!({"op": "call", "tool": "book_flight", "args": cheaper}));
+    let el = c.next("elicit")["params"].clone();
+    check_elicitation(&env, &el);
+    decide_at_link(&env, el["url"].as_str().unwrap(), "reject", &[]).await;
+    c.send(json!({"action": "accept"}));
+    let rejected = loop {
+        let line = c.events.recv_timeout(Duration::from_secs(60)).unwrap();
+        c.seen.push(line.clone());
+        let event: Value = serde_json::from_str(&line).unwrap();
+        match event["event"].as_str() {
+            // Asked again while the RS has not yet reported: same URL.
+            Some("elicit") => {
+                assert_eq!(event["params"]["url"], el["url"]);
+                c.send(json!({"action": "accept"}));
+            }
+            Some("result") => break event["result"].clone(),
+            Some("message") => {}
+            _ => panic!("{event}"),
+        }
+    };
+    assert_eq!(rejected["isError"], true, "{rejected}");
+    assert_eq!(rejected["structuredContent"]["status"], "rejected");
+
+    // A second client (no state) never collects the first one's result: it
+    // gets a confirmation of its own.
+    let mut d = Py::connect(&bridge.url, MODERN);
+    d.send(json!({"op": "call_once", "tool": "book_flight", "args": flight_params()}));
+    let theirs = d.next("input_required");
+    assert_ne!(
+        theirs["result"]["inputRequests"]["cheq_confirmation"]["params"]["url"],
+        el["url"]
+    );
+    for everything in [c.everything(), d.everything()] {
+        assert!(!everything.contains("/cheq/results/"), "{everything}");
+    }
+    env.stop().await;
+}
+
+#[actix_web::test]
+async fn expiry_in_both_revisions_is_a_tool_result() {
+    let clock = std::sync::Arc::new(cheq::time::ManualClock::new(chrono::Utc::now()));
+    let env = Env::start(Options {
+        clock: Some(clock),
+        ..Options::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let bridge = start_bridge(&env, dir.path()).await;
+    let mut legacy = Py::connect(&bridge.url, LEGACY);
+    let mut modern = Py::connect(&bridge.url, MODERN);
+    legacy.send(json!({"op": "call", "tool": "book_flight", "args": flight_params()}));
+    let el = legacy.next("elicit")["params"].clone();
+    modern.send(json!({"op": "call_once", "tool": "book_flight", "args": flight_params()}));
+    let state = modern.next("input_required")["state"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Past the CHEQ's expiry and the skew: the RS reports "expired".
+    env.advance(24 * 3600);
+    legacy.send(json!({"op": "wait_complete", "id": el["elicitationId"], "secs": 30}));
+    legacy.next("complete");
+    legacy.send(json!({"op": "call", "tool": "book_flight", "args": flight_params()}));
+    let expired = legacy.next("result")["result"].clone();
+    assert_eq!(expired["isError"], true, "{expired}");
+    assert_eq!(
+        expired["structuredContent"]["status"], "expired",
+        "{expired}"
+    );
+
+    modern.send(
+        json!({"op": "call_once", "tool": "book_flight", "args": flight_params(), "state": state}),
+    );
+    let expired = modern.next("result")["result"].clone();
+    assert_eq!(
+        expired["structuredContent"]["status"], "expired",
+        "{expired}"
+    );
+    env.stop().await;
+}
+
+/// §8 and §11: what the user types at the CS never reaches the client.
+#[actix_web::test]
+async fn a_private_value_typed_at_the_cs_never_reaches_the_client() {
+    const FROM: &str = "31415926535";
+    const TO: &str = "27182818284";
+    let env = Env::start(Options::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bridge = start_bridge(&env, dir.path()).await;
+    let mut c = Py::connect(&bridge.url, MODERN);
+    let args = transfer_params(Some("ACME"), None);
+    c.send(json!({"op": "call_once", "tool": "transfer_funds", "args": args}));
+    let first = c.next("input_required");
+    let state = first["state"].as_str().unwrap().to_owned();
+    let link = first["result"]["inputRequests"]["cheq_confirmation"]["params"]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // The page's inputs, in order: from account, to account, amount.
+    let mut b = env.browser();
+    let path = link.trim_start_matches(&env.cs_origin).to_owned();
+    let res = b.get(&path).await;
+    let res = b.login_at(&res.location(), "alice", ALICE_PW).await;
+    let page_path = b.after_login(res.location()).await;
+    let page = b.get(&page_path).await;
+    let inputs: Vec<String> = page
+        .raw
+        .match_indices("name=\"input:")
+        .map(|(i, _)| {
+            let rest = &page.raw[i + 6..];
+            rest[..rest.find('"').unwrap()].to_owned()
+        })
+        .collect();
+    assert_eq!(inputs.len(), 3, "{}", page.raw);
+    let csrf = page.hidden("csrf").unwrap();
+    let view = page.hidden("view").unwrap();
+    let outcome = b
+        .post(
+            &page_path,
+            &[
+                ("csrf", csrf.as_str()),
+                ("view", view.as_str()),
+                ("decision", "accept"),
+                (inputs[0].as_str(), FROM),
+                (inputs[1].as_str(), TO),
+                (inputs[2].as_str(), "12.50"),
+            ],
+        )
+        .await;
+    assert_eq!(outcome.status, 200, "{}", outcome.text);
+
+    let mut result = Value::Null;
+    for _ in 0..50 {
+        c.send(json!({"op": "call_once", "tool": "transfer_funds", "args": args, "state": state}));
+        let line = c.events.recv_timeout(Duration::from_secs(60)).unwrap();
+        c.seen.push(line.clone());
+        let event: Value = serde_json::from_str(&line).unwrap();
+        if event["event"] == "result" {
+            result = event["result"].clone();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        result["structuredContent"]["status"], "accepted",
+        "{result}"
+    );
+    let everything = c.everything();
+    for secret in [FROM, TO] {
+        assert!(
+            !everything.contains(secret),
+            "{secret} reached the client: {everything}"
+        );
+    }
+    // Control: the search does see what reached the client.
+    assert!(everything.contains("\"DONE\""), "{everything}");
+    env.stop().await;
+}
+
+/// `cheq mcp --stdio`, launched by the SDK as a subprocess, in both revisions.
+#[actix_web::test]
+async fn stdio_in_both_revisions() {
+    let env = Env::start(Options::default()).await;
+    let bin = env!("CARGO_BIN_EXE_cheq");
+    for mode in [LEGACY, MODERN] {
+        let mut c = Py::start(&["--stdio", mode, bin, &env.rs_url]);
+        c.send(json!({"op": "list"}));
+        assert_eq!(
+            c.next("tools")["tools"].as_array().unwrap().len(),
+            2,
+            "{mode}"
+        );
+        c.send(json!({"op": "call", "tool": "book_flight", "args": cheap_flight()}));
+        let done = c.next("result")["result"].clone();
+        assert_eq!(
+            done["structuredContent"]["status"], "done",
+            "{mode}: {done}"
+        );
+    }
+    env.stop().await;
+}
