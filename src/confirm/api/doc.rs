@@ -68,10 +68,11 @@ pub struct Problem {
 /// The form of `POST /api/v1/token` (`application/x-www-form-urlencoded`).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct TokenRequest {
-    /// The user's name at the CS.
+    /// The user's name at the CS: 1 to 64 of `A-Z a-z 0-9 . _ @ -` (any
+    /// other name is nobody's: `401`).
     pub username: String,
-    /// The user's voice PIN.
-    #[schema(format = Password)]
+    /// The user's voice PIN, 6 to 12 digits (any other form is wrong: `401`).
+    #[schema(format = Password, pattern = "^[0-9]{6,12}$")]
     pub pin: String,
 }
 
