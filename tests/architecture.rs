@@ -35,6 +35,7 @@ fn rules() -> Vec<Rule> {
                 "sled",
                 "tokio",
                 "actix_web",
+                "utoipa",
             ],
         },
         Rule {
@@ -54,6 +55,7 @@ fn rules() -> Vec<Rule> {
                 "sled",
                 "tokio",
                 "actix_web",
+                "utoipa",
             ],
         },
         Rule {
@@ -101,6 +103,7 @@ fn rules() -> Vec<Rule> {
                 "super::api",
                 "sled::",
                 "sled_cs",
+                "utoipa",
             ],
         },
         Rule {

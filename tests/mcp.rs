@@ -158,16 +158,6 @@ fn output_value(result: &Value, name: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
-/// The resource URI carried in a start link.
-fn resource_uri_of(link: &str) -> String {
-    url::Url::parse(link)
-        .unwrap()
-        .query_pairs()
-        .find(|(k, _)| k == "resource_uri")
-        .map(|(_, v)| v.into_owned())
-        .expect("resource_uri in the elicitation URL")
-}
-
 /// What a user does with the elicitation URL in a browser: open it, sign in,
 /// continue, decide. Returns the decision's outcome page.
 async fn decide_at_link(env: &Env, link: &str, decision: &str, fill: &[(&str, &str)]) -> Page {

@@ -14,19 +14,20 @@
 //! confirmations whose subject is theirs (403). Failed attempts are limited
 //! per user and per gateway (429 + `Retry-After`).
 
+pub mod doc;
 mod gateway;
 mod views;
 
 pub use gateway::{ApiUser, TokenForm, Tokens};
-pub use views::{decided_status, open_view};
+pub use views::{decided_status, open_view, ConfirmationView, DecisionAnswer};
 
 use crate::cheq::{Channel, Decision};
 use crate::confirm::auth::{Limiter, LocalLogin};
 use crate::confirm::config::GatewayConfig;
 use crate::confirm::flow::{Collected, Cs, CsError, DecideError, Decided, DecisionRequest};
-use crate::httpkit::{authorization, json_resource, JsonError};
+use crate::httpkit::{authorization, JsonError};
 use crate::store::cs::{Delivery, Refusal};
-use actix_web::http::{header, StatusCode};
+use actix_web::http::{header, Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use indexmap::IndexMap;
 use serde_json::{json, Value};
@@ -155,16 +156,95 @@ pub(crate) fn counted_address(ip: std::net::IpAddr) -> String {
     }
 }
 
-/// Registers the raw API's routes. Every answer under `/api/v1/` is JSON
-/// (§10): an unknown path is a JSON 404, a wrong method a JSON 405.
+/// One route of the raw API: its method, its path, and how its handler is
+/// added to the path's resource. [`configure`] registers exactly these, and
+/// the OpenAPI description ([`doc::ApiDoc`]) must name exactly these
+/// (`tests/openapi.rs` checks both, over a real socket).
+pub struct Route {
+    pub method: Method,
+    pub path: &'static str,
+    add: fn(actix_web::Resource) -> actix_web::Resource,
+}
+
+/// Every route of the raw API.
+pub static ROUTES: [Route; 5] = [
+    Route {
+        method: Method::POST,
+        path: "/api/v1/token",
+        add: |r| r.route(web::post().to(token)),
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/confirmations",
+        add: |r| r.route(web::post().to(create)),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/confirmations/{id}",
+        add: |r| r.route(web::get().to(get)),
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/confirmations/{id}/decision",
+        add: |r| r.route(web::post().to(decide)),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/openapi.json",
+        add: |r| r.route(web::get().to(openapi_document)),
+    },
+];
+
+/// Registers the raw API's routes ([`ROUTES`]). Every answer under
+/// `/api/v1/` is JSON (§10): an unknown path is a JSON 404, a wrong method a
+/// JSON 405 that names the methods of the path in `Allow`, an unreadable
+/// path parameter a JSON 404.
 pub fn configure(cfg: &mut web::ServiceConfig, api: web::Data<Api>) {
-    cfg.app_data(api)
-        .service(json_resource("/api/v1/token").route(web::post().to(token)))
-        .service(json_resource("/api/v1/confirmations").route(web::post().to(create)))
-        .service(json_resource("/api/v1/confirmations/{id}").route(web::get().to(get)))
-        .service(json_resource("/api/v1/confirmations/{id}/decision").route(web::post().to(decide)))
-        .service(web::resource("/api/v1").to(crate::httpkit::json_not_found))
+    cfg.app_data(api);
+    let mut paths: Vec<&'static str> = Vec::new();
+    for r in &ROUTES {
+        if !paths.contains(&r.path) {
+            paths.push(r.path);
+        }
+    }
+    for path in paths {
+        let routes: Vec<&Route> = ROUTES.iter().filter(|r| r.path == path).collect();
+        let allow = routes
+            .iter()
+            .map(|r| r.method.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut resource = web::resource(path)
+            .app_data(web::PathConfig::default().error_handler(|_, _| {
+                JsonError::new(StatusCode::NOT_FOUND, "not_found", "no such resource").into()
+            }))
+            .default_service(web::to(move || {
+                let allow = allow.clone();
+                async move { method_not_allowed(&allow) }
+            }));
+        for r in routes {
+            resource = (r.add)(resource);
+        }
+        cfg.service(resource);
+    }
+    cfg.service(web::resource("/api/v1").to(crate::httpkit::json_not_found))
         .service(web::resource("/api/v1/{tail:.*}").to(crate::httpkit::json_not_found));
+}
+
+/// The JSON 405 of a path that takes only the methods `allow` (named in
+/// `Allow`, RFC 9110 §15.5.6).
+fn method_not_allowed(allow: &str) -> HttpResponse {
+    use actix_web::ResponseError;
+    let mut res = JsonError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("method not allowed here (allowed: {allow})"),
+    )
+    .error_response();
+    if let Ok(value) = header::HeaderValue::from_str(allow) {
+        res.headers_mut().insert(header::ALLOW, value);
+    }
+    res
 }
 
 /// Reads a body of at most [`MAX_BODY`] bytes of media type `media`
@@ -204,6 +284,29 @@ fn parse_json(body: &[u8]) -> Result<Value, JsonError> {
     Ok(v)
 }
 
+/// `POST /api/v1/token` (§10): a user token for a gateway that knows the
+/// user's voice PIN.
+#[utoipa::path(
+    post,
+    path = "/api/v1/token",
+    tag = "raw API",
+    operation_id = "token",
+    request_body(content = doc::TokenRequest, content_type = "application/x-www-form-urlencoded"),
+    security(("gateway" = [])),
+    responses(
+        (status = 200, description = "A user token (`Cache-Control: no-store`).", body = doc::TokenAnswer),
+        (status = 400, description = "`invalid_request`: the form is unreadable, or `username` or `pin` is missing.", body = doc::ErrorBody),
+        (status = 401, description = "`invalid_client`: the gateway's Basic credentials are missing or wrong (with `WWW-Authenticate`); `invalid_grant`: the user name or PIN is wrong.", body = doc::ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "With `invalid_client`: `Basic realm=\"cheq\"`."))),
+        (status = 413, description = "`too_large`: the body is over 64 KiB.", body = doc::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: the body is not `application/x-www-form-urlencoded`.", body = doc::ErrorBody),
+        (status = 429, description = "`too_many_attempts`: too many failed attempts from this address or for this gateway.", body = doc::ErrorBody,
+            headers(("Retry-After" = i64, description = "Seconds to wait."))),
+        (status = 500, description = "`server_error`.", body = doc::ErrorBody),
+        (status = 503, description = "`busy`: too many checks waiting; `unavailable`: the database does not answer.", body = doc::ErrorBody,
+            headers(("Retry-After" = i64, description = "Seconds to wait."))),
+    )
+)]
 async fn token(
     api: web::Data<Api>,
     req: HttpRequest,
@@ -222,16 +325,65 @@ async fn token(
         .json(answer))
 }
 
-async fn view(api: &Api, id: &str, who: &ApiUser) -> Result<Value, JsonError> {
+async fn view(api: &Api, id: &str, who: &ApiUser) -> Result<ConfirmationView, JsonError> {
     Ok(match api.cs.load(id, &who.0).await.map_err(json_error)? {
-        crate::confirm::flow::Loaded::Open(open) => open_view(id, &open.view),
+        crate::confirm::flow::Loaded::Open(open) => {
+            ConfirmationView::Open(open_view(id, &open.view))
+        }
         crate::confirm::flow::Loaded::Decided(r) => match refused(&r) {
             Some(e) => return Err(e),
-            None => views::decided_view(id, &r),
+            None => ConfirmationView::Decided(views::decided_view(id, &r)),
         },
     })
 }
 
+/// `GET /api/v1/openapi.json`: this API's OpenAPI description (see `doc`).
+#[utoipa::path(
+    get,
+    path = "/api/v1/openapi.json",
+    tag = "raw API",
+    operation_id = "openapi",
+    security(()),
+    responses(
+        (status = 200, description = "This description (OpenAPI 3.1), as checked in at `docs/openapi.json`.", body = Object),
+    )
+)]
+async fn openapi_document() -> HttpResponse {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(TEXT.get_or_init(doc::openapi_json).as_str())
+}
+
+/// `POST /api/v1/confirmations` (§10, §2): starts a confirmation of a
+/// resource URI and answers its view.
+#[utoipa::path(
+    post,
+    path = "/api/v1/confirmations",
+    tag = "raw API",
+    operation_id = "create_confirmation",
+    request_body(content = doc::CreateRequest, content_type = "application/json"),
+    security(("user_token" = [])),
+    responses(
+        (status = 201, description = "The confirmation view: open, or decided when it was decided before.", body = ConfirmationView,
+            headers(("Location" = String, description = "`/api/v1/confirmations/{id}`."))),
+        (status = 400, description = "`invalid_request`: the body is not a JSON object with a non-blank string `resource uri`; `unregistered_resource_server`: the resource URI is not under a registered resource server (§2; nothing is fetched).", body = doc::ErrorBody),
+        (status = 401, description = "`invalid_token`: the bearer token is missing, unknown or expired (with `WWW-Authenticate`); `reauthentication_required`: this resource server wants a fresher sign-in.", body = doc::ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "With `invalid_token`."))),
+        (status = 403, description = "`forbidden`: the CHEQ is for another user.", body = doc::ErrorBody),
+        (status = 404, description = "`unknown_at_resource_server`: the resource server does not know this resource URI.", body = doc::ErrorBody),
+        (status = 409, description = "`refused_by_resource_server`: the resource server refused the earlier decision.", body = doc::ErrorBody),
+        (status = 410, description = "`expired`: the CHEQ has expired; `gone`: the resource server says it expired or was decided.", body = doc::ErrorBody),
+        (status = 413, description = "`too_large`: the body is over 64 KiB.", body = doc::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: the body is not `application/json`.", body = doc::ErrorBody),
+        (status = 422, description = "`not_countersignable`: the CHEQ lacks what a countersignature needs (§4).", body = doc::ErrorBody),
+        (status = 500, description = "`server_error`.", body = doc::ErrorBody),
+        (status = 502, description = "`resource_server_unreachable`; `untrusted_cheq`: the CHEQ failed a rule of §5.", body = doc::ErrorBody),
+        (status = 503, description = "`unavailable`: the database does not answer.", body = doc::ErrorBody,
+            headers(("Retry-After" = i64, description = "Seconds to wait."))),
+        (status = 504, description = "`resource_server_timeout`.", body = doc::ErrorBody),
+    )
+)]
 async fn create(
     api: web::Data<Api>,
     who: ApiUser,
@@ -251,6 +403,31 @@ async fn create(
         .json(view))
 }
 
+/// `GET /api/v1/confirmations/{id}` (§10): the confirmation view.
+#[utoipa::path(
+    get,
+    path = "/api/v1/confirmations/{id}",
+    tag = "raw API",
+    operation_id = "get_confirmation",
+    params(("id" = String, Path, description = "The confirmation's id (the `id` of its view).")),
+    security(("user_token" = [])),
+    responses(
+        (status = 200, description = "The confirmation view: open, or decided.", body = ConfirmationView),
+        (status = 400, description = "`unregistered_resource_server`: its resource server is no longer registered.", body = doc::ErrorBody),
+        (status = 401, description = "`invalid_token` (with `WWW-Authenticate`); `reauthentication_required`.", body = doc::ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "With `invalid_token`."))),
+        (status = 403, description = "`forbidden`: the confirmation is another user's.", body = doc::ErrorBody),
+        (status = 404, description = "`not_found`: no such confirmation; `unknown_at_resource_server`.", body = doc::ErrorBody),
+        (status = 409, description = "`refused_by_resource_server`: the resource server refused the decision.", body = doc::ErrorBody),
+        (status = 410, description = "`expired`; `gone`.", body = doc::ErrorBody),
+        (status = 422, description = "`not_countersignable`.", body = doc::ErrorBody),
+        (status = 500, description = "`server_error`.", body = doc::ErrorBody),
+        (status = 502, description = "`resource_server_unreachable`; `untrusted_cheq`.", body = doc::ErrorBody),
+        (status = 503, description = "`unavailable`.", body = doc::ErrorBody,
+            headers(("Retry-After" = i64, description = "Seconds to wait."))),
+        (status = 504, description = "`resource_server_timeout`.", body = doc::ErrorBody),
+    )
+)]
 async fn get(
     api: web::Data<Api>,
     who: ApiUser,
@@ -333,6 +510,35 @@ fn decision_request(body: &Value) -> Result<DecisionRequest, JsonError> {
     })
 }
 
+/// `POST /api/v1/confirmations/{id}/decision` (§10, §5, §6): the user's
+/// decision on the view that was read out.
+#[utoipa::path(
+    post,
+    path = "/api/v1/confirmations/{id}/decision",
+    tag = "raw API",
+    operation_id = "decide",
+    params(("id" = String, Path, description = "The confirmation's id.")),
+    request_body(content = doc::DecisionRequestBody, content_type = "application/json"),
+    security(("user_token" = [])),
+    responses(
+        (status = 200, description = "The decision was countersigned and recorded (or the same decision was made before).", body = DecisionAnswer),
+        (status = 400, description = "`invalid_request`: `decision` is not `accept` or `reject`, `view` is missing or not a string, `collected` is not an object of strings, or the body is not a JSON object; `unregistered_resource_server`.", body = doc::ErrorBody),
+        (status = 401, description = "`invalid_token` (with `WWW-Authenticate`); `reauthentication_required`.", body = doc::ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "With `invalid_token`."))),
+        (status = 403, description = "`forbidden`: the confirmation is another user's.", body = doc::ErrorBody),
+        (status = 404, description = "`not_found`: no such confirmation; `unknown_at_resource_server`.", body = doc::ErrorBody),
+        (status = 409, description = "`view_changed`: `view` is not the digest of the current view; `already_decided`: the other decision was made before (with `status`, `decided_at`, `delivery`); `refused_by_resource_server` (with `decision`, `decided_at`, `delivery`).", body = doc::ErrorBody),
+        (status = 410, description = "`expired`; `gone`.", body = doc::ErrorBody),
+        (status = 413, description = "`too_large`: the body is over 64 KiB.", body = doc::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: the body is not `application/json`.", body = doc::ErrorBody),
+        (status = 422, description = "`invalid_input`: a collected value is missing or wrong (§8; `problems`); `warnings_not_acknowledged`: accepting needs `acknowledge_warnings` (`problems`); `not_countersignable`.", body = doc::ErrorBody),
+        (status = 500, description = "`server_error`.", body = doc::ErrorBody),
+        (status = 502, description = "`resource_server_unreachable`; `untrusted_cheq`.", body = doc::ErrorBody),
+        (status = 503, description = "`unavailable`.", body = doc::ErrorBody,
+            headers(("Retry-After" = i64, description = "Seconds to wait."))),
+        (status = 504, description = "`resource_server_timeout`.", body = doc::ErrorBody),
+    )
+)]
 async fn decide(
     api: web::Data<Api>,
     who: ApiUser,
@@ -346,11 +552,7 @@ async fn decide(
     match api.cs.decide(&id, &who.0, request).await {
         Ok(Decided { record, earlier }) => {
             api.cs.wake();
-            let answer = json!({
-                "status": decided_status(&record),
-                "decided_at": views::rfc3339(record.decided_at),
-                "delivery": views::delivery_word(&record.delivery),
-            });
+            let answer = DecisionAnswer::of(&record);
             if let Some(refused) = refused(&record) {
                 return Err(refused);
             }
@@ -360,7 +562,7 @@ async fn decide(
                     "already_decided",
                     format!("this confirmation was already decided: {}", record.decision),
                 )
-                .with_extra(answer));
+                .with_extra(serde_json::to_value(&answer).unwrap_or_default()));
             }
             Ok(HttpResponse::Ok().json(answer))
         }
