@@ -149,6 +149,27 @@ fn rules() -> Vec<Rule> {
             forbidden: &["crate::confirm", "crate::cli"],
         },
         Rule {
+            layer: "MCP bridge domain",
+            files: &["mcp/mod.rs", "mcp/state.rs", "mcp/schema.rs"],
+            except: &[],
+            forbidden: &[
+                "rmcp",
+                "hyper",
+                "actix_web",
+                "askama",
+                "crate::confirm",
+                "crate::store",
+                "crate::httpkit",
+                "sled",
+            ],
+        },
+        Rule {
+            layer: "MCP bridge",
+            files: &["mcp/"],
+            except: &[],
+            forbidden: &["crate::confirm", "crate::store", "actix_web", "sled"],
+        },
+        Rule {
             layer: "HTTP kit",
             files: &["httpkit.rs"],
             except: &[],

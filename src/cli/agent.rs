@@ -113,24 +113,4 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     write_out(out, &format!("{result}\n"))
 }
 
-/// The link a browser opens to start confirming: the CS's start page with the
-/// resource URI as a query parameter (§2).
-pub fn start_link(confirmation_uri: &str, resource_uri: &str) -> String {
-    match url::Url::parse(confirmation_uri) {
-        Ok(mut u) => {
-            u.query_pairs_mut()
-                .append_pair("resource_uri", resource_uri);
-            u.to_string()
-        }
-        Err(_) => {
-            let enc: String =
-                url::form_urlencoded::byte_serialize(resource_uri.as_bytes()).collect();
-            let sep = if confirmation_uri.contains('?') {
-                '&'
-            } else {
-                '?'
-            };
-            format!("{confirmation_uri}{sep}resource_uri={enc}")
-        }
-    }
-}
+pub use crate::resource::agent::start_link;

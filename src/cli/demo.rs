@@ -339,6 +339,11 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
                  \n      --param flight_date=2026-12-08 --param cabin_class=BUSINESS --param price_usd=1200\n\
                  \nIt prints the URI pack and a link; open the link in a browser, sign in as alice,\
                  \nand accept or reject. The agent then prints the outcome. Past decisions: {cs_url}/history\
+                 \n\nOr let an MCP client be the agent (PROTOCOL.md §11): run the bridge\
+                 \n\n  cheq mcp --rs {rs_url} --listen 127.0.0.1:8090\
+                 \n\nand connect the client to http://127.0.0.1:8090/mcp (Streamable HTTP), or give\
+                 \na desktop client the command `cheq mcp --rs {rs_url} --stdio` (see the README).\
+                 \nA call that needs confirmation opens the confirmation server in your browser.\
                  \nStop the demo with Ctrl-C.\n",
                 cs_cfg = dir.join("cs.toml").display(),
                 rs_cfg = dir.join("rs.toml").display(),

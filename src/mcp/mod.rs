@@ -144,9 +144,7 @@ impl std::fmt::Debug for Bridge {
 }
 
 /// The start link of §11: `<confirmation uri>?resource_uri=<encoded>`.
-pub fn start_link(confirmation_uri: &str, resource_uri: &str) -> String {
-    crate::cli::agent::start_link(confirmation_uri, resource_uri)
-}
+pub use crate::resource::agent::start_link;
 
 /// The elicitation message: the operation and the CS's origin (§11).
 pub fn message_for(tool: &str, confirmation_uri: &str) -> String {

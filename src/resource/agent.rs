@@ -226,3 +226,41 @@ pub async fn poll_result(result_uri: &str, timeout: Duration) -> Result<ResultSt
         }
     }
 }
+
+/// The link a browser opens to start confirming: the CS's start page with the
+/// resource URI as a query parameter (§2, §11).
+pub fn start_link(confirmation_uri: &str, resource_uri: &str) -> String {
+    match url::Url::parse(confirmation_uri) {
+        Ok(mut u) => {
+            u.query_pairs_mut().append_pair("resource_uri", resource_uri);
+            u.to_string()
+        }
+        Err(_) => {
+            let enc: String =
+                url::form_urlencoded::byte_serialize(resource_uri.as_bytes()).collect();
+            let sep = if confirmation_uri.contains('?') {
+                '&'
+            } else {
+                '?'
+            };
+            format!("{confirmation_uri}{sep}resource_uri={enc}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::start_link;
+
+    #[test]
+    fn start_link_encodes_the_resource_uri() {
+        assert_eq!(
+            start_link("https://cs.example", "https://rs.example/cheq/a?b=c&d"),
+            "https://cs.example/?resource_uri=https%3A%2F%2Frs.example%2Fcheq%2Fa%3Fb%3Dc%26d"
+        );
+        assert_eq!(
+            start_link("https://cs.example/confirm?x=1", "https://rs.example/r"),
+            "https://cs.example/confirm?x=1&resource_uri=https%3A%2F%2Frs.example%2Fr"
+        );
+    }
+}

@@ -35,6 +35,9 @@ const cs = `http://127.0.0.1:${csPort}`;
 const rs = `http://127.0.0.1:${rsPort}`;
 await waitFor(`${cs}/healthz`, 60000, () => log);
 await waitFor(`${rs}/healthz`, 60000, () => log);
+// The demo says how to connect an MCP client to it.
+assert.ok(log.includes(`cheq mcp --rs ${rs} --listen 127.0.0.1:8090`), log);
+assert.ok(log.includes(`cheq mcp --rs ${rs} --stdio`), log);
 const bridge = keep(spawn(cheq, ['mcp', '--rs', rs, '--listen', `127.0.0.1:${mcpPort}`], { stdio: ['ignore', 'pipe', 'pipe'] }));
 const mcpUrl = `http://127.0.0.1:${mcpPort}/mcp`;
 for (let i = 0; i < 100 && !log.includes('MCP endpoint'); i++) await new Promise((r) => setTimeout(r, 100));
