@@ -572,7 +572,11 @@ async fn stdio_in_both_revisions() {
     let env = Env::start(Options::default()).await;
     let bin = env!("CARGO_BIN_EXE_cheq");
     // Let the in-process servers start before this thread blocks on the client.
-    let res = http_client().get(format!("{}/healthz", env.rs_url)).send().await.unwrap();
+    let res = http_client()
+        .get(format!("{}/healthz", env.rs_url))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 200);
     for mode in [LEGACY, MODERN] {
         let mut c = Py::start(&["--stdio", mode, bin, &env.rs_url]);

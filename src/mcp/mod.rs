@@ -183,7 +183,7 @@ fn canonical(v: &Value) -> String {
 
 fn random_id() -> String {
     let bytes: [u8; 16] = rand::random();
-    crate::sign::b64::encode(&bytes)
+    crate::sign::b64::encode(bytes)
 }
 
 impl Bridge {

@@ -51,7 +51,7 @@ fn param_schema(p: &Value) -> Value {
                 .as_array()
                 .map(|a| {
                     a.iter()
-                        .filter_map(|v| v["name"].as_str().map(|n| Value::from(n)))
+                        .filter_map(|v| v["name"].as_str().map(Value::from))
                         .collect()
                 })
                 .unwrap_or_default();

@@ -232,7 +232,8 @@ pub async fn poll_result(result_uri: &str, timeout: Duration) -> Result<ResultSt
 pub fn start_link(confirmation_uri: &str, resource_uri: &str) -> String {
     match url::Url::parse(confirmation_uri) {
         Ok(mut u) => {
-            u.query_pairs_mut().append_pair("resource_uri", resource_uri);
+            u.query_pairs_mut()
+                .append_pair("resource_uri", resource_uri);
             u.to_string()
         }
         Err(_) => {

@@ -200,11 +200,7 @@ test('alice rejects in Chromium and the RS reports rejected', async () => {
   const pack = agent('flight_number=UA99', 'flight_date=2026-12-09', 'cabin_class=ECONOMY', 'price_usd=450');
   const page = await browser.newPage();
   await openPack(page, pack);
-  if (await page.$('input[name=password]')) {
-    await page.fill('input[name=username]', 'alice');
-    await page.fill('input[name=password]', password);
-    await Promise.all([page.waitForNavigation(), page.click('button[type=submit], input[type=submit]')]);
-  }
+  await signInIfAsked(page);
   await Promise.all([page.waitForNavigation(), page.click('button[name=decision][value=reject]')]);
   const result = await pollResult(pack['result uri']);
   assert.equal(result.status, 'rejected');

@@ -65,7 +65,7 @@ async function acceptInChromium(url) {
   await page.fill('input[name=password]', password);
   await Promise.all([page.waitForNavigation(), page.click('button[type=submit], input[type=submit]')]);
   await continueIfAsked(page);
-  assert.match(page.url(), /\/c\//);
+  assert.match(page.url(), /\/c\//, await page.textContent('body'));
   assert.match(await page.textContent('body'), /UA23/);
   await Promise.all([page.waitForNavigation(), page.click('button[name=decision][value=accept]')]);
   assert.match(await page.textContent('h1'), /accepted/);

@@ -47,6 +47,6 @@ export async function continueIfAsked(page) {
   if (await page.$('form input#resource_uri')) {
     const value = await page.inputValue('input#resource_uri');
     if (!value) throw new Error('the start form is not filled in');
-    await Promise.all([page.waitForNavigation(), page.click('form button[type=submit]')]);
+    await Promise.all([page.waitForNavigation(), page.click('form:has(input#resource_uri) button[type=submit]')]);
   }
 }
