@@ -354,6 +354,18 @@ async fn revision_2026_07_28_request_state_binding_accept_and_reject() {
         again["result"]["inputRequests"]["cheq_confirmation"]["params"],
         el
     );
+    // The user declines to open the page: a tool result says it was not
+    // confirmed (nothing ran); the state still collects the outcome later.
+    c.send(
+        json!({"op": "call_once", "tool": "book_flight", "args": flight_params(),
+                  "state": state, "responses": {"cheq_confirmation": {"action": "decline"}}}),
+    );
+    let declined = c.next("result")["result"].clone();
+    assert_eq!(declined["isError"], true, "{declined}");
+    assert_eq!(
+        declined["structuredContent"]["status"], "not_confirmed",
+        "{declined}"
+    );
 
     // The state is bound to its call: another tool, other arguments, or one
     // character changed, and it is refused.
@@ -593,5 +605,51 @@ async fn stdio_in_both_revisions() {
             "{mode}: {done}"
         );
     }
+    env.stop().await;
+}
+
+/// Streamable HTTP security (MCP transports): a request carrying a browser
+/// `Origin`, or a `Host` that is not the bridge's loopback address (DNS
+/// rebinding), is refused before any MCP processing; other paths are 404.
+#[actix_web::test]
+async fn origin_and_host_are_checked() {
+    let env = Env::start(Options::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bridge = start_bridge(&env, dir.path()).await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let post = |origin: Option<&str>, host: Option<&str>| {
+        let mut req = http_client()
+            .post(&bridge.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "server/discover")
+            .json(&body);
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        if let Some(h) = host {
+            req = req.header("host", h);
+        }
+        req.send()
+    };
+    let ok = post(None, None).await.unwrap();
+    assert_eq!(ok.status(), 200);
+    let text = ok.text().await.unwrap();
+    assert!(
+        text.contains("2026-07-28") && text.contains("2025-11-25"),
+        "{text}"
+    );
+    assert_eq!(
+        post(Some("http://evil.example"), None)
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+    let rebound = post(None, Some("evil.example")).await.unwrap().status();
+    assert!(rebound.is_client_error(), "{rebound}");
     env.stop().await;
 }

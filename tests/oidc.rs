@@ -207,8 +207,29 @@ impl Web {
             .post(&action, &[("login", user), ("password", password)])
             .await;
         assert_eq!(a.status, 303, "IdP login: {}", a.text);
-        self.follow(&absolute(&action, a.location.as_deref().unwrap()))
-            .await
+        let (page, mut seen) = self
+            .follow(&absolute(&action, a.location.as_deref().unwrap()))
+            .await;
+        // §11: back at the start link, the filled-in form starts the
+        // confirmation with the user's own POST (a GET starts nothing).
+        let last = seen.last().cloned().unwrap_or_default();
+        let start_uri = url::Url::parse(&last).ok().and_then(|u| {
+            u.query_pairs()
+                .find(|(k, _)| k == "resource_uri")
+                .map(|(_, v)| v.into_owned())
+        });
+        match start_uri {
+            Some(uri) if page.status == 200 => {
+                let posted = self.post(&last, &[("resource_uri", &uri)]).await;
+                assert_eq!(posted.status, 303, "start: {}", posted.text);
+                let (page, more) = self
+                    .follow(&absolute(&last, posted.location.as_deref().unwrap()))
+                    .await;
+                seen.extend(more);
+                (page, seen)
+            }
+            _ => (page, seen),
+        }
     }
 
     /// Signs in at the real provider as `user`, from the CS's login link,
