@@ -34,6 +34,8 @@ pub const MAX_PENDING: usize = 10_000;
 pub const MAX_PENDING_PER_SESSION: usize = 64;
 /// How long a pending confirmation is kept at most (longer than any CHEQ lives).
 pub const PENDING_TTL: Duration = Duration::from_secs(25 * 3600);
+/// How often the bridge reads the RS's result of a pending 2025-11-25 call.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 /// How long a final outcome waits to be collected before it is dropped.
 pub const COLLECT_TTL: Duration = Duration::from_secs(3600);
 
@@ -307,14 +309,28 @@ impl Bridge {
     /// Waits (polling the result URI, as `Retry-After` says) until the
     /// pending confirmation `id` has a final outcome, records it for the
     /// retry to collect, and returns it; `None` when it is gone or failed.
+    ///
+    /// It stops as soon as the entry is gone (collected by a retry, or
+    /// swept), so a collected call costs the RS nothing more; between reads
+    /// it waits [`POLL_INTERVAL`], so 10,000 pending calls cost the RS at
+    /// most 5,000 reads a second, and typically far fewer.
     pub async fn wait_final(&self, id: &str) -> Option<Final> {
-        let result_uri = self.lock().get(id).map(|p| p.result_uri.clone())?;
-        let status = agent::poll_result(&result_uri, PENDING_TTL).await.ok()?;
-        let f = Final::from(status);
-        let mut map = self.lock();
-        let p = map.get_mut(id)?;
-        p.outcome = Some((f.clone(), Instant::now()));
-        Some(f)
+        let deadline = Instant::now() + PENDING_TTL;
+        loop {
+            let result_uri = self.lock().get(id).map(|p| p.result_uri.clone())?;
+            // A transient failure of the RS is retried; the call stays pending.
+            if let Ok(Some(status)) = agent::check_result(&result_uri).await {
+                let f = Final::from(status);
+                let mut map = self.lock();
+                let p = map.get_mut(id)?;
+                p.outcome = Some((f.clone(), Instant::now()));
+                return Some(f);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
     }
 
     /// How many 2025-11-25 confirmations are pending or uncollected.
