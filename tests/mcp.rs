@@ -110,20 +110,39 @@ impl Py {
 
     /// The next event that is not a notification, which must be `kind`.
     fn next(&mut self, kind: &str) -> Value {
+        let event = self.next_any();
+        assert_eq!(event["event"], kind, "{event}");
+        event
+    }
+
+    /// 2026-07-28: retries with `state` until the outcome (the RS reports
+    /// it a moment after the decision); each interim answer must be
+    /// `input_required`.
+    async fn collect(&mut self, tool: &str, args: &Map<String, Value>, state: &str) -> Value {
+        for _ in 0..50 {
+            self.send(json!({"op": "call_once", "tool": tool, "args": args, "state": state}));
+            let event = self.next_any();
+            if event["event"] == "result" {
+                return event["result"].clone();
+            }
+            assert_eq!(event["event"], "input_required", "{event}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no outcome for {tool}: {:#?}", self.seen);
+    }
+
+    /// The next event that is not a notification, whatever it is.
+    fn next_any(&mut self) -> Value {
         loop {
             let line = self
                 .events
                 .recv_timeout(Duration::from_secs(60))
-                .unwrap_or_else(|_| {
-                    panic!("no {kind} event from the client; seen: {:#?}", self.seen)
-                });
+                .unwrap_or_else(|_| panic!("no event from the client; seen: {:#?}", self.seen));
             self.seen.push(line.clone());
             let event: Value = serde_json::from_str(&line).unwrap();
-            if event["event"] == "message" {
-                continue;
+            if event["event"] != "message" {
+                return event;
             }
-            assert_eq!(event["event"], kind, "{event}");
-            return event;
         }
     }
 
@@ -393,19 +412,7 @@ async fn revision_2026_07_28_request_state_binding_accept_and_reject() {
 
     // Accepted at the CS: the retry carrying the state gets the result.
     decide_at_link(&env, el["url"].as_str().unwrap(), "accept", &[]).await;
-    let mut result = Value::Null;
-    for _ in 0..50 {
-        c.send(json!({"op": "call_once", "tool": "book_flight", "args": flight_params(), "state": state}));
-        let line = c.events.recv_timeout(Duration::from_secs(60)).unwrap();
-        c.seen.push(line.clone());
-        let event: Value = serde_json::from_str(&line).unwrap();
-        if event["event"] == "result" {
-            result = event["result"].clone();
-            break;
-        }
-        assert_eq!(event["event"], "input_required", "{event}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let result = c.collect("book_flight", &flight_params(), &state).await;
     assert_eq!(
         result["structuredContent"]["status"], "accepted",
         "{result}"
@@ -424,9 +431,7 @@ async fn revision_2026_07_28_request_state_binding_accept_and_reject() {
     decide_at_link(&env, el["url"].as_str().unwrap(), "reject", &[]).await;
     c.send(json!({"action": "accept"}));
     let rejected = loop {
-        let line = c.events.recv_timeout(Duration::from_secs(60)).unwrap();
-        c.seen.push(line.clone());
-        let event: Value = serde_json::from_str(&line).unwrap();
+        let event = c.next_any();
         match event["event"].as_str() {
             // Asked again while the RS has not yet reported: same URL.
             Some("elicit") => {
@@ -434,7 +439,6 @@ async fn revision_2026_07_28_request_state_binding_accept_and_reject() {
                 c.send(json!({"action": "accept"}));
             }
             Some("result") => break event["result"].clone(),
-            Some("message") => {}
             _ => panic!("{event}"),
         }
     };
@@ -550,18 +554,7 @@ async fn a_private_value_typed_at_the_cs_never_reaches_the_client() {
         .await;
     assert_eq!(outcome.status, 200, "{}", outcome.text);
 
-    let mut result = Value::Null;
-    for _ in 0..50 {
-        c.send(json!({"op": "call_once", "tool": "transfer_funds", "args": args, "state": state}));
-        let line = c.events.recv_timeout(Duration::from_secs(60)).unwrap();
-        c.seen.push(line.clone());
-        let event: Value = serde_json::from_str(&line).unwrap();
-        if event["event"] == "result" {
-            result = event["result"].clone();
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let result = c.collect("transfer_funds", &args, &state).await;
     assert_eq!(
         result["structuredContent"]["status"], "accepted",
         "{result}"
