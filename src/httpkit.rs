@@ -7,7 +7,6 @@
 //! This is a front-end layer: the domain modules (`confirm::flow`,
 //! `resource::cheq_rs`) never import it.
 
-use crate::sign::Jwks;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use base64::engine::general_purpose::STANDARD;
@@ -230,68 +229,6 @@ pub fn jwks_response(jwks: &Value) -> HttpResponse {
     HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "max-age=300"))
         .json(jwks)
-}
-
-/// Largest JWKS read from a file or a peer.
-pub const MAX_JWKS_BYTES: usize = 64 * 1024;
-
-/// Why a peer's JWKS could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum JwksError {
-    #[error("{where_}: {message}")]
-    Read { where_: String, message: String },
-}
-
-/// A JWKS from a file (`file`) or fetched from a URI (`uri`, bounded in time
-/// and size, no redirect followed).
-pub async fn load_jwks(
-    file: Option<&std::path::Path>,
-    uri: Option<&str>,
-) -> Result<Jwks, JwksError> {
-    if let Some(file) = file {
-        let where_ = file.display().to_string();
-        let err = |message: String| JwksError::Read {
-            where_: where_.clone(),
-            message,
-        };
-        let bytes = std::fs::read(file).map_err(|e| err(e.to_string()))?;
-        if bytes.len() > MAX_JWKS_BYTES {
-            return Err(err(format!("larger than {MAX_JWKS_BYTES} bytes")));
-        }
-        return Jwks::from_bytes(&bytes).map_err(|e| err(e.to_string()));
-    }
-    let uri = uri.unwrap_or_default();
-    let err = |message: String| JwksError::Read {
-        where_: uri.to_owned(),
-        message,
-    };
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(3))
-        .timeout(Duration::from_secs(10))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| err(e.to_string()))?;
-    let mut res = client
-        .get(uri)
-        .header(header::ACCEPT.as_str(), "application/json")
-        .send()
-        .await
-        .map_err(|e| err(e.without_url().to_string()))?;
-    if !res.status().is_success() {
-        return Err(err(format!("HTTP {}", res.status().as_u16())));
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = res
-        .chunk()
-        .await
-        .map_err(|e| err(e.without_url().to_string()))?
-    {
-        if body.len() + chunk.len() > MAX_JWKS_BYTES {
-            return Err(err(format!("larger than {MAX_JWKS_BYTES} bytes")));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Jwks::from_bytes(&body).map_err(|e| err(e.to_string()))
 }
 
 /// Runs `job` every `every` (the first run after one period) on the tokio

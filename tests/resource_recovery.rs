@@ -5,6 +5,8 @@
 //! The crash is simulated by writing, through the store's traits, exactly
 //! what the interrupted steps had written.
 
+use cheq::keyring::KeyRing;
+use cheq::peerkeys::PeerKeys;
 use cheq::cheq::Cheq;
 use cheq::resource::cheq_rs::{CheqRs, MintRequest, Minted, Operation, ResultView, MAX_TTL_SECS};
 use cheq::resource::tools::DemoTools;
@@ -35,19 +37,14 @@ fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let (_db, store) = cheq::store::sled_rs::open_dir(dir.path()).unwrap();
     let cs = SigningKey::from_seed("cs", &[1; 32]).unwrap();
-    let mut trust = TrustStore::new();
-    trust
-        .add_confirmation_server(
-            "http://127.0.0.1:9",
-            Jwks::new(vec![cs.public_key()]).unwrap(),
-        )
-        .unwrap();
+    let cs_keys = PeerKeys::Fixed(Arc::new(Jwks::new(vec![cs.public_key()]).unwrap()));
     let clock = Arc::new(ManualClock::new(Utc::now()));
     let tools = Arc::new(DemoTools::new(store.executions.clone()));
+    let rs_keys = KeyRing::open(&dir.path().join("rs.jwk"), Some("rs"), "rs", clock.clone()).unwrap();
     let rs = CheqRs::new(
         &store,
-        SigningKey::from_seed("rs", &[2; 32]).unwrap(),
-        trust,
+        rs_keys,
+        cs_keys,
         "http://127.0.0.1:8",
         "http://127.0.0.1:9/confirm",
         clock.clone(),

@@ -15,6 +15,7 @@ pub mod countersign;
 pub mod demo;
 pub mod inspect;
 pub mod keygen;
+pub mod keys;
 pub mod logging;
 pub mod mcp;
 pub mod migrate;
@@ -66,6 +67,8 @@ pub enum Command {
     Serve(servers::ServeArgs),
     /// Manage the confirmation server's local accounts.
     User(user::Args),
+    /// Manage a server's signing keys: rotate, list, retire, remove (§9).
+    Keys(keys::Args),
     /// Run the demo: confirmation server + reference resource server + user alice.
     Demo(demo::Args),
     /// Print the argon2 hash of a secret read from standard input.
@@ -88,6 +91,7 @@ pub fn dispatch(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Agent(args) => agent::run(args, out),
         Command::Serve(args) => servers::serve(args, out),
         Command::User(args) => user::run(args, out),
+        Command::Keys(args) => keys::run(args, out),
         Command::Demo(args) => demo::run(args, out),
         Command::HashSecret(args) => user::hash_secret_cmd(args, out),
         Command::Migrate(args) => migrate::run(args, out),
@@ -293,10 +297,47 @@ pub fn read_signing_key(path: &Path) -> Result<crate::sign::SigningKey, CliError
     crate::sign::SigningKey::from_jwk_bytes(&bytes).map_err(|e| CliError::from(e).in_file(path))
 }
 
-/// Reads a TRUST file.
+/// Reads a TRUST file. An entry's keys may be in it (`"keys"`), in a file
+/// (`"jwks_file"`, relative to the TRUST file's folder) or published at a
+/// URI (`"jwks_uri"`: fetched now, `https` except loopback, bounded in size
+/// and time; see [`crate::peerkeys`]).
 pub fn read_trust(path: &Path) -> Result<crate::sign::TrustStore, CliError> {
+    use crate::sign::trust::{trust_entries, EntryKeys};
     let bytes = read_input(path)?;
-    crate::sign::TrustStore::from_bytes(&bytes).map_err(|e| CliError::from(e).in_file(path))
+    let entries = trust_entries(&bytes).map_err(|e| CliError::from(e).in_file(path))?;
+    let base = match path.parent() {
+        Some(p) if path != Path::new("-") && !p.as_os_str().is_empty() => p.to_owned(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let mut runtime = None;
+    let mut store = crate::sign::TrustStore::new();
+    for entry in entries {
+        let keys = match entry.keys {
+            EntryKeys::Inline(jwks) => jwks,
+            EntryKeys::File(file) => crate::peerkeys::read_file(&base.join(file))
+                .map_err(|e| CliError::Server(format!("keys of {}: {e}", entry.origin)))?,
+            EntryKeys::Uri(uri) => {
+                let rt = match &mut runtime {
+                    Some(rt) => rt,
+                    None => runtime.insert(
+                        tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                            .map_err(|e| CliError::Internal(e.to_string()))?,
+                    ),
+                };
+                let client = crate::peerkeys::client()
+                    .map_err(|e| CliError::Server(e.to_string()))?;
+                rt.block_on(crate::peerkeys::fetch(&client, &uri, Utc::now()))
+                    .map(|(jwks, _)| jwks)
+                    .map_err(|e| CliError::Server(format!("keys of {}: {e}", entry.origin)))?
+            }
+        };
+        store
+            .add(entry.resource, &entry.origin, std::sync::Arc::new(keys))
+            .map_err(|e| CliError::from(e).in_file(path))?;
+    }
+    Ok(store)
 }
 
 /// Writes `text` to `out` (standard output), mapping failures to [`CliError`].

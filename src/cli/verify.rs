@@ -3,8 +3,10 @@
 //!
 //! The stage is `--expect resource|accept|reject`, or, without it, follows the
 //! number of signatures (1: resource-signed; 2: decided, either decision).
-//! On success prints a JSON summary on stdout; on failure one line on stderr
-//! naming the rule. Rule 5 (the nonce has not been decided before) needs a
+//! On success prints a JSON summary on stdout, with which key signed each
+//! signature (`signed_by`: `kid`, and the `state` its publisher gave it);
+//! on failure one line on stderr naming the rule. The TRUST file's keys may
+//! be inline, in a `jwks_file` or at a `jwks_uri` ([`super::read_trust`]). Rule 5 (the nonce has not been decided before) needs a
 //! nonce store and is not checked here; the summary says so.
 
 use super::{now_or_current, parse_now, read_input, read_trust, write_out, CliError};
@@ -72,6 +74,11 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             let f = v.fields();
             summary.insert("stage".into(), json!("resource"));
             summary.insert("kids".into(), json!({ "resource": v.resource_kid() }));
+            let resource = trust.resource_key(&v.fields().resource_uri, v.resource_kid());
+            summary.insert(
+                "signed_by".into(),
+                json!({ "resource": signer(v.resource_kid(), resource) }),
+            );
             common(&mut summary, &cheq.operation, &cheq.operation_name, f);
         }
         other => {
@@ -88,6 +95,20 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             summary.insert(
                 "kids".into(),
                 json!({ "resource": v.resource_kid(), "confirmation": v.confirmation_kid() }),
+            );
+            let f = v.fields();
+            summary.insert(
+                "signed_by".into(),
+                json!({
+                    "resource": signer(
+                        v.resource_kid(),
+                        trust.resource_key(&f.resource_uri, v.resource_kid()),
+                    ),
+                    "confirmation": signer(
+                        v.confirmation_kid(),
+                        trust.confirmation_key(&f.confirmation_uri, v.confirmation_kid()),
+                    ),
+                }),
             );
             common(
                 &mut summary,
@@ -140,6 +161,15 @@ fn common(
         "expires".into(),
         json!(f.expires.to_rfc3339_opts(SecondsFormat::Secs, true)),
     );
+}
+
+/// Which key signed: its id, and the state its publisher gave it
+/// (`active`, `new`, `retiring`; `null` when the trusted keys do not say).
+fn signer(kid: &str, key: Option<crate::sign::PublicKey>) -> Value {
+    json!({
+        "kid": kid,
+        "state": key.and_then(|k| k.state()).map(|s| s.as_str()),
+    })
 }
 
 /// An epoch-seconds claim as RFC 3339 (or the bare number if out of range).

@@ -62,6 +62,13 @@ impl Registry {
         Registry { entries }
     }
 
+    /// Each registered resource server's origin, in order.
+    pub fn origins(&self) -> impl Iterator<Item = String> + '_ {
+        self.entries
+            .iter()
+            .map(|r| r.origin.origin().ascii_serialization())
+    }
+
     /// The index of the resource server `resource_uri` belongs to.
     pub fn find(&self, resource_uri: &str) -> Result<usize, RegistryError> {
         let unsafe_path = |reason| RegistryError::UnsafePath {

@@ -8,8 +8,9 @@ use super::flow::{Cs, Deps};
 use super::registry::Registry;
 use super::web::{configure, security_headers, CsState};
 use crate::httpkit::{spawn_periodic, COLLECT_EVERY};
-use crate::keyfile::{load_or_create_key, load_or_create_secret, KeyFileError};
-use crate::sign::TrustStore;
+use crate::keyfile::{load_or_create_secret, KeyFileError};
+use crate::keyring::{KeyRing, KeyRingError};
+use crate::peerkeys::PeerKeys;
 use crate::store::Backend;
 use crate::time::{Clock, SystemClock};
 use actix_web::{web, App, HttpServer};
@@ -22,6 +23,8 @@ pub enum ServerError {
     Config(#[from] ConfigError),
     #[error("key file {0}")]
     KeyFile(#[from] KeyFileError),
+    #[error("signing keys: {0}")]
+    Keys(#[from] KeyRingError),
     #[error("resource_servers[{index}] keys: {message}")]
     Jwks { index: usize, message: String },
     #[error("data_dir {path}: {message}")]
@@ -46,22 +49,23 @@ pub async fn build_state(
     // a data directory that is not open to others.
     crate::keyfile::private_umask();
     crate::keyfile::ensure_private_dir(&config.data_dir)?;
-    let key = load_or_create_key(&config.signing_key, config.key_id.as_deref(), "cs")?;
-    let mut trust = TrustStore::new();
+    let keys = KeyRing::open(
+        &config.signing_key,
+        config.key_id.as_deref(),
+        "cs",
+        clock.clone(),
+    )?;
+    keys.signer()?;
+    let mut peers = Vec::new();
     let mut clients = Vec::new();
     for (i, rs) in config.resource_servers.iter().enumerate() {
-        let jwks = crate::httpkit::load_jwks(rs.jwks.as_deref(), rs.jwks_uri.as_deref())
-            .await
+        let peer = PeerKeys::new(rs.jwks.as_deref(), rs.jwks_uri.as_deref(), clock.clone())
             .map_err(|e| ServerError::Jwks {
                 index: i,
                 message: e.to_string(),
             })?;
-        trust
-            .add_resource_server(&rs.origin, jwks)
-            .map_err(|e| ServerError::Jwks {
-                index: i,
-                message: e.to_string(),
-            })?;
+        peer.prefetch();
+        peers.push(peer);
         clients.push(
             RsClient::new(&rs.token_url, &rs.client_id, &rs.client_secret)
                 .map_err(|message| ServerError::Jwks { index: i, message })?,
@@ -85,8 +89,8 @@ pub async fn build_state(
     let clock_for_providers = clock.clone();
     let cs = Arc::new(Cs::new(Deps {
         public_url: config.public_url.clone(),
-        key,
-        trust,
+        keys,
+        peers,
         registry,
         clients,
         store: store.clone(),
@@ -95,7 +99,8 @@ pub async fn build_state(
         max_auth_age: (0..config.resource_servers.len())
             .map(|i| config.max_auth_age(i))
             .collect(),
-    }));
+    })
+    .map_err(|e| ServerError::Other(e.to_string()))?);
     let providers = super::oidc::Providers::new(
         &config.identity_providers,
         &config.origin(),

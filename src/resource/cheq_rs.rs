@@ -58,9 +58,9 @@
 use super::error::CheqRsError;
 use crate::cheq::{Cheq, Decision, DecisionAnswer, UriPack};
 use crate::sign::verify::CLOCK_SKEW_SECS;
-use crate::sign::{
-    b64, verify_decision, Context, Jwks, SigningKey, TrustStore, VerifiedDecision, VerifyError,
-};
+use crate::keyring::KeyRing;
+use crate::peerkeys::PeerKeys;
+use crate::sign::{b64, verify_decision, Context, TrustStore, VerifiedDecision, VerifyError};
 use crate::store::rs::{CheqRecord, CheqRecords, CheqState, RsStore, Transition};
 use crate::store::{NonceEntry, NonceStore, RecordOutcome, StoreError};
 use crate::time::Clock;
@@ -181,7 +181,8 @@ fn nonce_decision(nonce: &str, entry: &NonceEntry) -> Result<Decision, StoreErro
 pub struct CheqRs {
     records: Arc<dyn CheqRecords>,
     nonces: Arc<dyn NonceStore>,
-    key: SigningKey,
+    keys: Arc<KeyRing>,
+    cs_keys: PeerKeys,
     trust: TrustStore,
     base_url: String,
     confirmation_uri: String,
@@ -198,7 +199,7 @@ impl std::fmt::Debug for CheqRs {
         f.debug_struct("CheqRs")
             .field("base_url", &self.base_url)
             .field("confirmation_uri", &self.confirmation_uri)
-            .field("key", &self.key)
+            .field("keys", &self.keys)
             .finish_non_exhaustive()
     }
 }
@@ -216,29 +217,37 @@ fn digest_b64(body: &[u8]) -> String {
 impl CheqRs {
     /// The RS side of CHEQ on `store` (its `records` and `nonces`).
     ///
-    /// `base_url` is the RS origin (`https://api.example`); `trust` must trust
-    /// the confirmation server's keys (the RS's own key is added here);
+    /// `base_url` is the RS origin (`https://api.example`); `keys` is its
+    /// own key set (the active key signs; its published keys are trusted for
+    /// its own CHEQs, §9); `cs_keys` are the confirmation server's keys;
     /// `confirmation_uri` goes into every URI pack and payload.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: &RsStore,
-        key: SigningKey,
-        trust: TrustStore,
+        keys: Arc<KeyRing>,
+        cs_keys: PeerKeys,
         base_url: &str,
         confirmation_uri: &str,
         clock: Arc<dyn Clock>,
         operation: Arc<dyn Operation>,
     ) -> Result<Self, CheqRsError> {
         let base_url = base_url.trim_end_matches('/').to_owned();
-        let mut trust = trust;
-        let own =
-            Jwks::new(vec![key.public_key()]).map_err(|e| CheqRsError::Mint(e.to_string()))?;
+        let mut trust = TrustStore::new();
         trust
-            .add_resource_server(&base_url, own)
+            .add(true, &base_url, keys.clone())
+            .map_err(|e| CheqRsError::Mint(e.to_string()))?;
+        trust
+            .add(
+                false,
+                &crate::cheq::uri::origin_of(confirmation_uri),
+                cs_keys.source(),
+            )
             .map_err(|e| CheqRsError::Mint(e.to_string()))?;
         Ok(CheqRs {
             records: store.records.clone(),
             nonces: store.nonces.clone(),
-            key,
+            keys,
+            cs_keys,
             trust,
             base_url,
             confirmation_uri: confirmation_uri.to_owned(),
@@ -248,9 +257,21 @@ impl CheqRs {
         })
     }
 
-    /// The RS public keys (`/.well-known/jwks.json`, §9).
+    /// The RS public keys (`/.well-known/jwks.json`, §9): active, new and
+    /// retiring, each with its state.
     pub fn jwks(&self) -> Value {
-        json!({"keys": [self.key.public_jwk()]})
+        self.keys.published().to_json()
+    }
+
+    /// The RS's own key set.
+    pub fn keys(&self) -> &Arc<KeyRing> {
+        &self.keys
+    }
+
+    /// The confirmation server's keys, for the front end to refresh before
+    /// a decision is verified (fetching is I/O, verification is not).
+    pub fn cs_keys(&self) -> &PeerKeys {
+        &self.cs_keys
     }
 
     /// The RS origin.
@@ -307,7 +328,11 @@ impl CheqRs {
         let payload =
             serde_json::to_vec_pretty(&payload).map_err(|e| CheqRsError::Mint(e.to_string()))?;
         Cheq::parse(&payload).map_err(|e| CheqRsError::Mint(e.to_string()))?;
-        let document = crate::sign::sign_resource(&payload, &self.key)?;
+        let key = self
+            .keys
+            .signer()
+            .map_err(|e| CheqRsError::Keys(e.to_string()))?;
+        let document = crate::sign::sign_resource(&payload, &key)?;
         let pack = UriPack::new(&self.confirmation_uri, &resource_uri, &result_uri)
             .map_err(|e| CheqRsError::Mint(e.to_string()))?;
         let record = CheqRecord {

@@ -4,7 +4,8 @@
 //! RFC 6749 §5.2, RFC 6750 §3).
 
 use super::config::ConfigError;
-use crate::httpkit::{JsonError, JwksError};
+use crate::httpkit::JsonError;
+use crate::peerkeys::JwksError;
 use crate::sign::{KeyError, SignError, TrustError, VerifyError};
 use crate::store::StoreError;
 use actix_web::http::StatusCode;
@@ -34,6 +35,8 @@ pub enum CheqRsError {
     Mint(String),
     #[error("cannot sign the CHEQ: {0}")]
     Sign(#[from] SignError),
+    #[error("no key to sign with: {0}")]
+    Keys(String),
     #[error("{0}")]
     Store(#[from] StoreError),
     #[error("the operation failed: {0}")]
@@ -107,6 +110,8 @@ pub enum RsError {
     Trust(#[from] TrustError),
     #[error("cannot read the confirmation server's keys: {0}")]
     CsJwks(#[from] JwksError),
+    #[error("signing keys: {0}")]
+    Keys(#[from] crate::keyring::KeyRingError),
     #[error("data store: {0}")]
     Store(#[from] StoreError),
     #[error("{0}")]
@@ -127,6 +132,10 @@ impl From<CheqRsError> for JsonError {
                 log::warn!("resource server: {e}");
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
             }
+            Keys(_) => {
+                log::error!("resource server: {e}");
+                (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+            }
             Mint(_) | Sign(_) | Store(_) => {
                 log::error!("resource server: {e}");
                 (StatusCode::INTERNAL_SERVER_ERROR, "server_error")
@@ -140,6 +149,7 @@ impl From<CheqRsError> for JsonError {
                 "the resource server cannot reach its database; try again in a moment".to_owned()
             }
             Store(_) => "internal storage error".to_owned(),
+            Keys(_) => "the resource server has no signing key in service".to_owned(),
             _ => e.to_string(),
         };
         let mut err = JsonError::new(status, code, description);

@@ -19,7 +19,9 @@ use super::oauth::{TokenRequest, TokenService};
 use super::tools::{self, DemoTools, Policy, Tool};
 use crate::cheq::Decision;
 use crate::httpkit::{self, authorization, json_resource};
-use crate::sign::{SigningKey, TrustStore};
+use crate::keyring::KeyRing;
+use crate::peerkeys::PeerKeys;
+use crate::sign::VerifyError;
 use crate::store::rs::RsStore;
 use crate::time::{Clock, SystemClock};
 use actix_web::http::{header, StatusCode};
@@ -27,7 +29,6 @@ use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use chrono::Duration;
 use serde_json::{json, Value};
 use sha2::Digest;
-use std::path::Path;
 use std::sync::Arc;
 
 /// Everything the handlers share.
@@ -55,24 +56,6 @@ impl RsState {
     }
 }
 
-/// Reads the RS signing key, or generates it (mode 0600, never overwriting).
-pub fn load_or_create_key(path: &Path, kid: Option<&str>) -> Result<SigningKey, RsError> {
-    crate::keyfile::load_or_create_key(path, kid, "rs").map_err(|e| match e {
-        crate::keyfile::KeyFileError::Io { source, .. } => RsError::Io {
-            what: format!("signing key {}", path.display()),
-            source,
-        },
-        crate::keyfile::KeyFileError::Key { source, .. } => RsError::Key {
-            what: format!("signing key {}", path.display()),
-            source,
-        },
-        e @ crate::keyfile::KeyFileError::OpenToOthers { .. } => RsError::Io {
-            what: format!("signing key {}", path.display()),
-            source: std::io::Error::other(e.to_string()),
-        },
-    })
-}
-
 /// Opens the data directory, keys and trust, and builds the app state.
 pub async fn build_state(
     config: &RsConfig,
@@ -86,12 +69,20 @@ pub async fn build_state(
         what: "data_dir".into(),
         source: std::io::Error::other(e.to_string()),
     })?;
-    let key = load_or_create_key(&config.signing_key, config.key_id.as_deref())?;
+    let keys = KeyRing::open(
+        &config.signing_key,
+        config.key_id.as_deref(),
+        "rs",
+        clock.clone(),
+    )?;
+    keys.signer()?;
     let cs = &config.confirmation_server;
-    let jwks = httpkit::load_jwks(cs.jwks_file.as_deref(), cs.jwks_uri.as_deref()).await?;
-    let mut trust = TrustStore::new();
-    // `validate` checked that the confirmation URI parses.
-    trust.add_confirmation_server(&httpkit::origin_of(&cs.uri), jwks)?;
+    let cs_keys = PeerKeys::new(
+        cs.jwks_file.as_deref(),
+        cs.jwks_uri.as_deref(),
+        clock.clone(),
+    )?;
+    cs_keys.prefetch();
     // The one place the RS names its storage backends.
     let (store, backend) = open_store(config)?;
     // Shared by every instance on this data directory.
@@ -105,8 +96,8 @@ pub async fn build_state(
         Arc::new(DemoTools::new(store.executions.clone()).counting(metrics.executed.clone()));
     let cheq = CheqRs::new(
         &store,
-        key,
-        trust,
+        keys,
+        cs_keys,
         &config.base_url(),
         &config.confirmation_server.uri,
         clock.clone(),
@@ -416,10 +407,33 @@ async fn post_decision(
 ) -> Result<HttpResponse, ApiError> {
     state.tokens.check(authorization(&req), ClientRole::Cs)?;
     let decision = decision_from_query(req.query_string())?;
-    let body = read_body(body).await?;
-    let cheq = state.cheq.clone();
-    let id = id.into_inner();
-    let answer = blocking(move || cheq.decide(&id, decision, &body)).await;
+    let body = Arc::new(read_body(body).await?);
+    let id = Arc::new(id.into_inner());
+    let decide = || {
+        let (cheq, id, body) = (state.cheq.clone(), id.clone(), body.clone());
+        web::block(move || cheq.decide(&id, decision, &body))
+    };
+    // The CS's keys as its cache headers allow; a key id this RS has not
+    // seen may fetch them again (at most once a minute, §9).
+    state.cheq.cs_keys().ensure_fresh().await;
+    let mut answer = decide().await;
+    if let Ok(Err(CheqRsError::Invalid {
+        error: VerifyError::UntrustedConfirmationKey { kid, .. },
+        ..
+    })) = &answer
+    {
+        if state.cheq.cs_keys().refetch_for(kid).await {
+            answer = decide().await;
+        }
+    }
+    let answer = match answer {
+        Ok(r) => r.map_err(ApiError::from),
+        Err(_) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "the worker failed",
+        )),
+    };
     match &answer {
         Ok(_) => state
             .metrics
@@ -472,7 +486,9 @@ mod tests {
     fn signing_key_is_created_0600_and_never_overwritten() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("keys/rs.jwk");
-        let key = load_or_create_key(&path, Some("rs-test")).unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let open = |kid| KeyRing::open(&path, kid, "rs", clock.clone());
+        let key = open(Some("rs-test")).unwrap().signer().unwrap();
         assert_eq!(key.kid(), "rs-test");
         #[cfg(unix)]
         {
@@ -481,12 +497,14 @@ mod tests {
             assert_eq!(mode & 0o777, 0o600);
         }
         let before = std::fs::read(&path).unwrap();
-        let again = load_or_create_key(&path, Some("other")).unwrap();
+        let again = open(Some("other")).unwrap().signer().unwrap();
         assert_eq!(again.kid(), "rs-test");
         assert_eq!(std::fs::read(&path).unwrap(), before);
+        // A damaged key file is refused, not replaced.
         std::fs::write(&path, b"{}").unwrap();
-        let err = load_or_create_key(&path, None).unwrap_err();
-        assert!(err.to_string().contains("signing key"), "{err}");
+        let err = open(None).unwrap().signer().unwrap_err();
+        assert!(err.to_string().contains("rs.jwk"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"{}");
     }
 
     #[test]

@@ -168,6 +168,7 @@ impl SigningKey {
         PublicKey {
             kid: self.kid.clone(),
             inner: PublicInner::Ed25519(self.key.verifying_key()),
+            state: None,
         }
     }
 
@@ -190,11 +191,64 @@ enum PublicInner {
     Es256(Box<josekit::jws::alg::ecdsa::EcdsaJwsVerifier>),
 }
 
+/// Where a key is in its life (§9). A key set publishes `New`, `Active` and
+/// `Retiring` keys; only the `Active` one signs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeyState {
+    /// Published, not yet signing: peers learn it before it signs.
+    New,
+    /// The one key that signs.
+    Active,
+    /// No longer signing; published until every CHEQ it may have signed has
+    /// expired.
+    Retiring,
+    /// No longer signing and no longer published: it may be removed.
+    Retired,
+}
+
+impl KeyState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyState::New => "new",
+            KeyState::Active => "active",
+            KeyState::Retiring => "retiring",
+            KeyState::Retired => "retired",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "new" => KeyState::New,
+            "active" => KeyState::Active,
+            "retiring" => KeyState::Retiring,
+            "retired" => KeyState::Retired,
+            _ => return None,
+        })
+    }
+
+    /// Whether a key in this state is published (and so trusted by peers).
+    pub fn is_published(self) -> bool {
+        !matches!(self, KeyState::Retired)
+    }
+}
+
+impl fmt::Display for KeyState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The JWK member that carries a published key's state (RFC 7517 §4: other
+/// implementations ignore members they do not understand).
+pub const STATE_MEMBER: &str = "cheq_key_state";
+
 /// A public key with its key id, ready to verify.
 #[derive(Clone)]
 pub struct PublicKey {
     kid: String,
     inner: PublicInner,
+    /// The state its publisher gave it (`cheq_key_state`), if any.
+    state: Option<KeyState>,
 }
 
 impl fmt::Debug for PublicKey {
@@ -252,11 +306,26 @@ impl PublicKey {
         Ok(PublicKey {
             kid: kid.to_owned(),
             inner,
+            state: map
+                .get(STATE_MEMBER)
+                .and_then(Value::as_str)
+                .and_then(KeyState::parse),
         })
     }
 
     pub fn kid(&self) -> &str {
         &self.kid
+    }
+
+    /// The state its publisher gave it, if it said.
+    pub fn state(&self) -> Option<KeyState> {
+        self.state
+    }
+
+    /// The same key, published in `state`.
+    pub fn with_state(mut self, state: KeyState) -> Self {
+        self.state = Some(state);
+        self
     }
 
     pub fn algorithm(&self) -> Algorithm {
@@ -284,10 +353,16 @@ impl PublicKey {
     /// The public JWK (Ed25519 keys only; ES256 keys are echoed as read).
     pub fn to_jwk(&self) -> Option<Value> {
         match &self.inner {
-            PublicInner::Ed25519(key) => Some(json!({
-                "kty": "OKP", "crv": "Ed25519", "kid": self.kid, "alg": "EdDSA", "use": "sig",
-                "x": b64::encode(key.to_bytes()),
-            })),
+            PublicInner::Ed25519(key) => {
+                let mut jwk = json!({
+                    "kty": "OKP", "crv": "Ed25519", "kid": self.kid, "alg": "EdDSA", "use": "sig",
+                    "x": b64::encode(key.to_bytes()),
+                });
+                if let (Some(state), Some(map)) = (self.state, jwk.as_object_mut()) {
+                    map.insert(STATE_MEMBER.into(), state.as_str().into());
+                }
+                Some(jwk)
+            }
             PublicInner::Es256(_) => None,
         }
     }

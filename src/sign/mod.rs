@@ -18,12 +18,12 @@ pub mod trust;
 pub mod verify;
 
 pub use header::{Channel, ConfirmationClaims, Decision, Role};
-pub use keys::{Algorithm, Jwks, KeyError, PublicKey, SigningKey};
+pub use keys::{Algorithm, Jwks, KeyError, KeyState, PublicKey, SigningKey};
 pub use secret::same_secret;
 pub use signer::{
     assemble, countersign, sign_entry, sign_resource, CountersignError, DecisionInput, SignError,
 };
-pub use trust::{TrustError, TrustStore};
+pub use trust::{KeySource, TrustError, TrustStore};
 pub use verify::{
     verify_decision, verify_resource, Context, VerifiedCheq, VerifiedDecision, VerifyError,
 };

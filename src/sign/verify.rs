@@ -256,7 +256,7 @@ pub fn verify_resource(
             kid: header.kid.clone(),
             resource_uri: fields.resource_uri.clone(),
         })?;
-    check_signature(0, &header, key, resource, &raw.payload_b64)?;
+    check_signature(0, &header, &key, resource, &raw.payload_b64)?;
     check_not_expired(&fields, ctx)?;
     check_not_dated_in_future(&fields, ctx)?;
     Ok(VerifiedCheq {
@@ -299,8 +299,8 @@ pub fn verify_decision(
             kid: cs_header.kid.clone(),
             confirmation_uri: fields.confirmation_uri.clone(),
         })?;
-    check_signature(0, &rs_header, rs_key, rs, &raw.payload_b64)?;
-    check_signature(1, &cs_header, cs_key, cs, &raw.payload_b64)?;
+    check_signature(0, &rs_header, &rs_key, rs, &raw.payload_b64)?;
+    check_signature(1, &cs_header, &cs_key, cs, &raw.payload_b64)?;
     check_rs_sig(&claims, rs)?;
     check_decision(&claims, expected)?;
     check_collected(&claims, &cheq)?;

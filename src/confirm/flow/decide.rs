@@ -182,9 +182,13 @@ impl Cs {
             return Ok(earlier(record, who)?);
         }
         let now = self.clock.now();
+        let signer = self
+            .keys
+            .signer()
+            .map_err(|e| CsError::Internal(format!("signing key: {e}")))?;
         let document = countersign(
             verified,
-            &self.key,
+            &signer,
             DecisionInput {
                 decision: request.decision,
                 sub: &who.sub,

@@ -29,7 +29,9 @@ use super::fetch::{FetchError, RsClient};
 use super::registry::Registry;
 use super::seal::{redact, Sealer};
 use super::view::{origin_of, CheqView};
-use crate::sign::{verify_resource, Context, SigningKey, TrustStore, VerifiedCheq, VerifyError};
+use crate::keyring::KeyRing;
+use crate::peerkeys::PeerKeys;
+use crate::sign::{verify_resource, Context, TrustStore, VerifiedCheq, VerifyError};
 use crate::store::cs::{ConfirmationEntry, CsStore, DecisionRecord, DecisionRecords, Identity};
 use crate::time::Clock;
 use indexmap::IndexMap;
@@ -71,8 +73,10 @@ impl Open {
 /// What the CS is made of.
 pub struct Deps {
     pub public_url: String,
-    pub key: SigningKey,
-    pub trust: TrustStore,
+    /// The CS's own key set (§9).
+    pub keys: Arc<KeyRing>,
+    /// Each registered RS's keys, in the registry's order.
+    pub peers: Vec<PeerKeys>,
     pub registry: Registry,
     /// One client per registered RS, in the registry's order.
     pub clients: Vec<RsClient>,
@@ -88,7 +92,8 @@ pub struct Deps {
 pub struct Cs {
     public_url: String,
     cs_origin: String,
-    key: SigningKey,
+    keys: Arc<KeyRing>,
+    peers: Vec<PeerKeys>,
     trust: TrustStore,
     registry: Registry,
     clients: Vec<RsClient>,
@@ -120,12 +125,20 @@ fn stripe(key: &str) -> usize {
 }
 
 impl Cs {
-    pub fn new(deps: Deps) -> Self {
-        Cs {
+    /// The CS of `deps`; fails when a registered origin is not an origin.
+    pub fn new(deps: Deps) -> Result<Self, CsError> {
+        let mut trust = TrustStore::new();
+        for (origin, peer) in deps.registry.origins().zip(&deps.peers) {
+            trust
+                .add(true, &origin, peer.source())
+                .map_err(|e| CsError::Internal(e.to_string()))?;
+        }
+        Ok(Cs {
             cs_origin: origin_of(&deps.public_url),
             public_url: deps.public_url,
-            key: deps.key,
-            trust: deps.trust,
+            keys: deps.keys,
+            peers: deps.peers,
+            trust,
             registry: deps.registry,
             clients: deps.clients,
             store: deps.store,
@@ -139,7 +152,7 @@ impl Cs {
                 .collect(),
             wake: tokio::sync::Notify::new(),
             metrics: crate::metrics::CsMetrics::new(),
-        }
+        })
     }
 
     /// What this instance counted, with the outbox read from the store
@@ -184,9 +197,15 @@ impl Cs {
         &*self.store.records
     }
 
-    /// The CS public keys (§9).
+    /// The CS public keys (§9): active, new and retiring, each with its
+    /// state.
     pub fn jwks(&self) -> serde_json::Value {
-        serde_json::json!({"keys": [self.key.public_jwk()]})
+        self.keys.published().to_json()
+    }
+
+    /// The CS's own key set.
+    pub fn keys(&self) -> &Arc<KeyRing> {
+        &self.keys
     }
 
     /// §2: refuses a resource URI that is not under a registered RS.
@@ -268,14 +287,31 @@ impl Cs {
         })
     }
 
-    /// §5: every rule that applies before anything is shown as trustworthy.
-    fn verify(&self, resource_uri: &str, document: &[u8]) -> Result<VerifiedCheq, CsError> {
+    /// §5: every rule that applies before anything is shown as trustworthy,
+    /// with the RS's keys as fresh as its cache headers allow; a key id not
+    /// seen before may fetch them again (at most once a minute, §9).
+    async fn verify(&self, resource_uri: &str, document: &[u8]) -> Result<VerifiedCheq, CsError> {
+        let peer = self.peers.get(self.check_registered(resource_uri)?);
+        if let Some(peer) = peer {
+            peer.ensure_fresh().await;
+        }
         let ctx = Context {
             now: self.clock.now(),
             resource_uri: Some(resource_uri),
             confirmation_uri: Some(&self.public_url),
         };
-        verify_resource(document, &self.trust, &ctx)
+        let mut verified = verify_resource(document, &self.trust, &ctx);
+        if let (Err(VerifyError::UntrustedResourceKey { kid, .. }), Some(peer)) = (&verified, peer)
+        {
+            if peer.refetch_for(kid).await {
+                let ctx = Context {
+                    now: self.clock.now(),
+                    ..ctx
+                };
+                verified = verify_resource(document, &self.trust, &ctx);
+            }
+        }
+        verified
             .inspect_err(|e| {
                 self.metrics
                     .refusals
@@ -329,7 +365,7 @@ impl Cs {
         }
         self.check_fresh(&entry.resource_uri, who)?;
         let document = self.fetch(&entry).await?;
-        let verified = self.verify(&entry.resource_uri, &document)?;
+        let verified = self.verify(&entry.resource_uri, &document).await?;
         let fields = verified.fields();
         if !who.is(&fields.subject) {
             return Err(CsError::WrongUser {
@@ -379,7 +415,7 @@ impl Cs {
             Some(d) => d.as_bytes().to_vec(),
             None => self.fetch(entry).await?,
         };
-        let verified = self.verify(&entry.resource_uri, &document)?;
+        let verified = self.verify(&entry.resource_uri, &document).await?;
         let open = Arc::new(Open {
             id: id.to_owned(),
             view: CheqView::of(&verified, &self.cs_origin),

@@ -1,0 +1,391 @@
+//! A peer's public keys fetched by `jwks_uri` (PROTOCOL.md §9): the CS
+//! trusting a resource server, the RS trusting its confirmation server, and
+//! `cheq verify` reading a trust file.
+//!
+//! - A fetch is bounded: `https` only (`http` for loopback hosts), 3 s to
+//!   connect, 10 s in all, at most [`MAX_JWKS_BYTES`], no redirect followed.
+//! - A fetched set is kept as long as its HTTP cache headers say
+//!   (`Cache-Control: max-age` less `Age`, else `Expires`, else
+//!   [`DEFAULT_TTL_SECS`]), bounded to [`MIN_TTL_SECS`]..[`MAX_TTL_SECS`];
+//!   [`FetchedJwks::ensure_fresh`] fetches it again once that has passed, so
+//!   a key the peer removed stops being trusted then. When that fetch fails
+//!   the set read before is kept (and the failure logged): a peer that is
+//!   down does not stop every confirmation.
+//! - A document that names a key id the set lacks may fetch it again
+//!   ([`FetchedJwks::refetch_for`]), so a peer's new key is picked up without
+//!   a restart — but at most once per [`REFETCH_EVERY_SECS`] per origin, so
+//!   that no one can make the server fetch in a loop. (Until a first fetch
+//!   has succeeded, a failed one may be tried again after
+//!   [`RETRY_EMPTY_SECS`].)
+//!
+//! Times come from the server's [`Clock`], so tests move them at will.
+
+use crate::sign::{Jwks, KeySource, PublicKey};
+use crate::time::Clock;
+use chrono::{DateTime, Duration, Utc};
+use std::sync::{Arc, RwLock};
+
+/// Largest JWKS read from a file or a peer.
+pub const MAX_JWKS_BYTES: usize = 64 * 1024;
+/// Kept this long when the peer's answer says nothing of caching.
+pub const DEFAULT_TTL_SECS: i64 = 300;
+/// Kept at least this long, whatever the headers say.
+pub const MIN_TTL_SECS: i64 = 60;
+/// Kept at most this long, whatever the headers say.
+pub const MAX_TTL_SECS: i64 = 3600;
+/// At most one fetch per origin in this many seconds.
+pub const REFETCH_EVERY_SECS: i64 = 60;
+/// While no fetch has ever succeeded, a failed one is retried after this.
+pub const RETRY_EMPTY_SECS: i64 = 5;
+
+/// Why a JWKS could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{where_}: {message}")]
+pub struct JwksError {
+    pub where_: String,
+    pub message: String,
+}
+
+/// How long an answer may be kept, from its headers.
+pub fn ttl_from_headers(headers: &reqwest::header::HeaderMap, now: DateTime<Utc>) -> i64 {
+    let text = |name: reqwest::header::HeaderName| {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let cache_control = text(reqwest::header::CACHE_CONTROL).to_ascii_lowercase();
+    let mut ttl = None;
+    for directive in cache_control.split(',').map(str::trim) {
+        let (name, value) = directive.split_once('=').unwrap_or((directive, ""));
+        match name.trim() {
+            "no-store" | "no-cache" => ttl = Some(0),
+            "max-age" if ttl != Some(0) => {
+                ttl = value.trim().trim_matches('"').parse::<i64>().ok().or(ttl);
+            }
+            _ => {}
+        }
+    }
+    let ttl = match ttl {
+        Some(t) => {
+            let age = text(reqwest::header::AGE).trim().parse::<i64>().unwrap_or(0);
+            t.saturating_sub(age.max(0))
+        }
+        None => match DateTime::parse_from_rfc2822(text(reqwest::header::EXPIRES).trim()) {
+            Ok(expires) => (expires.with_timezone(&Utc) - now).num_seconds(),
+            Err(_) => DEFAULT_TTL_SECS,
+        },
+    };
+    ttl.clamp(MIN_TTL_SECS, MAX_TTL_SECS)
+}
+
+/// An HTTP client for JWKS fetches: bounded in time, no redirects.
+pub fn client() -> Result<reqwest::Client, JwksError> {
+    reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(3))
+        .timeout(std::time::Duration::from_secs(10))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| JwksError {
+            where_: "JWKS client".into(),
+            message: e.to_string(),
+        })
+}
+
+/// Fetches the JWKS at `uri` once: the set and how long it may be kept.
+pub async fn fetch(
+    client: &reqwest::Client,
+    uri: &str,
+    now: DateTime<Utc>,
+) -> Result<(Jwks, i64), JwksError> {
+    let err = |message: String| JwksError {
+        where_: uri.to_owned(),
+        message,
+    };
+    let url = crate::cheq::uri::parse_cheq_uri(uri).map_err(|e| err(e.to_string()))?;
+    let mut res = client
+        .get(url)
+        .header(reqwest::header::ACCEPT, "application/json")
+        .send()
+        .await
+        .map_err(|e| err(e.without_url().to_string()))?;
+    if !res.status().is_success() {
+        return Err(err(format!("HTTP {}", res.status().as_u16())));
+    }
+    if res
+        .content_length()
+        .is_some_and(|n| n > MAX_JWKS_BYTES as u64)
+    {
+        return Err(err(format!("larger than {MAX_JWKS_BYTES} bytes")));
+    }
+    let ttl = ttl_from_headers(res.headers(), now);
+    let mut body = Vec::new();
+    while let Some(chunk) = res
+        .chunk()
+        .await
+        .map_err(|e| err(e.without_url().to_string()))?
+    {
+        if body.len() + chunk.len() > MAX_JWKS_BYTES {
+            return Err(err(format!("larger than {MAX_JWKS_BYTES} bytes")));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let jwks = Jwks::from_bytes(&body).map_err(|e| err(e.to_string()))?;
+    Ok((jwks, ttl))
+}
+
+/// Reads a JWKS file (bounded in size).
+pub fn read_file(path: &std::path::Path) -> Result<Jwks, JwksError> {
+    let err = |message: String| JwksError {
+        where_: path.display().to_string(),
+        message,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| err(e.to_string()))?;
+    if meta.len() > MAX_JWKS_BYTES as u64 {
+        return Err(err(format!("larger than {MAX_JWKS_BYTES} bytes")));
+    }
+    let bytes = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+    if bytes.len() > MAX_JWKS_BYTES {
+        return Err(err(format!("larger than {MAX_JWKS_BYTES} bytes")));
+    }
+    Jwks::from_bytes(&bytes).map_err(|e| err(e.to_string()))
+}
+
+#[derive(Debug, Default)]
+struct Cached {
+    keys: Arc<Jwks>,
+    /// Fetched successfully at least once.
+    have: bool,
+    /// Kept until then.
+    fresh_until: Option<DateTime<Utc>>,
+    /// The last fetch started then (successful or not).
+    last_attempt: Option<DateTime<Utc>>,
+}
+
+/// One peer's key set, fetched by `jwks_uri` and kept per its cache headers.
+pub struct FetchedJwks {
+    uri: String,
+    client: reqwest::Client,
+    clock: Arc<dyn Clock>,
+    cached: RwLock<Cached>,
+    /// One fetch at a time; the others wait for it and read its result.
+    fetching: tokio::sync::Mutex<()>,
+    fetches: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for FetchedJwks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FetchedJwks")
+            .field("uri", &self.uri)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FetchedJwks {
+    /// Nothing fetched yet: the first use fetches.
+    pub fn new(uri: &str, clock: Arc<dyn Clock>) -> Result<Arc<Self>, JwksError> {
+        crate::cheq::uri::parse_cheq_uri(uri).map_err(|e| JwksError {
+            where_: uri.to_owned(),
+            message: e.to_string(),
+        })?;
+        Ok(Arc::new(FetchedJwks {
+            uri: uri.to_owned(),
+            client: client()?,
+            clock,
+            cached: RwLock::new(Cached::default()),
+            fetching: tokio::sync::Mutex::new(()),
+            fetches: std::sync::atomic::AtomicU64::new(0),
+        }))
+    }
+
+    /// Where the set is published.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// How many fetches were started.
+    pub fn fetches(&self) -> u64 {
+        self.fetches.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Cached) -> T) -> T {
+        match self.cached.read() {
+            Ok(g) => f(&g),
+            Err(e) => f(&e.into_inner()),
+        }
+    }
+
+    fn may_fetch(&self, now: DateTime<Utc>) -> bool {
+        self.with(|c| {
+            let every = if c.have {
+                REFETCH_EVERY_SECS
+            } else {
+                RETRY_EMPTY_SECS
+            };
+            c.last_attempt
+                .is_none_or(|t| now >= t + Duration::seconds(every))
+        })
+    }
+
+    /// Fetches now if the rate limit allows; true when a fetch succeeded.
+    async fn fetch_if_allowed(&self, still_needed: impl Fn(&Cached) -> bool) -> bool {
+        let _one = self.fetching.lock().await;
+        // Another task may have fetched while this one waited.
+        if !self.with(&still_needed) {
+            return false;
+        }
+        let now = self.clock.now();
+        if !self.may_fetch(now) {
+            return false;
+        }
+        if let Ok(mut c) = self.cached.write() {
+            c.last_attempt = Some(now);
+        }
+        self.fetches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match fetch(&self.client, &self.uri, now).await {
+            Ok((keys, ttl)) => {
+                let now = self.clock.now();
+                if let Ok(mut c) = self.cached.write() {
+                    c.keys = Arc::new(keys);
+                    c.have = true;
+                    c.fresh_until = Some(now + Duration::seconds(ttl));
+                }
+                true
+            }
+            Err(e) => {
+                log::warn!("fetching trusted keys: {e}; keeping the keys read before");
+                false
+            }
+        }
+    }
+
+    /// Fetches the set again when what was read has expired (or nothing was).
+    pub async fn ensure_fresh(&self) {
+        let stale = |c: &Cached| {
+            c.fresh_until
+                .is_none_or(|until| self.clock.now() >= until)
+        };
+        if self.with(stale) {
+            self.fetch_if_allowed(stale).await;
+        }
+    }
+
+    /// A document names `kid`, which the set lacks: fetches the set again if
+    /// the rate limit allows. True when the set now has `kid`.
+    pub async fn refetch_for(&self, kid: &str) -> bool {
+        let lacks = |c: &Cached| c.keys.get(kid).is_none();
+        if self.with(lacks) {
+            self.fetch_if_allowed(lacks).await;
+        }
+        !self.with(lacks)
+    }
+}
+
+impl KeySource for FetchedJwks {
+    fn key(&self, kid: &str) -> Option<PublicKey> {
+        self.with(|c| c.keys.get(kid).cloned())
+    }
+}
+
+/// Where one peer's keys come from: a file read at start-up, or its
+/// published set.
+#[derive(Debug, Clone)]
+pub enum PeerKeys {
+    Fixed(Arc<Jwks>),
+    Fetched(Arc<FetchedJwks>),
+}
+
+impl PeerKeys {
+    /// From a file (`file`) or a `jwks_uri` (`uri`); nothing is fetched yet.
+    pub fn new(
+        file: Option<&std::path::Path>,
+        uri: Option<&str>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, JwksError> {
+        match (file, uri) {
+            (Some(file), _) => Ok(PeerKeys::Fixed(Arc::new(read_file(file)?))),
+            (None, Some(uri)) => Ok(PeerKeys::Fetched(FetchedJwks::new(uri, clock)?)),
+            (None, None) => Err(JwksError {
+                where_: "keys".into(),
+                message: "neither a file nor a jwks_uri".into(),
+            }),
+        }
+    }
+
+    /// The source to put in a trust store.
+    pub fn source(&self) -> Arc<dyn KeySource> {
+        match self {
+            PeerKeys::Fixed(j) => j.clone(),
+            PeerKeys::Fetched(f) => f.clone(),
+        }
+    }
+
+    /// See [`FetchedJwks::ensure_fresh`]; nothing for a file.
+    pub async fn ensure_fresh(&self) {
+        if let PeerKeys::Fetched(f) = self {
+            f.ensure_fresh().await;
+        }
+    }
+
+    /// See [`FetchedJwks::refetch_for`]; false for a file.
+    pub async fn refetch_for(&self, kid: &str) -> bool {
+        match self {
+            PeerKeys::Fixed(_) => false,
+            PeerKeys::Fetched(f) => f.refetch_for(kid).await,
+        }
+    }
+
+    /// Fetches in the background now, so that a wrong `jwks_uri` shows in
+    /// the log at start-up rather than at the first confirmation.
+    pub fn prefetch(&self) {
+        if let PeerKeys::Fetched(f) = self {
+            let f = f.clone();
+            tokio::spawn(async move { f.ensure_fresh().await });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::{HeaderMap, HeaderValue, AGE, CACHE_CONTROL, EXPIRES};
+
+    fn headers(pairs: &[(reqwest::header::HeaderName, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(k.clone(), HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn cache_headers_are_read_and_bounded() {
+        let now = DateTime::from_timestamp(Utc::now().timestamp(), 0).unwrap();
+        let ttl = |pairs: &[(reqwest::header::HeaderName, &str)]| {
+            ttl_from_headers(&headers(pairs), now)
+        };
+        assert_eq!(ttl(&[]), DEFAULT_TTL_SECS);
+        assert_eq!(ttl(&[(CACHE_CONTROL, "public, max-age=600")]), 600);
+        assert_eq!(ttl(&[(CACHE_CONTROL, "max-age=600"), (AGE, "100")]), 500);
+        assert_eq!(ttl(&[(CACHE_CONTROL, "max-age=5")]), MIN_TTL_SECS);
+        assert_eq!(ttl(&[(CACHE_CONTROL, "no-store, max-age=600")]), MIN_TTL_SECS);
+        assert_eq!(ttl(&[(CACHE_CONTROL, "max-age=99999999")]), MAX_TTL_SECS);
+        let in_20_min = (now + Duration::seconds(1200)).to_rfc2822();
+        assert_eq!(ttl(&[(EXPIRES, &in_20_min)]), 1200);
+        assert_eq!(ttl(&[(EXPIRES, "not a date")]), DEFAULT_TTL_SECS);
+        // max-age wins over Expires.
+        assert_eq!(ttl(&[(CACHE_CONTROL, "max-age=120"), (EXPIRES, &in_20_min)]), 120);
+    }
+
+    #[test]
+    fn only_https_or_loopback_is_fetched() {
+        let clock: Arc<dyn Clock> = Arc::new(crate::time::SystemClock);
+        assert!(FetchedJwks::new("http://keys.example/jwks.json", clock.clone()).is_err());
+        assert!(FetchedJwks::new("file:///etc/passwd", clock.clone()).is_err());
+        assert!(FetchedJwks::new("https://keys.example/jwks.json", clock.clone()).is_ok());
+        assert!(FetchedJwks::new("http://127.0.0.1:9/jwks.json", clock).is_ok());
+    }
+}
