@@ -72,6 +72,8 @@ pub struct CsMetrics {
     pub fetch_seconds: Histogram,
     /// CHEQs refused, by `rule` of §5 (`1` … `9`).
     pub refusals: IntCounterVec,
+    /// `GET /.well-known/jwks.json` answered (§9).
+    pub jwks_served: IntCounter,
 }
 
 impl Default for CsMetrics {
@@ -118,6 +120,11 @@ impl CsMetrics {
                 "Age of the oldest decision not yet delivered (0 when none).",
             ),
             fetch_seconds: register(&r, fetch),
+            jwks_served: int_counter(
+                &r,
+                "cheq_jwks_requests_total",
+                "Requests for /.well-known/jwks.json answered.",
+            ),
             refusals: counter_vec(
                 &r,
                 "cheq_cheq_refusals_total",
@@ -156,6 +163,8 @@ pub struct RsMetrics {
     pub decisions: IntCounterVec,
     /// Decision posts refused, by `reason` (the JSON error code).
     pub refusals: IntCounterVec,
+    /// `GET /.well-known/jwks.json` answered (§9).
+    pub jwks_served: IntCounter,
 }
 
 impl Default for RsMetrics {
@@ -184,6 +193,11 @@ impl RsMetrics {
                 "cheq_rs_decision_refusals_total",
                 "Decision documents refused, by error code.",
                 "reason",
+            ),
+            jwks_served: int_counter(
+                &r,
+                "cheq_jwks_requests_total",
+                "Requests for /.well-known/jwks.json answered.",
             ),
             registry: r,
         }

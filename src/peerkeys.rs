@@ -164,6 +164,18 @@ struct Cached {
     last_attempt: Option<DateTime<Utc>>,
 }
 
+/// What a fetch for an unknown key id found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refetch {
+    /// The set now has the key.
+    Found,
+    /// The peer's current set does not have it (or the keys are a file).
+    Absent,
+    /// The set could not be fetched now (the once-a-minute limit, or the
+    /// peer did not answer): ask again in this many seconds.
+    Later { retry_after: i64 },
+}
+
 /// One peer's key set, fetched by `jwks_uri` and kept per its cache headers.
 pub struct FetchedJwks {
     uri: String,
@@ -229,6 +241,20 @@ impl FetchedJwks {
         })
     }
 
+    /// Seconds until the rate limit lets a fetch through.
+    fn wait_secs(&self, now: DateTime<Utc>) -> i64 {
+        self.with(|c| {
+            let every = if c.have {
+                REFETCH_EVERY_SECS
+            } else {
+                RETRY_EMPTY_SECS
+            };
+            c.last_attempt
+                .map_or(0, |t| (t + Duration::seconds(every) - now).num_seconds())
+                .max(1)
+        })
+    }
+
     /// Fetches now if the rate limit allows; true when a fetch succeeded.
     async fn fetch_if_allowed(&self, still_needed: impl Fn(&Cached) -> bool) -> bool {
         let _one = self.fetching.lock().await;
@@ -274,13 +300,19 @@ impl FetchedJwks {
     }
 
     /// A document names `kid`, which the set lacks: fetches the set again if
-    /// the rate limit allows. True when the set now has `kid`.
-    pub async fn refetch_for(&self, kid: &str) -> bool {
+    /// the rate limit allows, and says what came of it.
+    pub async fn refetch_for(&self, kid: &str) -> Refetch {
         let lacks = |c: &Cached| c.keys.get(kid).is_none();
-        if self.with(lacks) {
-            self.fetch_if_allowed(lacks).await;
+        let fetched = self.with(lacks) && self.fetch_if_allowed(lacks).await;
+        if !self.with(lacks) {
+            Refetch::Found
+        } else if fetched {
+            Refetch::Absent
+        } else {
+            Refetch::Later {
+                retry_after: self.wait_secs(self.clock.now()),
+            }
         }
-        !self.with(lacks)
     }
 }
 
@@ -330,10 +362,10 @@ impl PeerKeys {
         }
     }
 
-    /// See [`FetchedJwks::refetch_for`]; false for a file.
-    pub async fn refetch_for(&self, kid: &str) -> bool {
+    /// See [`FetchedJwks::refetch_for`]; `Absent` for a file.
+    pub async fn refetch_for(&self, kid: &str) -> Refetch {
         match self {
-            PeerKeys::Fixed(_) => false,
+            PeerKeys::Fixed(_) => Refetch::Absent,
             PeerKeys::Fetched(f) => f.refetch_for(kid).await,
         }
     }

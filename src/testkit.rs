@@ -37,10 +37,11 @@ pub struct LoopbackPair {
     pub cs_path: String,
     pub rs_key: PathBuf,
     pub cs_key: PathBuf,
-    /// The RS public keys the CS trusts.
-    pub rs_jwks: PathBuf,
-    /// The CS public keys the RS trusts.
-    pub cs_jwks: PathBuf,
+    /// The RS public keys the CS trusts: a file, or (`None`) the RS's
+    /// published set, fetched by `jwks_uri` (§9: key rotation is seen).
+    pub rs_jwks: Option<PathBuf>,
+    /// The CS public keys the RS trusts: a file, or (`None`) its `jwks_uri`.
+    pub cs_jwks: Option<PathBuf>,
     /// The CS's client secret at the RS.
     pub cs_secret: String,
     pub agent_id: String,
@@ -70,7 +71,7 @@ retry_after_secs = 1
 
 [confirmation_server]
 uri = "{cs_url}"
-jwks_file = "{cs_jwks}"
+{cs_jwks}
 
 [[clients]]
 client_id = "cs"
@@ -88,7 +89,13 @@ subject = "alice"
             rs_data = toml_path(&self.dir.join("rs"))?,
             rs_key = toml_path(&self.rs_key)?,
             cs_url = self.cs_url(),
-            cs_jwks = toml_path(&self.cs_jwks)?,
+            cs_jwks = match &self.cs_jwks {
+                Some(file) => format!("jwks_file = \"{}\"", toml_path(file)?),
+                None => format!(
+                    "jwks_uri = \"http://127.0.0.1:{}/.well-known/jwks.json\"",
+                    self.cs_port
+                ),
+            },
             cs_secret = toml_str(&self.cs_secret)?,
             agent_id = toml_str(&self.agent_id)?,
             agent_secret = toml_str(&self.agent_secret)?,
@@ -107,7 +114,7 @@ signing_key = "{cs_key}"
 [[resource_servers]]
 origin = "{rs_url}"
 path_prefix = "/cheq/"
-jwks = "{rs_jwks}"
+{rs_jwks}
 token_url = "{rs_url}/oauth/token"
 client_id = "cs"
 client_secret = "{cs_secret}"
@@ -117,7 +124,10 @@ client_secret = "{cs_secret}"
             cs_data = toml_path(&self.dir.join("cs"))?,
             cs_key = toml_path(&self.cs_key)?,
             rs_url = self.rs_url(),
-            rs_jwks = toml_path(&self.rs_jwks)?,
+            rs_jwks = match &self.rs_jwks {
+                Some(file) => format!("jwks = \"{}\"", toml_path(file)?),
+                None => format!("jwks_uri = \"{}/.well-known/jwks.json\"", self.rs_url()),
+            },
             cs_secret = toml_str(&self.cs_secret)?,
         ))
     }

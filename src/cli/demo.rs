@@ -191,21 +191,9 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         source,
     })?;
 
-    // Keys: generated once, kept in the data directory.
-    let rs_key =
-        crate::keyfile::load_or_create_key(&keys.join("rs.jwk"), None, "rs").map_err(server)?;
-    let cs_key =
-        crate::keyfile::load_or_create_key(&keys.join("cs.jwk"), None, "cs").map_err(server)?;
-    let rs_jwks = keys.join("rs.pub.jwks.json");
-    let cs_jwks = keys.join("cs.pub.jwks.json");
-    for (path, key) in [(&rs_jwks, &rs_key), (&cs_jwks, &cs_key)] {
-        let jwks = serde_json::json!({"keys": [key.public_jwk()]}).to_string();
-        std::fs::write(path, jwks).map_err(|source| CliError::Write {
-            path: path.display().to_string(),
-            source,
-        })?;
-    }
-
+    // Keys: generated at the first start, kept in the data directory; each
+    // server trusts the other's published set (`jwks_uri`), so that
+    // `cheq keys rotate` on either is seen by the other (§9).
     let cs_secret = crate::sign::b64::encode(rand::random::<[u8; 24]>());
     // The voice gateway of the raw API (§10).
     let (gateway_secret, gateway_line) = match std::env::var("CHEQ_DEMO_GATEWAY_SECRET") {
@@ -225,8 +213,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         cs_path: String::new(),
         rs_key: keys.join("rs.jwk"),
         cs_key: keys.join("cs.jwk"),
-        rs_jwks: rs_jwks.clone(),
-        cs_jwks: cs_jwks.clone(),
+        rs_jwks: None,
+        cs_jwks: None,
         cs_secret,
         agent_id: DEMO_AGENT_ID.to_owned(),
         agent_secret,

@@ -18,6 +18,7 @@ pub fn of(e: &CsError) -> (StatusCode, &'static str) {
         CsError::WrongUser { .. } => (StatusCode::FORBIDDEN, "forbidden"),
         CsError::Unreachable { .. } => (StatusCode::BAD_GATEWAY, "resource_server_unreachable"),
         CsError::Untrusted { .. } => (StatusCode::BAD_GATEWAY, "untrusted_cheq"),
+        CsError::KeysPending { .. } => (StatusCode::SERVICE_UNAVAILABLE, "keys_pending"),
         CsError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "resource_server_timeout"),
         CsError::NotCountersignable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "not_countersignable"),
         CsError::Expired(_) => (StatusCode::GONE, "expired"),
@@ -82,6 +83,13 @@ pub fn every_error() -> Vec<(CsError, u16)> {
         (CsError::MethodNotAllowed, 405),
         (CsError::PayloadTooLarge, 413),
         (CsError::Busy, 503),
+        (
+            CsError::KeysPending {
+                origin: "http://rs".into(),
+                retry_after: 42,
+            },
+            503,
+        ),
         (CsError::Unavailable("connection refused".into()), 503),
         (CsError::Internal("sled exploded".into()), 500),
     ]

@@ -20,7 +20,7 @@ use super::tools::{self, DemoTools, Policy, Tool};
 use crate::cheq::Decision;
 use crate::httpkit::{self, authorization, json_resource};
 use crate::keyring::KeyRing;
-use crate::peerkeys::PeerKeys;
+use crate::peerkeys::{PeerKeys, Refetch};
 use crate::sign::VerifyError;
 use crate::store::rs::RsStore;
 use crate::time::{Clock, SystemClock};
@@ -269,6 +269,7 @@ async fn blocking<T: Send + 'static>(
 
 /// `GET /.well-known/jwks.json` (§9).
 async fn jwks(state: web::Data<RsState>) -> HttpResponse {
+    state.metrics.jwks_served.inc();
     httpkit::jwks_response(&state.cheq.jwks())
 }
 
@@ -417,16 +418,30 @@ async fn post_decision(
     // seen may fetch them again (at most once a minute, §9).
     state.cheq.cs_keys().ensure_fresh().await;
     let mut answer = decide().await;
+    let mut later = None;
     if let Ok(Err(CheqRsError::Invalid {
         error: VerifyError::UntrustedConfirmationKey { kid, .. },
         ..
     })) = &answer
     {
-        if state.cheq.cs_keys().refetch_for(kid).await {
-            answer = decide().await;
+        match state.cheq.cs_keys().refetch_for(kid).await {
+            Refetch::Found => answer = decide().await,
+            Refetch::Absent => {}
+            // A key the CS may have just started to sign with: a refusal
+            // would lose the decision, so the CS is told to try again.
+            Refetch::Later { retry_after } => later = Some(retry_after),
         }
     }
     let answer = match answer {
+        Ok(_) if later.is_some() => {
+            let mut e = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "keys_unavailable",
+                "the confirmation server signed with a key this resource server has not read yet; try again later",
+            );
+            e.retry_after = later;
+            Err(e)
+        }
         Ok(r) => r.map_err(ApiError::from),
         Err(_) => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

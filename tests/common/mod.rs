@@ -407,6 +407,9 @@ pub struct Options {
     pub rs_entry_keys: String,
     /// The CHEQ subject the agent acts for ("alice" when `None`).
     pub agent_subject: Option<String>,
+    /// Each server trusts the other's published keys (`jwks_uri`) rather
+    /// than a file.
+    pub jwks_uri: bool,
 }
 
 pub struct Env {
@@ -470,8 +473,8 @@ impl Env {
             cs_path: START.to_owned(),
             rs_key: keys.join("rs.jwk"),
             cs_key: cs_key_path.clone(),
-            rs_jwks: cs_trusts_for_rs.clone(),
-            cs_jwks: cs_jwks.clone(),
+            rs_jwks: (!opts.jwks_uri).then(|| cs_trusts_for_rs.clone()),
+            cs_jwks: (!opts.jwks_uri).then(|| cs_jwks.clone()),
             cs_secret: CS_SECRET.to_owned(),
             agent_id: "agent".to_owned(),
             agent_secret: AGENT_SECRET.to_owned(),
@@ -988,8 +991,8 @@ impl Setup {
             cs_path: String::new(),
             rs_key: keys.join("rs.jwk"),
             cs_key: keys.join("cs.jwk"),
-            rs_jwks: keys.join("rs.pub.jwks.json"),
-            cs_jwks: keys.join("cs.pub.jwks.json"),
+            rs_jwks: Some(keys.join("rs.pub.jwks.json")),
+            cs_jwks: Some(keys.join("cs.pub.jwks.json")),
             cs_secret: CS_SECRET.to_owned(),
             agent_id: "agent".to_owned(),
             agent_secret: AGENT_SECRET.to_owned(),

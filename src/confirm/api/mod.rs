@@ -52,7 +52,9 @@ pub fn json_error(e: CsError) -> JsonError {
     };
     let mut err = JsonError::new(status, code, description);
     err.retry_after = match e {
-        CsError::TooManyAttempts { retry_after } => Some(retry_after),
+        CsError::TooManyAttempts { retry_after } | CsError::KeysPending { retry_after, .. } => {
+            Some(retry_after)
+        }
         CsError::Busy | CsError::Unavailable(_) => Some(1),
         _ => None,
     };
@@ -379,7 +381,7 @@ async fn openapi_document() -> HttpResponse {
         (status = 422, description = "`not_countersignable`: the CHEQ lacks what a countersignature needs (§4).", body = doc::ErrorBody),
         (status = 500, description = "`server_error`.", body = doc::ErrorBody),
         (status = 502, description = "`resource_server_unreachable`; `untrusted_cheq`: the CHEQ failed a rule of §5.", body = doc::ErrorBody),
-        (status = 503, description = "`unavailable`: the database does not answer.", body = doc::ErrorBody,
+        (status = 503, description = "`unavailable`: the database does not answer; `keys_pending`: the RS signed with a key not read yet (§9), ask again after `Retry-After`.", body = doc::ErrorBody,
             headers(("Retry-After" = i64, description = "Seconds to wait."))),
         (status = 504, description = "`resource_server_timeout`.", body = doc::ErrorBody),
     )
@@ -423,7 +425,7 @@ async fn create(
         (status = 422, description = "`not_countersignable`.", body = doc::ErrorBody),
         (status = 500, description = "`server_error`.", body = doc::ErrorBody),
         (status = 502, description = "`resource_server_unreachable`; `untrusted_cheq`.", body = doc::ErrorBody),
-        (status = 503, description = "`unavailable`.", body = doc::ErrorBody,
+        (status = 503, description = "`unavailable`; `keys_pending` (§9).", body = doc::ErrorBody,
             headers(("Retry-After" = i64, description = "Seconds to wait."))),
         (status = 504, description = "`resource_server_timeout`.", body = doc::ErrorBody),
     )
@@ -534,7 +536,7 @@ fn decision_request(body: &Value) -> Result<DecisionRequest, JsonError> {
         (status = 422, description = "`invalid_input`: a collected value is missing or wrong (§8; `problems`); `warnings_not_acknowledged`: accepting needs `acknowledge_warnings` (`problems`); `not_countersignable`.", body = doc::ErrorBody),
         (status = 500, description = "`server_error`.", body = doc::ErrorBody),
         (status = 502, description = "`resource_server_unreachable`; `untrusted_cheq`.", body = doc::ErrorBody),
-        (status = 503, description = "`unavailable`.", body = doc::ErrorBody,
+        (status = 503, description = "`unavailable`; `keys_pending` (§9).", body = doc::ErrorBody,
             headers(("Retry-After" = i64, description = "Seconds to wait."))),
         (status = 504, description = "`resource_server_timeout`.", body = doc::ErrorBody),
     )

@@ -26,6 +26,8 @@ pub enum CsError {
     Timeout { origin: String },
     #[error("{reason}")]
     Untrusted { origin: String, reason: String },
+    #[error("{origin} signed this request with a key this service has not read yet; try again in {retry_after} s")]
+    KeysPending { origin: String, retry_after: i64 },
     #[error("{0}")]
     NotCountersignable(String),
     #[error("this request expired at {0}")]

@@ -30,7 +30,7 @@ use super::registry::Registry;
 use super::seal::{redact, Sealer};
 use super::view::{origin_of, CheqView};
 use crate::keyring::KeyRing;
-use crate::peerkeys::PeerKeys;
+use crate::peerkeys::{PeerKeys, Refetch};
 use crate::sign::{verify_resource, Context, TrustStore, VerifiedCheq, VerifyError};
 use crate::store::cs::{ConfirmationEntry, CsStore, DecisionRecord, DecisionRecords, Identity};
 use crate::time::Clock;
@@ -200,6 +200,7 @@ impl Cs {
     /// The CS public keys (§9): active, new and retiring, each with its
     /// state.
     pub fn jwks(&self) -> serde_json::Value {
+        self.metrics.jwks_served.inc();
         self.keys.published().to_json()
     }
 
@@ -303,12 +304,21 @@ impl Cs {
         let mut verified = verify_resource(document, &self.trust, &ctx);
         if let (Err(VerifyError::UntrustedResourceKey { kid, .. }), Some(peer)) = (&verified, peer)
         {
-            if peer.refetch_for(kid).await {
-                let ctx = Context {
-                    now: self.clock.now(),
-                    ..ctx
-                };
-                verified = verify_resource(document, &self.trust, &ctx);
+            match peer.refetch_for(kid).await {
+                Refetch::Found => {
+                    let ctx = Context {
+                        now: self.clock.now(),
+                        ..ctx
+                    };
+                    verified = verify_resource(document, &self.trust, &ctx);
+                }
+                Refetch::Absent => {}
+                Refetch::Later { retry_after } => {
+                    return Err(CsError::KeysPending {
+                        origin: origin_of(resource_uri),
+                        retry_after,
+                    })
+                }
             }
         }
         verified

@@ -122,7 +122,7 @@ impl ResponseError for WebError {
         res.content_type("text/html; charset=utf-8")
             .insert_header((header::CACHE_CONTROL, "no-store"));
         match e {
-            CsError::TooManyAttempts { retry_after } => {
+            CsError::TooManyAttempts { retry_after } | CsError::KeysPending { retry_after, .. } => {
                 res.insert_header((header::RETRY_AFTER, retry_after.to_string()));
             }
             CsError::Busy | CsError::Unavailable(_) => {

@@ -224,6 +224,7 @@ pub fn title(e: &CsError) -> &'static str {
         CsError::Unreachable { .. } => "Resource server unreachable",
         CsError::Timeout { .. } => "Resource server too slow",
         CsError::Untrusted { .. } => "Do not trust this request",
+        CsError::KeysPending { .. } => "Try again in a minute",
         CsError::NotCountersignable(_) => "This request cannot be confirmed",
         CsError::Expired(_) => "Request expired",
         CsError::Gone => "Request no longer open",
