@@ -45,7 +45,9 @@ pub enum KeyRingError {
     File(#[from] KeyFileError),
     #[error("{path}: {message}")]
     Manifest { path: String, message: String },
-    #[error("no key is active: every key is new or retired; run `cheq keys rotate --activate-after 0`")]
+    #[error(
+        "no key is active: every key is new or retired; run `cheq keys rotate --activate-after 0`"
+    )]
     NoActiveKey,
     #[error("the active key {kid} cannot be read from {path}")]
     ActiveKeyUnreadable { kid: String, path: String },
@@ -269,13 +271,22 @@ impl KeyRing {
             let _lock = ring.lock()?;
             if !ring.manifest.exists() {
                 let now = ring.clock.now().timestamp();
+                // It has signed since its file was written (not only from
+                // now: a server's clock and a `cheq keys` process's agree
+                // on the past).
+                let since = std::fs::metadata(signing_key)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .and_then(|d| i64::try_from(d.as_secs()).ok())
+                    .map_or(now, |t| t.min(now));
                 let manifest = Manifest {
                     version: 1,
                     keys: vec![Entry {
                         kid: key.kid().to_owned(),
                         file: name.clone(),
-                        created: now,
-                        activates: now,
+                        created: since,
+                        activates: since,
                         retired: None,
                     }],
                 };
@@ -529,12 +540,7 @@ impl KeyRing {
     }
 
     /// Writes a fresh private key file and returns its entry.
-    fn new_key(
-        &self,
-        entries: &[Entry],
-        now: i64,
-        activates: i64,
-    ) -> Result<Entry, KeyRingError> {
+    fn new_key(&self, entries: &[Entry], now: i64, activates: i64) -> Result<Entry, KeyRingError> {
         if entries.len() >= MAX_KEYS {
             return Err(KeyRingError::Full);
         }
@@ -686,7 +692,10 @@ mod tests {
     }
 
     fn state_names(entries: &[Entry], now: i64) -> Vec<&'static str> {
-        states(entries, now).iter().map(|(s, _)| s.as_str()).collect()
+        states(entries, now)
+            .iter()
+            .map(|(s, _)| s.as_str())
+            .collect()
     }
 
     #[test]
@@ -699,9 +708,16 @@ mod tests {
             state_names(&set, 100 + RETIRING_SECS - 1),
             ["retiring", "active"]
         );
-        assert_eq!(state_names(&set, 100 + RETIRING_SECS), ["retired", "active"]);
+        assert_eq!(
+            state_names(&set, 100 + RETIRING_SECS),
+            ["retired", "active"]
+        );
         // Retired before it was superseded: it stopped then.
-        let set = [entry("a", 0, Some(30)), entry("b", 40, None), entry("c", 100, None)];
+        let set = [
+            entry("a", 0, Some(30)),
+            entry("b", 40, None),
+            entry("c", 100, None),
+        ];
         assert_eq!(state_names(&set, 50), ["retiring", "active", "new"]);
         assert_eq!(states(&set, 50)[0].1, Some(30));
         // Nothing active: the only key retired.
@@ -773,12 +789,18 @@ mod tests {
         for force in [false, true] {
             assert!(matches!(
                 server.remove(&active, force),
-                Err(KeyRingError::Refused { state: KeyState::Active, .. })
+                Err(KeyRingError::Refused {
+                    state: KeyState::Active,
+                    ..
+                })
             ));
         }
         assert!(matches!(
             server.remove(&first, false),
-            Err(KeyRingError::Refused { state: KeyState::Retiring, .. })
+            Err(KeyRingError::Refused {
+                state: KeyState::Retiring,
+                ..
+            })
         ));
         server.remove(&first, true).unwrap();
         assert!(server.key(&first).is_none());

@@ -70,7 +70,10 @@ pub fn ttl_from_headers(headers: &reqwest::header::HeaderMap, now: DateTime<Utc>
     }
     let ttl = match ttl {
         Some(t) => {
-            let age = text(reqwest::header::AGE).trim().parse::<i64>().unwrap_or(0);
+            let age = text(reqwest::header::AGE)
+                .trim()
+                .parse::<i64>()
+                .unwrap_or(0);
             t.saturating_sub(age.max(0))
         }
         None => match DateTime::parse_from_rfc2822(text(reqwest::header::EXPIRES).trim()) {
@@ -290,10 +293,7 @@ impl FetchedJwks {
 
     /// Fetches the set again when what was read has expired (or nothing was).
     pub async fn ensure_fresh(&self) {
-        let stale = |c: &Cached| {
-            c.fresh_until
-                .is_none_or(|until| self.clock.now() >= until)
-        };
+        let stale = |c: &Cached| c.fresh_until.is_none_or(|until| self.clock.now() >= until);
         if self.with(stale) {
             self.fetch_if_allowed(stale).await;
         }
@@ -396,20 +396,25 @@ mod tests {
     #[test]
     fn cache_headers_are_read_and_bounded() {
         let now = DateTime::from_timestamp(Utc::now().timestamp(), 0).unwrap();
-        let ttl = |pairs: &[(reqwest::header::HeaderName, &str)]| {
-            ttl_from_headers(&headers(pairs), now)
-        };
+        let ttl =
+            |pairs: &[(reqwest::header::HeaderName, &str)]| ttl_from_headers(&headers(pairs), now);
         assert_eq!(ttl(&[]), DEFAULT_TTL_SECS);
         assert_eq!(ttl(&[(CACHE_CONTROL, "public, max-age=600")]), 600);
         assert_eq!(ttl(&[(CACHE_CONTROL, "max-age=600"), (AGE, "100")]), 500);
         assert_eq!(ttl(&[(CACHE_CONTROL, "max-age=5")]), MIN_TTL_SECS);
-        assert_eq!(ttl(&[(CACHE_CONTROL, "no-store, max-age=600")]), MIN_TTL_SECS);
+        assert_eq!(
+            ttl(&[(CACHE_CONTROL, "no-store, max-age=600")]),
+            MIN_TTL_SECS
+        );
         assert_eq!(ttl(&[(CACHE_CONTROL, "max-age=99999999")]), MAX_TTL_SECS);
         let in_20_min = (now + Duration::seconds(1200)).to_rfc2822();
         assert_eq!(ttl(&[(EXPIRES, &in_20_min)]), 1200);
         assert_eq!(ttl(&[(EXPIRES, "not a date")]), DEFAULT_TTL_SECS);
         // max-age wins over Expires.
-        assert_eq!(ttl(&[(CACHE_CONTROL, "max-age=120"), (EXPIRES, &in_20_min)]), 120);
+        assert_eq!(
+            ttl(&[(CACHE_CONTROL, "max-age=120"), (EXPIRES, &in_20_min)]),
+            120
+        );
     }
 
     #[test]

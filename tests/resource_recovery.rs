@@ -5,9 +5,9 @@
 //! The crash is simulated by writing, through the store's traits, exactly
 //! what the interrupted steps had written.
 
+use cheq::cheq::Cheq;
 use cheq::keyring::KeyRing;
 use cheq::peerkeys::PeerKeys;
-use cheq::cheq::Cheq;
 use cheq::resource::cheq_rs::{CheqRs, MintRequest, Minted, Operation, ResultView, MAX_TTL_SECS};
 use cheq::resource::tools::DemoTools;
 use cheq::resource::CheqRsError;
@@ -40,7 +40,8 @@ fn fixture() -> Fixture {
     let cs_keys = PeerKeys::Fixed(Arc::new(Jwks::new(vec![cs.public_key()]).unwrap()));
     let clock = Arc::new(ManualClock::new(Utc::now()));
     let tools = Arc::new(DemoTools::new(store.executions.clone()));
-    let rs_keys = KeyRing::open(&dir.path().join("rs.jwk"), Some("rs"), "rs", clock.clone()).unwrap();
+    let rs_keys =
+        KeyRing::open(&dir.path().join("rs.jwk"), Some("rs"), "rs", clock.clone()).unwrap();
     let rs = CheqRs::new(
         &store,
         rs_keys,

@@ -1067,10 +1067,32 @@ async fn cs_keys_from_jwks_uri_and_clear_errors() {
     cfg.confirmation_server.jwks_file = None;
     cfg.confirmation_server.jwks_uri = Some(format!("{}/.well-known/jwks.json", other.base));
     let clock = Arc::new(ManualClock::new(Utc::now()));
-    build_state(&cfg, clock.clone()).await.unwrap();
+    let published = reqwest::get(format!("{}/.well-known/jwks.json", other.base))
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    let kid = published["keys"][0]["kid"].as_str().unwrap().to_owned();
+    let state = build_state(&cfg, clock.clone()).await.unwrap();
+    // Fetched on first use (a peer that starts later is no error).
+    state.cheq.cs_keys().ensure_fresh().await;
+    assert!(state.cheq.cs_keys().source().key(&kid).is_some());
+    drop(state);
+    // A jwks_uri that answers 404: the server starts, trusts nothing from
+    // it, and asks for a later try rather than refusing for good.
     cfg.confirmation_server.jwks_uri = Some(format!("{}/nowhere.json", other.base));
-    let err = build_state(&cfg, clock.clone()).await.unwrap_err();
-    assert!(err.to_string().contains("nowhere.json"), "{err}");
+    let state = build_state(&cfg, clock.clone()).await.unwrap();
+    state.cheq.cs_keys().ensure_fresh().await;
+    assert!(state.cheq.cs_keys().source().key(&kid).is_none());
+    assert!(matches!(
+        state.cheq.cs_keys().refetch_for(&kid).await,
+        cheq::peerkeys::Refetch::Later { retry_after } if (1..=5).contains(&retry_after)
+    ));
+    drop(state);
+    // Not https, not loopback: refused at start.
+    cfg.confirmation_server.jwks_uri = Some("http://cs.example/jwks.json".into());
+    assert!(build_state(&cfg, clock.clone()).await.is_err());
     cfg.confirmation_server.jwks_uri = None;
     let err = build_state(&cfg, clock).await.unwrap_err();
     assert!(err.to_string().contains("jwks_file"), "{err}");

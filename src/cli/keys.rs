@@ -92,12 +92,12 @@ fn open(config: &Path) -> Result<Arc<KeyRing>, CliError> {
         .parse()
         .map_err(|e: toml::de::Error| CliError::Server(format!("{}: {e}", config.display())))?;
     let (key, kid, prefix) = if table.contains_key("confirmation_server") {
-        let c = crate::resource::RsConfig::load(config)
-            .map_err(|e| CliError::Server(e.to_string()))?;
+        let c =
+            crate::resource::RsConfig::load(config).map_err(|e| CliError::Server(e.to_string()))?;
         (c.signing_key, c.key_id, "rs")
     } else {
-        let c = crate::confirm::CsConfig::load(config)
-            .map_err(|e| CliError::Server(e.to_string()))?;
+        let c =
+            crate::confirm::CsConfig::load(config).map_err(|e| CliError::Server(e.to_string()))?;
         (c.signing_key, c.key_id, "cs")
     };
     KeyRing::open(

@@ -326,8 +326,8 @@ pub fn read_trust(path: &Path) -> Result<crate::sign::TrustStore, CliError> {
                             .map_err(|e| CliError::Internal(e.to_string()))?,
                     ),
                 };
-                let client = crate::peerkeys::client()
-                    .map_err(|e| CliError::Server(e.to_string()))?;
+                let client =
+                    crate::peerkeys::client().map_err(|e| CliError::Server(e.to_string()))?;
                 rt.block_on(crate::peerkeys::fetch(&client, &uri, Utc::now()))
                     .map(|(jwks, _)| jwks)
                     .map_err(|e| CliError::Server(format!("keys of {}: {e}", entry.origin)))?

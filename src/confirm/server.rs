@@ -87,20 +87,22 @@ pub async fn build_state(
         load_or_create_secret(&config.data_dir.join("evidence.secret"))?,
     );
     let clock_for_providers = clock.clone();
-    let cs = Arc::new(Cs::new(Deps {
-        public_url: config.public_url.clone(),
-        keys,
-        peers,
-        registry,
-        clients,
-        store: store.clone(),
-        clock,
-        sealer,
-        max_auth_age: (0..config.resource_servers.len())
-            .map(|i| config.max_auth_age(i))
-            .collect(),
-    })
-    .map_err(|e| ServerError::Other(e.to_string()))?);
+    let cs = Arc::new(
+        Cs::new(Deps {
+            public_url: config.public_url.clone(),
+            keys,
+            peers,
+            registry,
+            clients,
+            store: store.clone(),
+            clock,
+            sealer,
+            max_auth_age: (0..config.resource_servers.len())
+                .map(|i| config.max_auth_age(i))
+                .collect(),
+        })
+        .map_err(|e| ServerError::Other(e.to_string()))?,
+    );
     let providers = super::oidc::Providers::new(
         &config.identity_providers,
         &config.origin(),

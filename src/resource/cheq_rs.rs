@@ -57,9 +57,9 @@
 
 use super::error::CheqRsError;
 use crate::cheq::{Cheq, Decision, DecisionAnswer, UriPack};
-use crate::sign::verify::CLOCK_SKEW_SECS;
 use crate::keyring::KeyRing;
 use crate::peerkeys::PeerKeys;
+use crate::sign::verify::CLOCK_SKEW_SECS;
 use crate::sign::{b64, verify_decision, Context, TrustStore, VerifiedDecision, VerifyError};
 use crate::store::rs::{CheqRecord, CheqRecords, CheqState, RsStore, Transition};
 use crate::store::{NonceEntry, NonceStore, RecordOutcome, StoreError};

@@ -434,6 +434,9 @@ pub struct Env {
     pub clock: Option<Arc<ManualClock>>,
     /// The CS's lifetime of a raw-API user token.
     pub api_token_ttl_secs: i64,
+    /// The configuration files the servers were started from (for the CLI).
+    pub rs_config: PathBuf,
+    pub cs_config: PathBuf,
 }
 
 impl Env {
@@ -519,6 +522,9 @@ secret_hash = "{hash}"
         }
         let rs_config = RsConfig::from_toml(&rs_toml).unwrap();
         let cs_config = CsConfig::from_toml(&cs_toml).unwrap();
+        let (rs_config_path, cs_config_path) = (root.join("rs.toml"), root.join("cs.toml"));
+        std::fs::write(&rs_config_path, &rs_toml).unwrap();
+        std::fs::write(&cs_config_path, &cs_toml).unwrap();
         let clock: Arc<dyn Clock> = match &opts.clock {
             Some(c) => c.clone(),
             None => Arc::new(SystemClock),
@@ -557,6 +563,8 @@ secret_hash = "{hash}"
             rs_data: rs_config.data_dir.clone(),
             clock: opts.clock,
             api_token_ttl_secs: cs_config.api_token_ttl_secs,
+            rs_config: rs_config_path,
+            cs_config: cs_config_path,
         }
     }
 
@@ -909,6 +917,20 @@ pub async fn start_server_with(
     }
 }
 
+/// Runs `cheq ARGS…` to its end (at most 30 s): (success, stdout, stderr).
+pub fn cheq_cmd(args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cheq"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// `cheq user add NAME --password-stdin <place...>`: (success, stdout+stderr).
 pub fn user_add(name: &str, password: &str, place: &[&str]) -> (bool, String) {
     user_add_with(name, password, place, &[])
@@ -974,6 +996,15 @@ pub struct Setup {
 
 impl Setup {
     pub fn new() -> Setup {
+        Setup::with(false)
+    }
+
+    /// Each server trusts the other's published keys (`jwks_uri`).
+    pub fn by_jwks_uri() -> Setup {
+        Setup::with(true)
+    }
+
+    fn with(by_uri: bool) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         let keys = root.join("keys");
@@ -991,8 +1022,8 @@ impl Setup {
             cs_path: String::new(),
             rs_key: keys.join("rs.jwk"),
             cs_key: keys.join("cs.jwk"),
-            rs_jwks: Some(keys.join("rs.pub.jwks.json")),
-            cs_jwks: Some(keys.join("cs.pub.jwks.json")),
+            rs_jwks: (!by_uri).then(|| keys.join("rs.pub.jwks.json")),
+            cs_jwks: (!by_uri).then(|| keys.join("cs.pub.jwks.json")),
             cs_secret: CS_SECRET.to_owned(),
             agent_id: "agent".to_owned(),
             agent_secret: AGENT_SECRET.to_owned(),

@@ -364,6 +364,7 @@ mod tests {
             "Method not allowed",
             "too large",
             "busy",
+            "has not read yet",
             "cannot reach its database",
             "internal problem",
         ];

@@ -1,0 +1,498 @@
+//! Keys over time (PROTOCOL.md §9, ISSUE 12): key rotation and retirement
+//! at both servers while confirmations are pending, peer keys fetched by
+//! `jwks_uri` (cache, once-a-minute refetch of an unknown `kid`), and the
+//! `cheq keys` commands run against live servers.
+//!
+//! The in-process tests run both servers on a clock set an hour ahead of
+//! the system's, so that a `cheq keys` process (system time) acting "now"
+//! acts in the servers' past; moves of that clock stand for waiting.
+//! The harness is in `tests/common/mod.rs`.
+
+mod common;
+
+use cheq::keyring::KeyRing;
+use cheq::sign::SigningKey;
+use cheq::sign::{b64, countersign, verify_resource, Channel, Context, Decision, DecisionInput};
+use cheq::time::{Clock, ManualClock};
+use chrono::Utc;
+use common::*;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn kid_of(doc: &str, i: usize) -> String {
+    let (protected, _) = signature_of(doc, i);
+    let header: Value = serde_json::from_slice(&b64::decode(&protected).unwrap()).unwrap();
+    header["kid"].as_str().unwrap().to_owned()
+}
+
+/// `(kid, cheq_key_state)` of each key a server publishes.
+async fn published(origin: &str) -> Vec<(String, String)> {
+    let res = reqwest::get(format!("{origin}/.well-known/jwks.json"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let body: Value = res.json().await.unwrap();
+    body["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            assert!(k.get("d").is_none(), "no private part: {k}");
+            (
+                k["kid"].as_str().unwrap().to_owned(),
+                k["cheq_key_state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn pair(kid: &str, state: &str) -> (String, String) {
+    (kid.to_owned(), state.to_owned())
+}
+
+/// A server's `cheq_jwks_requests_total`, read from its `/metrics`.
+async fn jwks_served(origin: &str) -> u64 {
+    let text = reqwest::get(format!("{origin}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("cheq_jwks_requests_total "))
+        .unwrap_or_else(|| panic!("no jwks counter in {text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+async fn env_by_jwks_uri() -> Env {
+    let clock = Arc::new(ManualClock::new(Utc::now() + chrono::Duration::hours(1)));
+    let env = Env::start(Options {
+        jwks_uri: true,
+        clock: Some(clock),
+        ..Default::default()
+    })
+    .await;
+    // Both servers read each other's keys in the background at start-up:
+    // let those first fetches land before the test counts any.
+    for _ in 0..100 {
+        if jwks_served(&env.rs_url).await >= 1 && jwks_served(&env.cs_origin).await >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    env
+}
+
+fn keys_cmd(args: &[&str]) -> String {
+    let (ok, out, err) = cheq_cmd(args);
+    assert!(ok, "cheq {args:?}: {out}{err}");
+    assert!(!out.contains("\"d\""), "no private material: {out}");
+    out
+}
+
+/// The new key's id in `cheq keys rotate`'s answer.
+fn added_kid(out: &str) -> String {
+    out.split_whitespace()
+        .skip_while(|w| *w != "key")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no kid in {out}"))
+        .to_owned()
+}
+
+/// Opens `pack`'s page as alice and accepts; the outcome page must say
+/// accepted and the agent must read the RS's result.
+async fn confirm(env: &Env, pack: &cheq::cheq::UriPack) {
+    let mut b = env.browser();
+    let (path, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let outcome = b.decide(&path, &page, "accept").await;
+    assert_eq!(outcome.status, 200, "{}", outcome.text);
+    let (status, body) = result_of(&pack.result_uri).await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (200, Some("accepted")),
+        "{body}"
+    );
+}
+
+#[actix_web::test]
+async fn rs_key_rotated_while_cheqs_are_pending() {
+    let env = env_by_jwks_uri().await;
+    let old_pack = env.invoke().await;
+    let (_, doc) = env.fetch_cheq(&old_pack.resource_uri).await;
+    let old = kid_of(&doc, 0);
+
+    // `keys rotate` on the running RS: published at once, signing later.
+    let admin = KeyRing::open(
+        &env._dir.path().join("keys/rs.jwk"),
+        None,
+        "rs",
+        env.clock.clone().unwrap(),
+    )
+    .unwrap();
+    let new = admin.rotate(120).unwrap().kid;
+    assert_eq!(
+        published(&env.rs_url).await,
+        [pair(&old, "active"), pair(&new, "new")]
+    );
+    let waiting_pack = env.invoke().await;
+    assert_eq!(
+        kid_of(&env.fetch_cheq(&waiting_pack.resource_uri).await.1, 0),
+        old
+    );
+
+    env.advance(121);
+    let new_pack = env.invoke().await;
+    assert_eq!(
+        kid_of(&env.fetch_cheq(&new_pack.resource_uri).await.1, 0),
+        new
+    );
+    assert_eq!(
+        published(&env.rs_url).await,
+        [pair(&old, "retiring"), pair(&new, "active")]
+    );
+
+    // Every pending CHEQ is confirmed and runs, whichever key signed it; the
+    // CS read the new key through jwks_uri, once, without a restart.
+    let served = jwks_served(&env.rs_url).await;
+    for pack in [&old_pack, &waiting_pack, &new_pack] {
+        confirm(&env, pack).await;
+    }
+    assert_eq!(env.rs.executions(), 3);
+    // Our own `published` reads above are not in `served`; the CS's are.
+    assert_eq!(jwks_served(&env.rs_url).await - served, 1);
+    env.stop().await;
+}
+
+#[actix_web::test]
+async fn an_unknown_kid_flood_fetches_at_most_once_a_minute() {
+    let env = env_by_jwks_uri().await;
+    let rs_config = env.rs_config.display().to_string();
+    env.advance(61);
+    keys_cmd(&[
+        "keys",
+        "rotate",
+        "--config",
+        &rs_config,
+        "--activate-after",
+        "0",
+    ]);
+    let before = jwks_served(&env.rs_url).await;
+    // The first CHEQ under the new key: one fetch, then it is shown.
+    confirm(&env, &env.invoke().await).await;
+    assert_eq!(jwks_served(&env.rs_url).await, before + 1);
+
+    // Another key at once: its CHEQs name a kid the CS cannot fetch again
+    // within the minute. None is shown; none makes the CS fetch.
+    keys_cmd(&[
+        "keys",
+        "rotate",
+        "--config",
+        &rs_config,
+        "--activate-after",
+        "0",
+    ]);
+    let mut b = env.browser();
+    b.sign_in("alice", ALICE_PW).await;
+    let mut packs = Vec::new();
+    for _ in 0..20 {
+        let pack = env.invoke().await;
+        let (_, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+        assert_eq!(page.status, 503, "{}", page.text);
+        assert!(page.text.contains("has not read yet"), "{}", page.text);
+        let wait: i64 = page.header("retry-after").unwrap().parse().unwrap();
+        assert!((1..=60).contains(&wait), "{wait}");
+        assert!(!page.raw.contains("name=\"decision\""), "no decision form");
+        packs.push(pack);
+    }
+    assert_eq!(jwks_served(&env.rs_url).await, before + 1);
+
+    // A minute later, one fetch, and the same CHEQs are shown and decided.
+    env.advance(61);
+    for pack in &packs[..3] {
+        confirm(&env, pack).await;
+    }
+    assert_eq!(jwks_served(&env.rs_url).await, before + 2);
+    env.stop().await;
+}
+
+#[actix_web::test]
+async fn forged_confirmation_kids_make_the_rs_fetch_at_most_once_a_minute() {
+    let env = env_by_jwks_uri().await;
+    let before = jwks_served(&env.cs_origin).await;
+    env.advance(61);
+    let now = env.clock().now();
+    let mut statuses = Vec::new();
+    for i in 0..12 {
+        let pack = env.invoke().await;
+        let (_, doc) = env.fetch_cheq(&pack.resource_uri).await;
+        let ctx = Context {
+            now,
+            resource_uri: Some(&pack.resource_uri),
+            confirmation_uri: Some(&env.cs_url),
+        };
+        let verified = verify_resource(doc.as_bytes(), &env.trust(), &ctx).unwrap();
+        let forger =
+            SigningKey::generate(&format!("cs-forged-{i}"), &mut rand::rngs::OsRng).unwrap();
+        let amr = vec!["pwd".to_owned()];
+        let forged = countersign(
+            &verified,
+            &forger,
+            DecisionInput {
+                decision: Decision::Accept,
+                sub: "alice",
+                also_known_as: &[],
+                auth_time: now.timestamp() - 5,
+                amr: &amr,
+                channel: Channel::Html,
+                view_text: "a view",
+                collected: None,
+            },
+            now,
+        )
+        .unwrap();
+        let (status, body) = env
+            .post_decision(&pack.resource_uri, "accept", &forged)
+            .await;
+        statuses.push((status, body["error"].as_str().unwrap_or("").to_owned()));
+    }
+    // The first unknown kid fetched the CS's keys (not there: refused as
+    // untrusted); the rest are "try again later", with no fetch.
+    assert_eq!(
+        statuses[0],
+        (400, "invalid_cheq".to_owned()),
+        "{statuses:?}"
+    );
+    for s in &statuses[1..] {
+        assert_eq!(*s, (503, "keys_unavailable".to_owned()), "{statuses:?}");
+    }
+    assert_eq!(jwks_served(&env.cs_origin).await, before + 1);
+    assert_eq!(env.rs.executions(), 0, "nothing forged ran");
+    env.stop().await;
+}
+
+#[actix_web::test]
+async fn a_removed_key_is_refused_once_the_cache_expires_and_a_retired_key_signs_nothing() {
+    let env = env_by_jwks_uri().await;
+    let rs_config = env.rs_config.display().to_string();
+    let pack = env.invoke().await;
+    let old = kid_of(&env.fetch_cheq(&pack.resource_uri).await.1, 0);
+
+    // Retire: the old key signs nothing more, at once; a new key takes over.
+    let out = keys_cmd(&["keys", "retire", "--config", &rs_config, &old]);
+    assert!(out.contains("signs nothing more"), "{out}");
+    let next = kid_of(&env.fetch_cheq(&env.invoke().await.resource_uri).await.1, 0);
+    assert_ne!(next, old);
+    assert_eq!(
+        published(&env.rs_url).await,
+        [pair(&old, "retiring"), pair(&next, "active")]
+    );
+    // Removing a retiring key needs --force; the active key never goes.
+    let (ok, _, err) = cheq_cmd(&["keys", "remove", "--config", &rs_config, &old]);
+    assert!(!ok && err.contains("--force"), "{err}");
+    let (ok, _, err) = cheq_cmd(&["keys", "remove", "--config", &rs_config, &next, "--force"]);
+    assert!(!ok && err.contains("signing key"), "{err}");
+    keys_cmd(&["keys", "remove", "--config", &rs_config, &old, "--force"]);
+    assert_eq!(published(&env.rs_url).await, [pair(&next, "active")]);
+
+    // The CS read the old key before; until its copy expires (the RS says
+    // max-age=300) the page still shows. After that the old CHEQ is never
+    // shown as trustworthy again.
+    let mut b = env.browser();
+    let (_, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    env.advance(301);
+    let (_, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+    assert!(matches!(page.status, 502 | 503), "{}", page.text);
+    assert!(!page.raw.contains("name=\"decision\""), "no decision form");
+    env.advance(61);
+    let (_, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+    assert_eq!(page.status, 502, "{}", page.text);
+    assert!(
+        page.text.contains("Do not trust this request"),
+        "{}",
+        page.text
+    );
+    assert!(page.text.contains(&old), "names the key: {}", page.text);
+    env.stop().await;
+}
+
+#[cfg(unix)]
+#[actix_web::test]
+async fn key_files_are_private_and_keys_list_prints_no_private_material() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = env_by_jwks_uri().await;
+    let cs_config = env.cs_config.display().to_string();
+    // Two hours from the system's now: an hour from the servers'.
+    let out = keys_cmd(&[
+        "keys",
+        "rotate",
+        "--config",
+        &cs_config,
+        "--activate-after",
+        "7200",
+    ]);
+    let new = added_kid(&out);
+    assert!(out.contains("published now"), "{out}");
+    // The running CS publishes the new key at once, not yet signing.
+    let keys = published(&env.cs_origin).await;
+    assert_eq!(keys.len(), 2);
+    assert_eq!(keys[1], pair(&new, "new"));
+
+    let table = keys_cmd(&["keys", "list", "--config", &cs_config]);
+    assert!(
+        table.contains(&new) && table.contains("active") && table.contains("new"),
+        "{table}"
+    );
+    let listed: Value = serde_json::from_str(&keys_cmd(&[
+        "keys", "list", "--config", &cs_config, "--json",
+    ]))
+    .unwrap();
+    let keys = listed["keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 2);
+    for k in keys {
+        let file = std::path::Path::new(k["file"].as_str().unwrap());
+        let mode = std::fs::metadata(file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", file.display());
+        // What was printed holds no part of the private key.
+        let private: Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+        let d = private["d"].as_str().unwrap();
+        assert!(!table.contains(d) && !listed.to_string().contains(d));
+    }
+    let set = std::path::Path::new(listed["key_set"].as_str().unwrap());
+    assert_eq!(
+        std::fs::metadata(set).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // Errors are one clear line.
+    let (ok, _, err) = cheq_cmd(&["keys", "retire", "--config", &cs_config, "no-such-kid"]);
+    assert!(
+        !ok && err.starts_with("cheq: ") && err.contains("no key no-such-kid"),
+        "{err}"
+    );
+    let (ok, _, err) = cheq_cmd(&[
+        "keys",
+        "rotate",
+        "--config",
+        &cs_config,
+        "--activate-after",
+        "-5",
+    ]);
+    assert!(!ok, "{err}");
+    env.stop().await;
+}
+
+#[actix_web::test]
+async fn cs_key_rotated_between_a_decision_and_its_delivery() {
+    let env = env_by_jwks_uri().await;
+    let cs_config = env.cs_config.display().to_string();
+    // The RS has read the CS's keys; now a decision is signed with the
+    // CS's current key, and the CS rotates before it is delivered.
+    let pack = env.invoke().await;
+    let mut b = env.browser();
+    let (path, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let old = published(&env.cs_origin).await[0].0.clone();
+    let out = keys_cmd(&[
+        "keys",
+        "rotate",
+        "--config",
+        &cs_config,
+        "--activate-after",
+        "0",
+    ]);
+    let new = added_kid(&out);
+    // Signed now: with the new key, which the RS has not read.
+    let outcome = b.decide(&path, &page, "accept").await;
+    assert_eq!(outcome.status, 200, "{}", outcome.text);
+    let record = env.records("alice").remove(0);
+    assert_eq!(kid_of(&record.document, 1), new);
+    assert_eq!(
+        published(&env.cs_origin).await,
+        [pair(&old, "retiring"), pair(&new, "active")]
+    );
+    // The RS asked the CS to try again (it may fetch once a minute) rather
+    // than refuse; a minute later the delivery goes through.
+    assert!(record.delivery.is_pending(), "{:?}", record.delivery);
+    assert_eq!(result_of(&pack.result_uri).await.1["status"], "pending");
+    env.advance(61);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, body) = result_of(&pack.result_uri).await;
+        if body["status"] == "accepted" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not delivered: {body}"
+        );
+        env.advance(31);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(env.rs.executions(), 1);
+    env.stop().await;
+}
+
+/// The RS is down when the decision is made; the CS rotates its key; the
+/// RS comes back (a fresh process, reading the CS's keys by jwks_uri) and
+/// takes the decision signed with the now retiring key.
+#[actix_web::test]
+async fn cs_key_rotated_while_the_rs_is_down_processes() {
+    let setup = Setup::by_jwks_uri();
+    let (ok, out) = user_add("alice", ALICE_PW, &["--data-dir", &setup.path("cs")]);
+    assert!(ok, "{out}");
+    let mut rs = setup.start_rs().await;
+    let cs = setup.start_cs().await;
+    let pack = invoke_flight(&setup.rs_url).await;
+    let mut b = Browser::new(&setup.cs_url);
+    let (path, page) = b.open("/", &pack.resource_uri, "alice", ALICE_PW).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let old = published(&setup.cs_url).await[0].0.clone();
+
+    rs.kill();
+    let outcome = b.decide(&path, &page, "accept").await;
+    assert_eq!(outcome.status, 200, "{}", outcome.text);
+    assert!(
+        outcome.text.contains("delivery pending"),
+        "{}",
+        outcome.text
+    );
+    let out = keys_cmd(&[
+        "keys",
+        "rotate",
+        "--config",
+        &setup.path("cs.toml"),
+        "--activate-after",
+        "0",
+    ]);
+    let new = added_kid(&out);
+    assert_eq!(
+        published(&setup.cs_url).await,
+        [pair(&old, "retiring"), pair(&new, "active")]
+    );
+
+    let _rs = setup.start_rs().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, body) = result_of(&pack.result_uri).await;
+        if body["status"] == "accepted" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not delivered: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // A new confirmation is countersigned with the new key, and taken too.
+    let pack = invoke_flight(&setup.rs_url).await;
+    let (path, page) = b.open("/", &pack.resource_uri, "alice", ALICE_PW).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let outcome = b.decide(&path, &page, "accept").await;
+    assert_eq!(outcome.status, 200, "{}", outcome.text);
+    assert_eq!(result_of(&pack.result_uri).await.1["status"], "accepted");
+    drop(cs);
+}
