@@ -109,7 +109,7 @@ fn states(entries: &[Entry], now: i64) -> Vec<(KeyState, Option<i64>)> {
     // tie) among those not retired by now.
     let order = |i: usize| (entries[i].activates, i);
     let active = (0..entries.len())
-        .filter(|&i| entries[i].activates <= now && entries[i].retired.is_none_or(|r| r > now))
+        .filter(|&i| entries[i].activates <= now && entries[i].retired.map_or(true, |r| r > now))
         .max_by_key(|&i| order(i));
     (0..entries.len())
         .map(|i| {
@@ -589,13 +589,11 @@ impl KeyRing {
                 .position(|e| e.kid == kid)
                 .ok_or_else(|| KeyRingError::UnknownKid(kid.to_owned()))?;
             match states[i].0 {
-                KeyState::Retiring | KeyState::Retired => {
-                    return Err(KeyRingError::Refused {
-                        kid: kid.to_owned(),
-                        state: states[i].0,
-                        hint: "it signs nothing already",
-                    })
-                }
+                KeyState::Retiring | KeyState::Retired => Err(KeyRingError::Refused {
+                    kid: kid.to_owned(),
+                    state: states[i].0,
+                    hint: "it signs nothing already",
+                }),
                 KeyState::New => {
                     entries[i].retired = Some(now);
                     Ok(None)

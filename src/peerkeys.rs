@@ -240,7 +240,7 @@ impl FetchedJwks {
                 RETRY_EMPTY_SECS
             };
             c.last_attempt
-                .is_none_or(|t| now >= t + Duration::seconds(every))
+                .map_or(true, |t| now >= t + Duration::seconds(every))
         })
     }
 
@@ -293,7 +293,10 @@ impl FetchedJwks {
 
     /// Fetches the set again when what was read has expired (or nothing was).
     pub async fn ensure_fresh(&self) {
-        let stale = |c: &Cached| c.fresh_until.is_none_or(|until| self.clock.now() >= until);
+        let stale = |c: &Cached| {
+            c.fresh_until
+                .map_or(true, |until| self.clock.now() >= until)
+        };
         if self.with(stale) {
             self.fetch_if_allowed(stale).await;
         }
@@ -414,6 +417,93 @@ mod tests {
         assert_eq!(
             ttl(&[(CACHE_CONTROL, "max-age=120"), (EXPIRES, &in_20_min)]),
             120
+        );
+    }
+
+    /// A one-shot HTTP server on loopback that answers `response` to
+    /// every connection (a real socket, for the fetch limits).
+    fn serve(response: Vec<u8>) -> String {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().take(4) {
+                let Ok(mut stream) = stream else { continue };
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(&response);
+            }
+        });
+        format!("http://127.0.0.1:{port}/jwks.json")
+    }
+
+    fn answer(head: &str, body: &[u8]) -> Vec<u8> {
+        let mut r = format!(
+            "HTTP/1.1 {head}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        r.extend_from_slice(body);
+        r
+    }
+
+    #[tokio::test]
+    async fn a_fetch_is_bounded_and_follows_no_redirect() {
+        let client = client().unwrap();
+        let now = Utc::now();
+        let key = crate::sign::SigningKey::from_seed("rs-1", &[7; 32]).unwrap();
+        let set = serde_json::json!({"keys": [key.public_jwk()]}).to_string();
+        // A good answer, kept as its max-age says.
+        let uri = serve(answer(
+            "200 OK\r\ncache-control: max-age=120",
+            set.as_bytes(),
+        ));
+        let (jwks, ttl) = fetch(&client, &uri, now).await.unwrap();
+        assert!(jwks.get("rs-1").is_some());
+        assert_eq!(ttl, 120);
+        // Larger than the limit: refused, whatever it holds.
+        let big = format!("{{\"keys\":[],\"pad\":\"{}\"}}", "x".repeat(MAX_JWKS_BYTES));
+        let uri = serve(answer("200 OK", big.as_bytes()));
+        let err = fetch(&client, &uri, now).await.unwrap_err();
+        assert!(err.message.contains("larger than"), "{err}");
+        // A redirect is not followed.
+        let uri = serve(answer("302 Found\r\nlocation: http://127.0.0.1:9/", b""));
+        let err = fetch(&client, &uri, now).await.unwrap_err();
+        assert!(err.message.contains("302"), "{err}");
+        // Not a key set.
+        let uri = serve(answer(
+            "200 OK",
+            b"{\"keys\":[{\"kty\":\"oct\",\"kid\":\"h\",\"k\":\"AAAA\"}]}",
+        ));
+        assert!(fetch(&client, &uri, now).await.is_err());
+        // A private key in a published set is refused.
+        let private = format!("{{\"keys\":[{}]}}", &*key.to_private_jwk_json());
+        let uri = serve(answer("200 OK", private.as_bytes()));
+        let err = fetch(&client, &uri, now).await.unwrap_err();
+        assert!(err.message.contains("private"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_never_answers_is_given_up_on_in_time() {
+        // Accepts, reads, never answers.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let held: Vec<_> = listener.incoming().take(1).collect();
+            std::thread::sleep(std::time::Duration::from_secs(15));
+            drop(held);
+        });
+        let started = std::time::Instant::now();
+        let err = fetch(
+            &client().unwrap(),
+            &format!("http://127.0.0.1:{port}/jwks.json"),
+            Utc::now(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(13),
+            "{err}"
         );
     }
 

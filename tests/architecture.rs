@@ -181,6 +181,21 @@ fn rules() -> Vec<Rule> {
             ],
         },
         Rule {
+            layer: "key sets (own and peers')",
+            files: &["keyring.rs", "peerkeys.rs"],
+            except: &[],
+            forbidden: &[
+                "crate::store",
+                "crate::confirm",
+                "crate::resource",
+                "crate::httpkit",
+                "crate::cli",
+                "actix_web",
+                "askama",
+                "sled",
+            ],
+        },
+        Rule {
             layer: "shared helpers",
             files: &["time.rs", "text.rs", "testkit.rs", "throttle.rs"],
             except: &[],

@@ -496,3 +496,90 @@ async fn cs_key_rotated_while_the_rs_is_down_processes() {
     assert_eq!(result_of(&pack.result_uri).await.1["status"], "accepted");
     drop(cs);
 }
+
+/// `cheq verify` reads a peer's keys from its `jwks_uri` or a `jwks_file`
+/// named in the TRUST file, and says which key signed, in which state.
+#[actix_web::test]
+async fn verify_reads_trust_by_jwks_uri_and_names_the_signing_key_and_its_state() {
+    let env = env_by_jwks_uri().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pack = env.invoke().await;
+    let doc_path = dir.path().join("cheq.json");
+    std::fs::write(&doc_path, env.fetch_cheq(&pack.resource_uri).await.1).unwrap();
+    let doc = doc_path.display().to_string();
+    let old = kid_of(&std::fs::read_to_string(&doc_path).unwrap(), 0);
+    let now = env
+        .clock()
+        .now()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let written = std::cell::Cell::new(0);
+    let trust_with = |entry: &str| {
+        written.set(written.get() + 1);
+        let path = dir.path().join(format!("trust-{}.json", written.get()));
+        std::fs::write(
+            &path,
+            format!(
+                r#"{{"resource_servers":[{{"origin":"{}",{entry}}}]}}"#,
+                env.rs_url
+            ),
+        )
+        .unwrap();
+        path.display().to_string()
+    };
+    let verify = |trust: &str| cheq_cmd(&["verify", "--trust", trust, "--now", &now, &doc]);
+    let by_uri = trust_with(&format!(
+        r#""jwks_uri":"{}/.well-known/jwks.json""#,
+        env.rs_url
+    ));
+    let (ok, out, err) = verify(&by_uri);
+    assert!(ok, "{err}");
+    let summary: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(summary["signed_by"]["resource"]["kid"], old.as_str());
+    assert_eq!(summary["signed_by"]["resource"]["state"], "active");
+
+    // After a rotation the same document is signed by a retiring key.
+    let rs_config = env.rs_config.display().to_string();
+    keys_cmd(&[
+        "keys",
+        "rotate",
+        "--config",
+        &rs_config,
+        "--activate-after",
+        "0",
+    ]);
+    let (ok, out, err) = verify(&by_uri);
+    assert!(ok, "{err}");
+    let summary: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(summary["signed_by"]["resource"]["state"], "retiring");
+
+    // A file beside the TRUST file: the published set saved as is.
+    let set = reqwest::get(format!("{}/.well-known/jwks.json", env.rs_url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    std::fs::write(dir.path().join("rs.jwks.json"), set).unwrap();
+    let (ok, out, err) = verify(&trust_with(r#""jwks_file":"rs.jwks.json""#));
+    assert!(ok, "{err}");
+    assert!(out.contains("\"retiring\""), "{out}");
+
+    // Refused, each with a clear line: not https, no such file, two sources,
+    // and a key that is not in the fetched set.
+    let (ok, _, err) = verify(&trust_with(r#""jwks_uri":"http://rs.example/jwks.json""#));
+    assert!(
+        !ok && err.starts_with("cheq: ") && err.contains("http"),
+        "{err}"
+    );
+    let (ok, _, err) = verify(&trust_with(r#""jwks_file":"missing.json""#));
+    assert!(!ok && err.contains("missing.json"), "{err}");
+    let (ok, _, err) = verify(&trust_with(&format!(
+        r#""jwks_file":"rs.jwks.json","jwks_uri":"{}/.well-known/jwks.json""#,
+        env.rs_url
+    )));
+    assert!(!ok && err.contains("exactly one"), "{err}");
+    keys_cmd(&["keys", "remove", "--config", &rs_config, &old, "--force"]);
+    let (ok, _, err) = verify(&by_uri);
+    assert!(!ok && err.contains("rule 2") && err.contains(&old), "{err}");
+    env.stop().await;
+}
