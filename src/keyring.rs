@@ -119,7 +119,12 @@ fn states(entries: &[Entry], now: i64) -> Vec<(KeyState, Option<i64>)> {
             }
             // Superseded when a key that comes after it in order started.
             let superseded = (0..entries.len())
-                .filter(|&j| order(j) > order(i) && entries[j].activates <= now)
+                .filter(|&j| {
+                    order(j) > order(i)
+                        && entries[j].activates <= now
+                        // A key retired before it started never signed.
+                        && entries[j].retired.map_or(true, |r| r > entries[j].activates)
+                })
                 .map(|j| entries[j].activates)
                 .min();
             let retired = e.retired.filter(|&r| r <= now);
@@ -129,7 +134,7 @@ fn states(entries: &[Entry], now: i64) -> Vec<(KeyState, Option<i64>)> {
             };
             match stopped {
                 None => (KeyState::New, None),
-                Some(s) if now < s + RETIRING_SECS => (KeyState::Retiring, Some(s)),
+                Some(s) if now < s.saturating_add(RETIRING_SECS) => (KeyState::Retiring, Some(s)),
                 Some(s) => (KeyState::Retired, Some(s)),
             }
         })
@@ -195,6 +200,9 @@ pub struct KeyRing {
     lock: PathBuf,
     clock: Arc<dyn Clock>,
     loaded: RwLock<Arc<Loaded>>,
+    /// The version of the manifest that could not be read (not tried again
+    /// until it changes).
+    failed: std::sync::Mutex<Option<Stamp>>,
 }
 
 impl std::fmt::Debug for KeyRing {
@@ -219,6 +227,35 @@ fn plain_file_name(name: &str) -> bool {
         && name != ".."
         && !name.contains(['/', '\\'])
         && !name.chars().any(char::is_control)
+}
+
+/// Gives `path` the owner of `dir` when they differ (`cheq keys` run as
+/// root on a server's folder): a key or manifest the server cannot read
+/// would stop it signing at the next activation.
+fn match_owner(path: &Path, dir: &Path) -> Result<(), KeyRingError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let io = |source: std::io::Error| {
+            KeyRingError::File(KeyFileError::Io {
+                path: path.display().to_string(),
+                source,
+            })
+        };
+        let (d, f) = (
+            std::fs::metadata(dir).map_err(io)?,
+            std::fs::metadata(path).map_err(io)?,
+        );
+        if (d.uid(), d.gid()) != (f.uid(), f.gid()) {
+            rustix::fs::chown(
+                path,
+                Some(rustix::fs::Uid::from_raw(d.uid())),
+                Some(rustix::fs::Gid::from_raw(d.gid())),
+            )
+            .map_err(|e| io(std::io::Error::from(e)))?;
+        }
+    }
+    Ok(())
 }
 
 /// Holds the key set's exclusive lock until dropped.
@@ -263,6 +300,7 @@ impl KeyRing {
                 entries: Vec::new(),
                 keys: Vec::new(),
             })),
+            failed: std::sync::Mutex::new(None),
         };
         if !ring.manifest.exists() {
             // The first start (or a set from before key sets): the configured
@@ -332,6 +370,9 @@ impl KeyRing {
     /// Reads the manifest and the keys it names (reusing those already read).
     fn read(&self) -> Result<Loaded, KeyRingError> {
         let before = stamp(&self.manifest);
+        if before.is_some_and(|s| s.len > 1024 * 1024) {
+            return Err(manifest_error(&self.manifest, "larger than 1 MiB"));
+        }
         let bytes = std::fs::read(&self.manifest).map_err(|source| {
             KeyRingError::File(KeyFileError::Io {
                 path: self.manifest.display().to_string(),
@@ -349,7 +390,24 @@ impl KeyRing {
                 format!("version {} is not understood", manifest.version),
             ));
         }
+        if manifest.keys.len() > MAX_KEYS {
+            return Err(manifest_error(
+                &self.manifest,
+                format!("more than {MAX_KEYS} keys"),
+            ));
+        }
+        let reserved = [self.manifest.file_name(), self.lock.file_name()];
         for (i, e) in manifest.keys.iter().enumerate() {
+            if reserved
+                .iter()
+                .any(|r| *r == Some(std::ffi::OsStr::new(&e.file)))
+                || manifest.keys[..i].iter().any(|o| o.file == e.file)
+            {
+                return Err(manifest_error(
+                    &self.manifest,
+                    format!("key {}: file {:?} is another's", e.kid, e.file),
+                ));
+            }
             if !plain_file_name(&e.file) {
                 return Err(manifest_error(
                     &self.manifest,
@@ -420,6 +478,9 @@ impl KeyRing {
         if now.is_none() || now == loaded.stamp {
             return loaded;
         }
+        if self.failed.lock().is_ok_and(|f| *f == now) {
+            return loaded;
+        }
         match self.read() {
             Ok(fresh) => {
                 let fresh = Arc::new(fresh);
@@ -430,6 +491,9 @@ impl KeyRing {
             }
             Err(e) => {
                 log::error!("key set: keeping the keys read before: {e}");
+                if let Ok(mut f) = self.failed.lock() {
+                    *f = now;
+                }
                 loaded
             }
         }
@@ -484,7 +548,7 @@ impl KeyRing {
                 created: time(e.created),
                 activates: time(e.activates),
                 stopped: stopped.map(time),
-                published_until: stopped.map(|s| time(s + RETIRING_SECS)),
+                published_until: stopped.map(|s| time(s.saturating_add(RETIRING_SECS))),
                 file: self.dir.join(&e.file),
             })
             .collect()
@@ -513,6 +577,7 @@ impl KeyRing {
             crate::sign::b64::encode(rand::random::<[u8; 9]>())
         ));
         write_private(&tmp, &bytes)?;
+        match_owner(&tmp, &self.dir)?;
         std::fs::rename(&tmp, &self.manifest).map_err(|source| {
             let _ = std::fs::remove_file(&tmp);
             KeyRingError::File(KeyFileError::Io {
@@ -562,6 +627,7 @@ impl KeyRing {
         })?;
         let file = format!("{}.{kid}.jwk", self.stem);
         write_private(&self.dir.join(&file), key.to_private_jwk_json().as_bytes())?;
+        match_owner(&self.dir.join(&file), &self.dir)?;
         Ok(Entry {
             kid,
             file,
@@ -578,9 +644,10 @@ impl KeyRing {
             .ok_or_else(|| KeyRingError::UnknownKid(kid.to_owned()))
     }
 
-    /// Stops `kid` signing now (a compromised key). When it is the active
-    /// key, the newest `new` key takes over at once, or a fresh key is made
-    /// to; that key's id is returned.
+    /// Stops `kid` signing now. When it is the active key, the next `new`
+    /// key takes over at once, or a fresh key is made to; that key's id is
+    /// returned. The key stays published (retiring) so that what it signed
+    /// still verifies: a compromised key is then removed with `--force`.
     pub fn retire(&self, kid: &str) -> Result<Option<KeyInfo>, KeyRingError> {
         let successor = self.change(|entries, now| {
             let states = states(entries, now);
@@ -602,7 +669,7 @@ impl KeyRing {
                     entries[i].retired = Some(now);
                     let newest = (0..entries.len())
                         .filter(|&j| states[j].0 == KeyState::New)
-                        .max_by_key(|&j| (entries[j].activates, j));
+                        .min_by_key(|&j| (entries[j].activates, j));
                     let successor = match newest {
                         Some(j) => {
                             entries[j].activates = now;
@@ -723,6 +790,16 @@ mod tests {
         // A new key retired before it started signing.
         let set = [entry("a", 0, None), entry("b", 100, Some(50))];
         assert_eq!(state_names(&set, 60), ["active", "retiring"]);
+        // …and it does not cut short the key that went on signing: when a
+        // later key starts, that is when the first one stopped.
+        let set = [
+            entry("a", 0, None),
+            entry("b", 100, Some(50)),
+            entry("c", 1_000_000, None),
+        ];
+        let at = 1_000_000 + 10;
+        assert_eq!(state_names(&set, at), ["retiring", "retired", "active"]);
+        assert_eq!(states(&set, at)[0].1, Some(1_000_000));
     }
 
     fn ring(dir: &Path, clock: Arc<ManualClock>) -> Arc<KeyRing> {

@@ -9,8 +9,10 @@
 //!   [`DEFAULT_TTL_SECS`]), bounded to [`MIN_TTL_SECS`]..[`MAX_TTL_SECS`];
 //!   [`FetchedJwks::ensure_fresh`] fetches it again once that has passed, so
 //!   a key the peer removed stops being trusted then. When that fetch fails
-//!   the set read before is kept (and the failure logged): a peer that is
-//!   down does not stop every confirmation.
+//!   the set read before is kept (and the failure logged) for at most
+//!   [`STALE_GRACE_SECS`] more: a peer that is down a moment does not stop
+//!   every confirmation, and one that stays unreachable does not keep a
+//!   removed key trusted.
 //! - A document that names a key id the set lacks may fetch it again
 //!   ([`FetchedJwks::refetch_for`]), so a peer's new key is picked up without
 //!   a restart — but at most once per [`REFETCH_EVERY_SECS`] per origin, so
@@ -35,8 +37,13 @@ pub const MIN_TTL_SECS: i64 = 60;
 pub const MAX_TTL_SECS: i64 = 3600;
 /// At most one fetch per origin in this many seconds.
 pub const REFETCH_EVERY_SECS: i64 = 60;
-/// While no fetch has ever succeeded, a failed one is retried after this.
-pub const RETRY_EMPTY_SECS: i64 = 5;
+/// While no fetch has ever succeeded, a failed one is retried after this
+/// (the peer may be starting at the same time).
+pub const RETRY_EMPTY_SECS: i64 = 1;
+/// A set that could not be read again is used this long past its expiry,
+/// then no longer: keys a peer removed are not trusted for ever just because
+/// its set cannot be reached.
+pub const STALE_GRACE_SECS: i64 = 3600;
 
 /// Why a JWKS could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -302,10 +309,16 @@ impl FetchedJwks {
         }
     }
 
-    /// A document names `kid`, which the set lacks: fetches the set again if
-    /// the rate limit allows, and says what came of it.
+    /// A document names `kid`, which the set lacks (or holds only in a copy
+    /// too stale to use): fetches the set again if the rate limit allows,
+    /// and says what came of it.
     pub async fn refetch_for(&self, kid: &str) -> Refetch {
-        let lacks = |c: &Cached| c.keys.get(kid).is_none();
+        let lacks = |c: &Cached| {
+            c.keys.get(kid).is_none()
+                || c.fresh_until.map_or(true, |until| {
+                    self.clock.now() >= until + Duration::seconds(STALE_GRACE_SECS)
+                })
+        };
         let fetched = self.with(lacks) && self.fetch_if_allowed(lacks).await;
         if !self.with(lacks) {
             Refetch::Found
@@ -321,7 +334,17 @@ impl FetchedJwks {
 
 impl KeySource for FetchedJwks {
     fn key(&self, kid: &str) -> Option<PublicKey> {
-        self.with(|c| c.keys.get(kid).cloned())
+        let now = self.clock.now();
+        self.with(|c| {
+            let usable = c
+                .fresh_until
+                .is_some_and(|until| now < until + Duration::seconds(STALE_GRACE_SECS));
+            if usable {
+                c.keys.get(kid).cloned()
+            } else {
+                None
+            }
+        })
     }
 }
 
@@ -373,12 +396,21 @@ impl PeerKeys {
         }
     }
 
-    /// Fetches in the background now, so that a wrong `jwks_uri` shows in
-    /// the log at start-up rather than at the first confirmation.
+    /// Fetches in the background now (trying again each second for half a
+    /// minute while the peer is not up yet), so that the first confirmation
+    /// finds the keys read and a wrong `jwks_uri` shows in the log at once.
     pub fn prefetch(&self) {
         if let PeerKeys::Fetched(f) = self {
             let f = f.clone();
-            tokio::spawn(async move { f.ensure_fresh().await });
+            tokio::spawn(async move {
+                for _ in 0..30 {
+                    f.ensure_fresh().await;
+                    if f.with(|c| c.have) {
+                        return;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+                }
+            });
         }
     }
 }

@@ -30,8 +30,9 @@ pub enum KeysCommand {
     Rotate(RotateArgs),
     /// List the keys with their state and dates (no private material).
     List(ListArgs),
-    /// Stop a key signing now (a compromised key); if it is the active key,
-    /// a new key takes over at once.
+    /// Stop a key signing now; if it is the active key, a new key takes
+    /// over at once. It stays published (retiring) so that what it signed
+    /// still verifies; a compromised key is then removed with --force.
     Retire(KidArgs),
     /// Remove a key and delete its file; refused while peers may still need
     /// it, unless --force.

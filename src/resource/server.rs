@@ -426,9 +426,17 @@ async fn post_decision(
     {
         match state.cheq.cs_keys().refetch_for(kid).await {
             Refetch::Found => answer = decide().await,
-            Refetch::Absent => {}
-            // A key the CS may have just started to sign with: a refusal
-            // would lose the decision, so the CS is told to try again.
+            // Only the CS (authenticated above) posts decisions: a key it
+            // signs with and this RS cannot find yet (a cache in front of
+            // its key set, another instance's newer key) is "try again",
+            // never a refusal that would lose the decision; the CS gives up
+            // when the CHEQ expires.
+            // (Keys from a file never change while the RS runs: refused.)
+            Refetch::Absent => {
+                if matches!(state.cheq.cs_keys(), PeerKeys::Fetched(_)) {
+                    later = Some(crate::peerkeys::REFETCH_EVERY_SECS);
+                }
+            }
             Refetch::Later { retry_after } => later = Some(retry_after),
         }
     }

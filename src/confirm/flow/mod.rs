@@ -128,6 +128,11 @@ impl Cs {
     /// The CS of `deps`; fails when a registered origin is not an origin.
     pub fn new(deps: Deps) -> Result<Self, CsError> {
         let mut trust = TrustStore::new();
+        if deps.registry.origins().count() != deps.peers.len() {
+            return Err(CsError::Internal(
+                "one set of keys is needed per registered resource server".into(),
+            ));
+        }
         for (origin, peer) in deps.registry.origins().zip(&deps.peers) {
             trust
                 .add(true, &origin, peer.source())
