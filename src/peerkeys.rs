@@ -292,7 +292,11 @@ impl FetchedJwks {
                 true
             }
             Err(e) => {
-                log::warn!("fetching trusted keys: {e}; keeping the keys read before");
+                if self.with(|c| c.have) {
+                    log::warn!("fetching trusted keys: {e}; keeping the keys read before");
+                } else {
+                    log::warn!("fetching trusted keys: {e}; none read yet, trying again");
+                }
                 false
             }
         }
