@@ -18,7 +18,7 @@
 //!   a restart — but at most once per [`REFETCH_EVERY_SECS`] per origin, so
 //!   that no one can make the server fetch in a loop. (Until a first fetch
 //!   has succeeded, a failed one may be tried again after
-//!   [`RETRY_EMPTY_SECS`].)
+//!   [`RETRY_EMPTY_MS`] ms.)
 //!
 //! Times come from the server's [`Clock`], so tests move them at will.
 
@@ -37,9 +37,10 @@ pub const MIN_TTL_SECS: i64 = 60;
 pub const MAX_TTL_SECS: i64 = 3600;
 /// At most one fetch per origin in this many seconds.
 pub const REFETCH_EVERY_SECS: i64 = 60;
-/// While no fetch has ever succeeded, a failed one is retried after this
-/// (the peer may be starting at the same time).
-pub const RETRY_EMPTY_SECS: i64 = 1;
+/// While no fetch has ever succeeded, a failed one may be tried again after
+/// this many milliseconds (the peer may be starting at the same time; one
+/// fetch is in flight at a time whatever happens).
+pub const RETRY_EMPTY_MS: i64 = 200;
 /// A set that could not be read again is used this long past its expiry,
 /// then no longer: keys a peer removed are not trusted for ever just because
 /// its set cannot be reached.
@@ -242,12 +243,11 @@ impl FetchedJwks {
     fn may_fetch(&self, now: DateTime<Utc>) -> bool {
         self.with(|c| {
             let every = if c.have {
-                REFETCH_EVERY_SECS
+                Duration::seconds(REFETCH_EVERY_SECS)
             } else {
-                RETRY_EMPTY_SECS
+                Duration::milliseconds(RETRY_EMPTY_MS)
             };
-            c.last_attempt
-                .map_or(true, |t| now >= t + Duration::seconds(every))
+            c.last_attempt.map_or(true, |t| now >= t + every)
         })
     }
 
@@ -255,12 +255,12 @@ impl FetchedJwks {
     fn wait_secs(&self, now: DateTime<Utc>) -> i64 {
         self.with(|c| {
             let every = if c.have {
-                REFETCH_EVERY_SECS
+                Duration::seconds(REFETCH_EVERY_SECS)
             } else {
-                RETRY_EMPTY_SECS
+                Duration::milliseconds(RETRY_EMPTY_MS)
             };
             c.last_attempt
-                .map_or(0, |t| (t + Duration::seconds(every) - now).num_seconds())
+                .map_or(0, |t| (t + every - now).num_seconds())
                 .max(1)
         })
     }
