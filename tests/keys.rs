@@ -102,6 +102,24 @@ fn added_kid(out: &str) -> String {
         .to_owned()
 }
 
+/// Polls the agent's result until it is accepted (at most `secs` s),
+/// calling `tick` between reads (a clock to move, or nothing).
+async fn until_accepted(result_uri: &str, secs: u64, tick: impl Fn()) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let (_, body) = result_of(result_uri).await;
+        if body["status"] == "accepted" {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not delivered: {body}"
+        );
+        tick();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
 /// Opens `pack`'s page as alice and accepts; the outcome page must say
 /// accepted and the agent must read the RS's result.
 async fn confirm(env: &Env, pack: &cheq::cheq::UriPack) {
@@ -415,19 +433,7 @@ async fn cs_key_rotated_between_a_decision_and_its_delivery() {
     assert!(record.delivery.is_pending(), "{:?}", record.delivery);
     assert_eq!(result_of(&pack.result_uri).await.1["status"], "pending");
     env.advance(61);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let (_, body) = result_of(&pack.result_uri).await;
-        if body["status"] == "accepted" {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not delivered: {body}"
-        );
-        env.advance(31);
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    until_accepted(&pack.result_uri, 30, || env.advance(31)).await;
     assert_eq!(env.rs.executions(), 1);
     env.stop().await;
 }
@@ -471,18 +477,7 @@ async fn cs_key_rotated_while_the_rs_is_down_processes() {
     );
 
     let _rs = setup.start_rs().await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let (_, body) = result_of(&pack.result_uri).await;
-        if body["status"] == "accepted" {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not delivered: {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    until_accepted(&pack.result_uri, 60, || {}).await;
     // A new confirmation is countersigned with the new key, and taken too.
     let pack = invoke_flight(&setup.rs_url).await;
     let (path, page) = b.open("/", &pack.resource_uri, "alice", ALICE_PW).await;
