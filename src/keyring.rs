@@ -258,6 +258,14 @@ fn match_owner(path: &Path, dir: &Path) -> Result<(), KeyRingError> {
     Ok(())
 }
 
+/// Where `kid` is in the manifest.
+fn index_of(entries: &[Entry], kid: &str) -> Result<usize, KeyRingError> {
+    entries
+        .iter()
+        .position(|e| e.kid == kid)
+        .ok_or_else(|| KeyRingError::UnknownKid(kid.to_owned()))
+}
+
 /// Holds the key set's exclusive lock until dropped.
 struct Locked {
     _file: std::fs::File,
@@ -651,10 +659,7 @@ impl KeyRing {
     pub fn retire(&self, kid: &str) -> Result<Option<KeyInfo>, KeyRingError> {
         let successor = self.change(|entries, now| {
             let states = states(entries, now);
-            let i = entries
-                .iter()
-                .position(|e| e.kid == kid)
-                .ok_or_else(|| KeyRingError::UnknownKid(kid.to_owned()))?;
+            let i = index_of(entries, kid)?;
             match states[i].0 {
                 KeyState::Retiring | KeyState::Retired => Err(KeyRingError::Refused {
                     kid: kid.to_owned(),
@@ -695,10 +700,7 @@ impl KeyRing {
     pub fn remove(&self, kid: &str, force: bool) -> Result<KeyInfo, KeyRingError> {
         let removed = self.change(|entries, now| {
             let states = states(entries, now);
-            let i = entries
-                .iter()
-                .position(|e| e.kid == kid)
-                .ok_or_else(|| KeyRingError::UnknownKid(kid.to_owned()))?;
+            let i = index_of(entries, kid)?;
             let state = states[i].0;
             match state {
                 KeyState::Active => Err(KeyRingError::Refused {
@@ -736,7 +738,13 @@ impl KeyRing {
 /// The server's own published keys, as trusted for its own signatures.
 impl KeySource for KeyRing {
     fn key(&self, kid: &str) -> Option<PublicKey> {
-        self.published().get(kid).cloned()
+        let loaded = self.current();
+        let i = loaded.entries.iter().position(|e| e.kid == kid)?;
+        let (state, _) = states(&loaded.entries, self.clock.now().timestamp())[i];
+        let key = loaded.keys[i].as_ref()?;
+        state
+            .is_published()
+            .then(|| key.public_key().with_state(state))
     }
 }
 
