@@ -13,12 +13,13 @@
 //! the outcome page says the decision was delivered.
 //!
 //! `CHEQ_BENCH_FLOWS` (default 2000) and `CHEQ_BENCH_CONCURRENCY` (default 32)
-//! set the size of the run. `CHEQ_BENCH_CS` may name several CS instances
-//! (comma-separated, on one PostgreSQL database): the browsers are spread
-//! over them, all with the one session signed in at the first.
+//! set the size of the run. The last line printed is one JSON object
+//! (`flows_per_s`, `p50_ms`, `p99_ms`, `concurrency`, `flows`, `failed`,
+//! `store`), also written to `CHEQ_BENCH_JSON_OUT` when set.
+//! `CHEQ_BENCH_CS` may name several CS instances (comma-separated, on one
+//! PostgreSQL database): the browsers are spread over them, all with the one
+//! session signed in at the first.
 
-use reqwest::header;
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,58 +29,7 @@ fn env(name: &str, default: &str) -> String {
 
 #[path = "support/web.rs"]
 mod web;
-use web::{hidden, login};
-
-async fn flow(
-    http: &reqwest::Client,
-    cs: &str,
-    session: &str,
-    resource_uri: &str,
-) -> Result<(), String> {
-    let res = http
-        .post(format!("{cs}/"))
-        .header(header::COOKIE, session)
-        .form(&[("resource_uri", resource_uri)])
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    let page = res
-        .headers()
-        .get(header::LOCATION)
-        .and_then(|v| v.to_str().ok())
-        .filter(|l| l.starts_with("/c/"))
-        .ok_or("start did not lead to a page")?
-        .to_owned();
-    let res = http
-        .get(format!("{cs}{page}"))
-        .header(header::COOKIE, session)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    if res.status() != 200 {
-        return Err(format!("page: HTTP {}", res.status()));
-    }
-    let html = res.text().await.map_err(|e| e.to_string())?;
-    let csrf = hidden(&html, "csrf").ok_or("no csrf")?;
-    let view = hidden(&html, "view").ok_or("no view")?;
-    let res = http
-        .post(format!("{cs}{page}"))
-        .header(header::COOKIE, session)
-        .form(&[
-            ("csrf", csrf.as_str()),
-            ("view", view.as_str()),
-            ("decision", "accept"),
-        ])
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    let outcome = res.text().await.map_err(|e| e.to_string())?;
-    if outcome.contains("class=\"delivery\">delivered<") {
-        Ok(())
-    } else {
-        Err("the decision was not delivered".into())
-    }
-}
+use web::{flow, login, mint};
 
 /// The next resource URI to confirm (the lock is released before the flow).
 fn next(queue: &std::sync::Mutex<Vec<String>>) -> Option<String> {
@@ -118,46 +68,7 @@ fn main() {
             .expect("client");
         // Untimed: the agent asks for the confirmations (one token, one client).
         let started = Instant::now();
-        let token: Value = http
-            .post(format!("{rs}/oauth/token"))
-            .basic_auth("demo-agent", Some("demo-agent-secret"))
-            .form(&[("grant_type", "client_credentials")])
-            .send()
-            .await
-            .expect("agent token")
-            .json()
-            .await
-            .expect("agent token body");
-        let token = Arc::new(token["access_token"].as_str().expect("access_token").to_owned());
-        let body = Arc::new(serde_json::json!({"name": "book_flight", "input_parameters": [
-            {"name": "flight_number", "value": "UA23"},
-            {"name": "flight_date", "value": "2026-12-08"},
-            {"name": "cabin_class", "value": "BUSINESS"},
-            {"name": "price_usd", "value": 1200}]}));
-        let mut uris = Vec::with_capacity(flows);
-        let mut pending = Vec::new();
-        for _ in 0..flows {
-            let (http, rs, token, body) = (http.clone(), rs.clone(), token.clone(), body.clone());
-            pending.push(tokio::spawn(async move {
-                let res = http
-                    .post(format!("{rs}/tools/book_flight:invoke"))
-                    .bearer_auth(token.as_str())
-                    .json(body.as_ref())
-                    .send()
-                    .await
-                    .ok()?;
-                let pack: Value = res.json().await.ok()?;
-                pack["resource uri"].as_str().map(str::to_owned)
-            }));
-            if pending.len() >= 64 {
-                for p in pending.drain(..) {
-                    uris.extend(p.await.ok().flatten());
-                }
-            }
-        }
-        for p in pending.drain(..) {
-            uris.extend(p.await.ok().flatten());
-        }
+        let uris = mint(&http, &rs, flows).await;
         assert_eq!(uris.len(), flows, "minting failed");
         println!("minted {flows} CHEQs in {:.1} s", started.elapsed().as_secs_f64());
 
@@ -203,6 +114,23 @@ fn main() {
         );
         if let Some(f) = failures.first() {
             println!("first failure: {f}");
+        }
+        // The one JSON line outside scripts read (`scripts/bench flows --json`).
+        let line = serde_json::json!({
+            "flows_per_s": (latencies.len() as f64 / wall.as_secs_f64()).round(),
+            "p50_ms": (percentile(&latencies, 0.50).as_secs_f64() * 10_000.0).round() / 10.0,
+            "p99_ms": (percentile(&latencies, 0.99).as_secs_f64() * 10_000.0).round() / 10.0,
+            "concurrency": concurrency,
+            "flows": latencies.len(),
+            "failed": failures.len(),
+            "store": env("CHEQ_BENCH_STORE", "sled"),
+        })
+        .to_string();
+        println!("{line}");
+        if let Ok(path) = std::env::var("CHEQ_BENCH_JSON_OUT") {
+            if let Err(e) = std::fs::write(&path, format!("{line}\n")) {
+                eprintln!("flows: writing {path}: {e}");
+            }
         }
     });
 }

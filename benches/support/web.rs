@@ -1,7 +1,100 @@
-//! What the load generators do with the CS's pages: read hidden form fields
-//! and the session cookie, and sign alice in.
+//! What the load generators do: mint CHEQs as the agent, and as a browser
+//! read hidden form fields and the session cookie, sign alice in and confirm.
+
+// Each benchmark uses a part of this module.
+#![allow(dead_code)]
 
 use reqwest::header;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Asks the RS for `n` confirmations as the demo's agent (64 at a time);
+/// returns their resource URIs.
+pub async fn mint(http: &reqwest::Client, rs: &str, n: usize) -> Vec<String> {
+    let token: Value = http
+        .post(format!("{rs}/oauth/token"))
+        .basic_auth("demo-agent", Some("demo-agent-secret"))
+        .form(&[("grant_type", "client_credentials")])
+        .send()
+        .await
+        .expect("agent token")
+        .json()
+        .await
+        .expect("agent token body");
+    let token = Arc::new(
+        token["access_token"]
+            .as_str()
+            .expect("access_token")
+            .to_owned(),
+    );
+    let body = Arc::new(
+        serde_json::json!({"name": "book_flight", "input_parameters": [
+        {"name": "flight_number", "value": "UA23"},
+        {"name": "flight_date", "value": "2026-12-08"},
+        {"name": "cabin_class", "value": "BUSINESS"},
+        {"name": "price_usd", "value": 1200}]}),
+    );
+    let mut uris = Vec::with_capacity(n);
+    let mut pending = Vec::new();
+    for _ in 0..n {
+        let (http, rs, token, body) = (http.clone(), rs.to_owned(), token.clone(), body.clone());
+        pending.push(tokio::spawn(async move {
+            let res = http
+                .post(format!("{rs}/tools/book_flight:invoke"))
+                .bearer_auth(token.as_str())
+                .json(body.as_ref())
+                .send()
+                .await
+                .ok()?;
+            let pack: Value = res.json().await.ok()?;
+            pack["resource uri"].as_str().map(str::to_owned)
+        }));
+        if pending.len() >= 64 {
+            for p in pending.drain(..) {
+                uris.extend(p.await.ok().flatten());
+            }
+        }
+    }
+    for p in pending.drain(..) {
+        uris.extend(p.await.ok().flatten());
+    }
+    uris
+}
+
+/// Opens the confirmation page of `resource_uri` (`POST /` then `GET /c/{id}`);
+/// returns the page's path and HTML.
+pub async fn open(
+    http: &reqwest::Client,
+    cs: &str,
+    session: &str,
+    resource_uri: &str,
+) -> Result<(String, String), String> {
+    let res = http
+        .post(format!("{cs}/"))
+        .header(header::COOKIE, session)
+        .form(&[("resource_uri", resource_uri)])
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let page = res
+        .headers()
+        .get(header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .filter(|l| l.starts_with("/c/"))
+        .ok_or("start did not lead to a page")?
+        .to_owned();
+    let res = http
+        .get(format!("{cs}{page}"))
+        .header(header::COOKIE, session)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if res.status() != 200 {
+        return Err(format!("page: HTTP {}", res.status()));
+    }
+    let html = res.text().await.map_err(|e| e.to_string())?;
+    Ok((page, html))
+}
 
 /// The value of the hidden field `name` of a page.
 pub fn hidden(page: &str, name: &str) -> Option<String> {
@@ -46,4 +139,34 @@ pub async fn login(http: &reqwest::Client, cs: &str, password: &str) -> String {
         .expect("login");
     assert_eq!(res.status(), 303, "login failed");
     cookie(&res).expect("session cookie")
+}
+
+/// One complete flow as a browser: open the page, accept; Ok only if the
+/// outcome page says the decision was delivered.
+pub async fn flow(
+    http: &reqwest::Client,
+    cs: &str,
+    session: &str,
+    resource_uri: &str,
+) -> Result<(), String> {
+    let (page, html) = open(http, cs, session, resource_uri).await?;
+    let csrf = hidden(&html, "csrf").ok_or("no csrf")?;
+    let view = hidden(&html, "view").ok_or("no view")?;
+    let res = http
+        .post(format!("{cs}{page}"))
+        .header(header::COOKIE, session)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("view", view.as_str()),
+            ("decision", "accept"),
+        ])
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let outcome = res.text().await.map_err(|e| e.to_string())?;
+    if outcome.contains("class=\"delivery\">delivered<") {
+        Ok(())
+    } else {
+        Err("the decision was not delivered".into())
+    }
 }

@@ -5,7 +5,7 @@
 //! whether it also carries what is needed to countersign, naming every missing
 //! member when it does not.
 
-use super::json::{self, JsonError};
+use super::json::{self, JsonError, Node, Object};
 use super::uri::{parse_cheq_uri, UriError};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -134,7 +134,6 @@ impl Parameter {
 #[derive(Debug, Clone)]
 pub struct Cheq {
     raw: Vec<u8>,
-    members: Map<String, Value>,
     pub version: String,
     pub operation: String,
     pub operation_name: String,
@@ -178,15 +177,15 @@ impl Cheq {
 
     /// Parses and validates a payload for display (§4).
     pub fn parse(bytes: &[u8]) -> Result<Self, CheqError> {
-        let members = json::parse_object(bytes, MAX_PAYLOAD_BYTES)?;
+        let members = json::parse_node_object(bytes, MAX_PAYLOAD_BYTES)?;
         members
             .iter()
             .try_for_each(|(k, v)| check_member_lengths(k, v))?;
 
         let version = match members.get("version") {
             None => return Err(CheqError::Missing("version".into())),
-            Some(Value::String(s)) if s == "1.0" => s.clone(),
-            Some(Value::Number(n)) if n.as_f64() == Some(1.0) => "1.0".to_owned(),
+            Some(Node::String(s)) if s == "1.0" => "1.0".to_owned(),
+            Some(n @ Node::Number(_)) if n.as_f64() == Some(1.0) => "1.0".to_owned(),
             Some(other) => return Err(CheqError::UnsupportedVersion(other.to_string())),
         };
         let operation = required_str(&members, "operation")?;
@@ -215,7 +214,6 @@ impl Cheq {
             subject: optional_str(&members, "subject")?,
             expires: optional_str(&members, "expires")?,
             language,
-            members,
         })
     }
 
@@ -224,9 +222,10 @@ impl Cheq {
         &self.raw
     }
 
-    /// Every member, unknown ones included, in document order.
-    pub fn members(&self) -> &Map<String, Value> {
-        &self.members
+    /// Every member, unknown ones included, in document order (read again
+    /// from the exact bytes, which were read strictly when parsed).
+    pub fn members(&self) -> Map<String, Value> {
+        json::parse_object(&self.raw, MAX_PAYLOAD_BYTES).unwrap_or_default()
     }
 
     /// Checks the members needed to countersign (§4) and returns them parsed,
@@ -309,14 +308,14 @@ fn parse_cheq_uri_or_any(s: &str) -> Result<(), UriError> {
     }
 }
 
-fn required_str(m: &Map<String, Value>, name: &str) -> Result<String, CheqError> {
+fn required_str(m: &Object<'_>, name: &str) -> Result<String, CheqError> {
     optional_str(m, name)?.ok_or_else(|| CheqError::Missing(name.to_owned()))
 }
 
-fn optional_str(m: &Map<String, Value>, name: &str) -> Result<Option<String>, CheqError> {
+fn optional_str(m: &Object<'_>, name: &str) -> Result<Option<String>, CheqError> {
     match m.get(name) {
         None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(Node::String(s)) => Ok(Some(s.clone().into_owned())),
         Some(_) => Err(CheqError::WrongType {
             member: name.to_owned(),
             expected: "a string",
@@ -324,28 +323,28 @@ fn optional_str(m: &Map<String, Value>, name: &str) -> Result<Option<String>, Ch
     }
 }
 
-fn check_member_lengths(name: &str, v: &Value) -> Result<(), CheqError> {
+fn check_member_lengths(name: &str, v: &Node<'_>) -> Result<(), CheqError> {
     if name.len() > MAX_STRING_BYTES {
         return Err(CheqError::StringTooLong("payload".to_owned()));
     }
     check_string_lengths(name, v)
 }
 
-fn check_string_lengths(path: &str, v: &Value) -> Result<(), CheqError> {
+fn check_string_lengths(path: &str, v: &Node<'_>) -> Result<(), CheqError> {
     match v {
-        Value::String(s) if s.len() > MAX_STRING_BYTES => {
+        Node::String(s) if s.len() > MAX_STRING_BYTES => {
             Err(CheqError::StringTooLong(path.to_owned()))
         }
-        Value::Array(items) => items.iter().try_for_each(|i| check_string_lengths(path, i)),
-        Value::Object(map) => map.iter().try_for_each(|(k, v)| check_member_lengths(k, v)),
+        Node::Array(items) => items.iter().try_for_each(|i| check_string_lengths(path, i)),
+        Node::Object(map) => map.iter().try_for_each(|(k, v)| check_member_lengths(k, v)),
         _ => Ok(()),
     }
 }
 
-fn parse_parameters(m: &Map<String, Value>) -> Result<Vec<Parameter>, CheqError> {
+fn parse_parameters(m: &Object<'_>) -> Result<Vec<Parameter>, CheqError> {
     let inputs = match m.get("inputs") {
         None => return Err(CheqError::Missing("inputs".into())),
-        Some(Value::Object(o)) => o,
+        Some(Node::Object(o)) => o,
         Some(_) => {
             return Err(CheqError::WrongType {
                 member: "inputs".into(),
@@ -355,7 +354,7 @@ fn parse_parameters(m: &Map<String, Value>) -> Result<Vec<Parameter>, CheqError>
     };
     let list = match inputs.get("parameters") {
         None => return Err(CheqError::Missing("inputs.parameters".into())),
-        Some(Value::Array(a)) => a,
+        Some(Node::Array(a)) => a,
         Some(_) => {
             return Err(CheqError::WrongType {
                 member: "inputs.parameters".into(),
@@ -368,7 +367,7 @@ fn parse_parameters(m: &Map<String, Value>) -> Result<Vec<Parameter>, CheqError>
     }
     let mut out: Vec<Parameter> = Vec::with_capacity(list.len());
     for (index, item) in list.iter().enumerate() {
-        let Value::Object(p) = item else {
+        let Node::Object(p) = item else {
             return Err(CheqError::WrongType {
                 member: format!("inputs.parameters[{index}]"),
                 expected: "an object",
@@ -377,7 +376,7 @@ fn parse_parameters(m: &Map<String, Value>) -> Result<Vec<Parameter>, CheqError>
         let field = |name: &str| format!("inputs.parameters[{index}].{name}");
         let get = |name: &str| match p.get(name) {
             None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(Node::String(s)) => Ok(Some(s.clone().into_owned())),
             Some(_) => Err(CheqError::WrongType {
                 member: field(name),
                 expected: "a string",
@@ -411,15 +410,15 @@ fn parse_parameters(m: &Map<String, Value>) -> Result<Vec<Parameter>, CheqError>
     Ok(out)
 }
 
-fn parse_input(name: &str, v: &Value) -> Result<ParameterInput, CheqError> {
+fn parse_input(name: &str, v: &Node<'_>) -> Result<ParameterInput, CheqError> {
     let bad = |reason: &str| CheqError::BadInput {
         name: name.to_owned(),
         reason: reason.to_owned(),
     };
-    let Value::Object(o) = v else {
+    let Node::Object(o) = v else {
         return Err(bad("must be an object"));
     };
-    let input_type = match o.get("type").and_then(Value::as_str) {
+    let input_type = match o.get("type").and_then(Node::as_str) {
         Some("text") => InputType::Text,
         Some("digits") => InputType::Digits,
         Some("amount") => InputType::Amount,
@@ -428,12 +427,12 @@ fn parse_input(name: &str, v: &Value) -> Result<ParameterInput, CheqError> {
     };
     let flag = |key: &str, default: bool| match o.get(key) {
         None => Ok(default),
-        Some(Value::Bool(b)) => Ok(*b),
+        Some(Node::Bool(b)) => Ok(*b),
         Some(_) => Err(bad(&format!("\"{key}\" must be true or false"))),
     };
     let max_length = match o.get("max length") {
         None => None,
-        Some(Value::Number(n)) => match n.as_u64() {
+        Some(n @ Node::Number(_)) => match n.as_u64() {
             Some(len) if (1..=MAX_STRING_BYTES as u64).contains(&len) => Some(len as usize),
             _ => return Err(bad("\"max length\" must be a whole number from 1 to 4096")),
         },
@@ -441,7 +440,7 @@ fn parse_input(name: &str, v: &Value) -> Result<ParameterInput, CheqError> {
     };
     let pattern = match o.get("pattern") {
         None => None,
-        Some(Value::String(s)) => Some(s.clone()),
+        Some(Node::String(s)) => Some(s.clone().into_owned()),
         Some(_) => return Err(bad("\"pattern\" must be a string")),
     };
     Ok(ParameterInput {

@@ -56,9 +56,9 @@ pub fn render(document: &[u8]) -> Result<String, CliError> {
         let _ = writeln!(
             s,
             "{} protected header:",
-            signature_label(index, &sig.header)
+            signature_label(index, &sig.header.to_map())
         );
-        s.push_str(&pretty(&Value::Object(sig.header.clone()))?);
+        s.push_str(&pretty(&Value::Object(sig.header.to_map()))?);
         s.push('\n');
     }
     Ok(s)

@@ -2,9 +2,9 @@
 //! header, parsed strictly and built byte-stable.
 
 use super::keys::Algorithm;
+use crate::cheq::json::Object;
 use indexmap::IndexMap;
 use serde::Serialize;
-use serde_json::{Map, Value};
 
 pub use crate::cheq::vocab::{Channel, Decision};
 
@@ -111,9 +111,9 @@ pub struct Header<'a> {
     pub alg: Algorithm,
     pub kid: String,
     pub role: Role,
-    pub members: &'a Map<String, Value>,
+    pub members: &'a Object<'static>,
 }
 
-pub(crate) fn string_member<'a>(m: &'a Map<String, Value>, name: &str) -> Option<&'a str> {
-    m.get(name).and_then(Value::as_str)
+pub(crate) fn string_member<'a>(m: &'a Object<'_>, name: &str) -> Option<&'a str> {
+    m.get(name).and_then(|v| v.as_str())
 }

@@ -4,51 +4,52 @@
 
 use super::b64;
 use super::verify::VerifyError;
-use crate::cheq::json;
+use crate::cheq::json::{self, Node, Object};
 use crate::cheq::payload::MAX_PAYLOAD_BYTES;
-use serde_json::{Map, Value};
+use std::borrow::Cow;
 
 /// The largest signed document read: a full payload in base64url plus headers.
 pub const MAX_DOCUMENT_BYTES: usize = MAX_PAYLOAD_BYTES * 4 / 3 + 96 * 1024;
 /// The largest protected header (decoded).
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 
-/// One entry of `signatures`, decoded but not yet checked.
+/// One entry of `signatures`, decoded but not yet checked. The base64url
+/// texts borrow from the document read.
 #[derive(Debug, Clone)]
-pub struct RawSignature {
-    pub protected_b64: String,
-    pub header: Map<String, Value>,
-    pub signature_b64: String,
+pub struct RawSignature<'a> {
+    pub protected_b64: Cow<'a, str>,
+    pub header: Object<'static>,
+    pub signature_b64: Cow<'a, str>,
     pub signature: Vec<u8>,
 }
 
 /// A signed CHEQ as read from the wire, before any signature is checked.
 #[derive(Debug, Clone)]
-pub struct RawDocument {
-    pub payload_b64: String,
+pub struct RawDocument<'a> {
+    pub payload_b64: Cow<'a, str>,
     pub payload: Vec<u8>,
-    pub signatures: Vec<RawSignature>,
+    pub signatures: Vec<RawSignature<'a>>,
 }
 
-impl RawDocument {
+impl<'a> RawDocument<'a> {
     /// Reads the envelope: strict JSON, exactly `payload` and `signatures`,
     /// each signature exactly `protected` and `signature`.
-    pub fn parse(bytes: &[u8]) -> Result<Self, VerifyError> {
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, VerifyError> {
         let mut map =
-            json::parse_object(bytes, MAX_DOCUMENT_BYTES).map_err(VerifyError::Envelope)?;
+            json::parse_node_object(bytes, MAX_DOCUMENT_BYTES).map_err(VerifyError::Envelope)?;
         for key in map.keys() {
-            match key.as_str() {
+            match key {
                 "payload" | "signatures" => {}
                 "header" => return Err(VerifyError::UnprotectedHeader { index: None }),
                 other => return Err(VerifyError::EnvelopeMember(other.to_owned())),
             }
         }
         let payload_b64 = match map.remove("payload") {
-            Some(Value::String(s)) => s,
+            Some(Node::String(s)) => s,
             _ => return Err(VerifyError::EnvelopeMember("payload".to_owned())),
         };
         let list = match map.remove("signatures") {
-            Some(Value::Array(list)) if !list.is_empty() => list,
+            Some(Node::Array(list)) if !list.is_empty() => list,
             _ => return Err(VerifyError::EnvelopeMember("signatures".to_owned())),
         };
         let payload = b64::decode(&payload_b64).ok_or(VerifyError::NonCanonicalBase64 {
@@ -70,12 +71,12 @@ impl RawDocument {
     }
 }
 
-fn parse_signature(index: usize, entry: Value) -> Result<RawSignature, VerifyError> {
-    let Value::Object(mut map) = entry else {
+fn parse_signature(index: usize, entry: Node<'_>) -> Result<RawSignature<'_>, VerifyError> {
+    let Node::Object(mut map) = entry else {
         return Err(VerifyError::EnvelopeMember(format!("signatures[{index}]")));
     };
     for key in map.keys() {
-        match key.as_str() {
+        match key {
             "protected" | "signature" => {}
             "header" => return Err(VerifyError::UnprotectedHeader { index: Some(index) }),
             other => {
@@ -85,7 +86,7 @@ fn parse_signature(index: usize, entry: Value) -> Result<RawSignature, VerifyErr
             }
         }
     }
-    let (Some(Value::String(protected_b64)), Some(Value::String(signature_b64))) =
+    let (Some(Node::String(protected_b64)), Some(Node::String(signature_b64))) =
         (map.remove("protected"), map.remove("signature"))
     else {
         return Err(VerifyError::EnvelopeMember(format!(
@@ -96,8 +97,9 @@ fn parse_signature(index: usize, entry: Value) -> Result<RawSignature, VerifyErr
         part: "protected",
         index: Some(index),
     })?;
-    let header = json::parse_object(&header_bytes, MAX_HEADER_BYTES)
-        .map_err(|error| VerifyError::HeaderJson { index, error })?;
+    let header = json::parse_node_object(&header_bytes, MAX_HEADER_BYTES)
+        .map_err(|error| VerifyError::HeaderJson { index, error })?
+        .into_owned();
     let signature = b64::decode(&signature_b64).ok_or(VerifyError::NonCanonicalBase64 {
         part: "signature",
         index: Some(index),

@@ -24,10 +24,10 @@ use super::jws::{signing_input, RawDocument, RawSignature};
 use super::keys::{Algorithm, PublicKey};
 use super::trust::TrustStore;
 use crate::cheq::json::JsonError;
+use crate::cheq::json::{Node, Object};
 use crate::cheq::{Cheq, CheqError, CountersignFields, CountersignableError};
 use chrono::{DateTime, Utc};
 use indexmap::IndexMap;
-use serde_json::Value;
 
 /// Clock skew allowed on expiry and on `date` (§4, §5 rule 4).
 pub const CLOCK_SKEW_SECS: i64 = 60;
@@ -262,9 +262,9 @@ pub fn verify_resource(
     Ok(VerifiedCheq {
         rs_sig_digest: b64::sha256(&resource.signature),
         resource_kid: header.kid,
-        resource_protected_b64: resource.protected_b64.clone(),
-        resource_signature_b64: resource.signature_b64.clone(),
-        payload_b64: raw.payload_b64,
+        resource_protected_b64: resource.protected_b64.clone().into_owned(),
+        resource_signature_b64: resource.signature_b64.clone().into_owned(),
+        payload_b64: raw.payload_b64.into_owned(),
         cheq,
         fields,
     })
@@ -319,7 +319,7 @@ pub fn verify_decision(
 // ---- rule 1 ---------------------------------------------------------------
 
 fn read_payload(
-    raw: &RawDocument,
+    raw: &RawDocument<'_>,
     ctx: &Context<'_>,
 ) -> Result<(Cheq, CountersignFields), VerifyError> {
     let cheq = Cheq::parse(&raw.payload).map_err(VerifyError::Payload)?;
@@ -347,7 +347,7 @@ fn read_payload(
 
 /// The generic header checks of §5: alg, kid, no embedded keys, no `b64:false`,
 /// `crit` understood, `typ`, `cheq_role`.
-fn check_header(index: usize, sig: &RawSignature) -> Result<Header<'_>, VerifyError> {
+fn check_header<'s>(index: usize, sig: &'s RawSignature<'_>) -> Result<Header<'s>, VerifyError> {
     let m = &sig.header;
     let alg = match string_member(m, "alg") {
         Some("EdDSA") => Algorithm::EdDsa,
@@ -369,7 +369,7 @@ fn check_header(index: usize, sig: &RawSignature) -> Result<Header<'_>, VerifyEr
         }
     }
     match m.get("b64") {
-        None | Some(Value::Bool(true)) => {}
+        None | Some(Node::Bool(true)) => {}
         Some(_) => return Err(VerifyError::B64False { index }),
     }
     check_crit(index, m)?;
@@ -390,7 +390,7 @@ fn check_header(index: usize, sig: &RawSignature) -> Result<Header<'_>, VerifyEr
     })
 }
 
-fn check_crit(index: usize, m: &serde_json::Map<String, Value>) -> Result<(), VerifyError> {
+fn check_crit(index: usize, m: &Object<'_>) -> Result<(), VerifyError> {
     let Some(crit) = m.get("crit") else {
         return Ok(());
     };
@@ -398,7 +398,7 @@ fn check_crit(index: usize, m: &serde_json::Map<String, Value>) -> Result<(), Ve
         index,
         reason: reason.to_owned(),
     };
-    let Value::Array(names) = crit else {
+    let Node::Array(names) = crit else {
         return Err(bad("must be an array"));
     };
     if names.is_empty() {
@@ -406,19 +406,20 @@ fn check_crit(index: usize, m: &serde_json::Map<String, Value>) -> Result<(), Ve
     }
     let mut seen = Vec::with_capacity(names.len());
     for name in names {
-        let Value::String(name) = name else {
+        let Node::String(name) = name else {
             return Err(bad("must list strings"));
         };
-        if !UNDERSTOOD_CRIT.contains(&name.as_str()) {
+        let name: &str = name;
+        if !UNDERSTOOD_CRIT.contains(&name) {
             return Err(VerifyError::UnknownCrit {
                 index,
-                name: name.clone(),
+                name: name.to_owned(),
             });
         }
         if seen.contains(&name) {
             return Err(bad("lists a name twice"));
         }
-        if !m.contains_key(name.as_str()) {
+        if !m.contains_key(name) {
             return Err(bad(&format!(
                 "names \"{name}\", which is not in the header"
             )));
@@ -432,7 +433,7 @@ fn check_signature(
     index: usize,
     header: &Header<'_>,
     key: &PublicKey,
-    sig: &RawSignature,
+    sig: &RawSignature<'_>,
     payload_b64: &str,
 ) -> Result<(), VerifyError> {
     if key.algorithm() != header.alg {
@@ -453,7 +454,7 @@ fn check_signature(
 
 // ---- rule 2 ---------------------------------------------------------------
 
-fn check_count(raw: &RawDocument, expected: usize) -> Result<(), VerifyError> {
+fn check_count(raw: &RawDocument<'_>, expected: usize) -> Result<(), VerifyError> {
     if raw.signatures.len() == expected {
         Ok(())
     } else {
@@ -483,7 +484,7 @@ fn check_role(index: usize, header: &Header<'_>, expected: Role) -> Result<(), V
             let marks_decision = header
                 .members
                 .get("crit")
-                .and_then(Value::as_array)
+                .and_then(Node::as_array)
                 .is_some_and(|c| c.iter().any(|n| n.as_str() == Some("cheq_decision")));
             if marks_decision {
                 Ok(())
@@ -503,7 +504,7 @@ fn read_claims(index: usize, header: &Header<'_>) -> Result<ConfirmationClaims, 
         Some(s) if !s.is_empty() => Ok(s.to_owned()),
         _ => Err(bad(member)),
     };
-    let int = |member: &'static str| m.get(member).and_then(Value::as_i64).ok_or(bad(member));
+    let int = |member: &'static str| m.get(member).and_then(Node::as_i64).ok_or(bad(member));
     let digest = |member: &'static str| {
         let s = text(member)?;
         match b64::decode(&s) {
@@ -515,7 +516,7 @@ fn read_claims(index: usize, header: &Header<'_>) -> Result<ConfirmationClaims, 
         .and_then(Decision::parse)
         .ok_or(bad("cheq_decision"))?;
     let amr = match m.get("amr") {
-        Some(Value::Array(items)) if !items.is_empty() => items
+        Some(Node::Array(items)) if !items.is_empty() => items
             .iter()
             .map(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned))
             .collect::<Option<Vec<_>>>()
@@ -527,9 +528,9 @@ fn read_claims(index: usize, header: &Header<'_>) -> Result<ConfirmationClaims, 
         .ok_or(bad("cheq_channel"))?;
     let collected = match m.get("cheq_collected") {
         None => None,
-        Some(Value::Object(o)) => Some(
+        Some(Node::Object(o)) => Some(
             o.iter()
-                .map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .map(|(k, v)| v.as_str().map(|v| (k.to_owned(), v.to_owned())))
                 .collect::<Option<IndexMap<_, _>>>()
                 .ok_or(bad("cheq_collected"))?,
         ),
@@ -555,7 +556,7 @@ fn read_claims(index: usize, header: &Header<'_>) -> Result<ConfirmationClaims, 
 
 // ---- rule 3 ---------------------------------------------------------------
 
-fn check_rs_sig(claims: &ConfirmationClaims, rs: &RawSignature) -> Result<(), VerifyError> {
+fn check_rs_sig(claims: &ConfirmationClaims, rs: &RawSignature<'_>) -> Result<(), VerifyError> {
     if b64::sha256(&rs.signature) == claims.rs_sig {
         Ok(())
     } else {
