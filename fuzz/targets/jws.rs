@@ -177,7 +177,7 @@ pub fn check_decision(doc: &[u8], v: &VerifiedDecision, ctx: &Context<'_>) {
     let rs = &raw.signatures[0];
     let alone = assemble(
         &raw.payload_b64,
-        &[(rs.protected_b64.as_str(), rs.signature_b64.as_str())],
+        &[(rs.protected_b64.as_ref(), rs.signature_b64.as_ref())],
     );
     let alone = verify_resource(alone.as_bytes(), &fx.trust, ctx);
     let alone = alone.unwrap_or_else(|e| panic!("the resource part alone is refused: {e}"));

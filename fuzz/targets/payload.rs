@@ -51,7 +51,11 @@ pub fn run(data: &[u8]) -> u64 {
 fn check_displayable(data: &[u8], cheq: &Cheq, m: &Map<String, Value>) {
     assert!(data.len() <= MAX_PAYLOAD_BYTES);
     assert_eq!(cheq.raw(), data, "the exact bytes are not kept");
-    assert_eq!(cheq.members(), m, "members differ from the strict reader's");
+    assert_eq!(
+        &cheq.members(),
+        m,
+        "members differ from the strict reader's"
+    );
     assert_eq!(cheq.version, "1.0");
     match m.get("version") {
         Some(Value::String(s)) => assert_eq!(s, "1.0"),

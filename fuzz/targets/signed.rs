@@ -294,8 +294,9 @@ fn tampered(doc: &str, claims: &ConfirmationClaims, ctx: &Context<'_>) {
     let raw = cheq::sign::jws::RawDocument::parse(doc.as_bytes())
         .unwrap_or_else(|e| panic!("envelope: {e}"));
     let (rs, cs) = (&raw.signatures[0], &raw.signatures[1]);
-    let parts =
-        |s: &cheq::sign::jws::RawSignature| (s.protected_b64.clone(), s.signature_b64.clone());
+    let parts = |s: &cheq::sign::jws::RawSignature<'_>| {
+        (s.protected_b64.to_string(), s.signature_b64.to_string())
+    };
     let ((rp, rsig), (cp, csig)) = (parts(rs), parts(cs));
     let refused = |d: String, what: &str| {
         let r = verify_decision(d.as_bytes(), &fx.trust, None, ctx);
