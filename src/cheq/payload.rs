@@ -156,6 +156,10 @@ pub struct CountersignFields {
     pub subject: String,
     pub date: DateTime<Utc>,
     pub expires: DateTime<Utc>,
+    /// The origins of `resource uri` and `confirmation uri`, from the one
+    /// parse that checked them (keys are trusted per origin, §5 rule 2).
+    pub resource_origin: url::Origin,
+    pub confirmation_origin: url::Origin,
 }
 
 impl Cheq {
@@ -260,12 +264,13 @@ impl Cheq {
             Ok(bytes) if bytes.len() >= MIN_NONCE_BYTES => {}
             _ => return Err(CountersignableError::BadNonce),
         }
-        for (member, uri) in [
-            ("resource uri", resource_uri),
-            ("confirmation uri", confirmation_uri),
-        ] {
-            parse_cheq_uri(uri).map_err(|error| CountersignableError::BadUri { member, error })?;
-        }
+        let origin = |member: &'static str, uri: &str| {
+            parse_cheq_uri(uri)
+                .map(|u| u.origin())
+                .map_err(|error| CountersignableError::BadUri { member, error })
+        };
+        let resource_origin = origin("resource uri", resource_uri)?;
+        let confirmation_origin = origin("confirmation uri", confirmation_uri)?;
         if subject.trim().is_empty() {
             return Err(CountersignableError::EmptySubject);
         }
@@ -282,6 +287,8 @@ impl Cheq {
             subject: subject.clone(),
             date,
             expires: expires_at,
+            resource_origin,
+            confirmation_origin,
         })
     }
 }

@@ -160,8 +160,7 @@ fn send(data_dir: &Path, request: Request) -> Result<(), AdminError> {
             // No server: open the database ourselves.
             std::fs::create_dir_all(data_dir)
                 .map_err(|e| AdminError::Io(format!("{}: {e}", data_dir.display())))?;
-            let db = sled::Config::new()
-                .path(db_path(data_dir))
+            let db = crate::store::sled_config(&db_path(data_dir))
                 .open()
                 .map_err(|_| AdminError::Busy(data_dir.display().to_string()))?;
             let store =

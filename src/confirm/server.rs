@@ -159,8 +159,7 @@ pub fn open_store(config: &CsConfig) -> Result<(crate::store::cs::CsStore, Backe
             Ok((store, Backend::Postgres))
         }
         None => {
-            let db = sled::Config::new()
-                .path(super::admin::db_path(&config.data_dir))
+            let db = crate::store::sled_config(&super::admin::db_path(&config.data_dir))
                 .open()
                 .map_err(|e| ServerError::Db {
                     path: config.data_dir.display().to_string(),

@@ -206,11 +206,24 @@ impl TrustStore {
     pub fn confirmation_key(&self, confirmation_uri: &str, kid: &str) -> Option<PublicKey> {
         find(&self.confirmation_servers, confirmation_uri, kid)
     }
+
+    /// [`TrustStore::resource_key`] for an origin already parsed.
+    pub fn resource_key_at(&self, origin: &Origin, kid: &str) -> Option<PublicKey> {
+        find_at(&self.resource_servers, origin, kid)
+    }
+
+    /// [`TrustStore::confirmation_key`] for an origin already parsed.
+    pub fn confirmation_key_at(&self, origin: &Origin, kid: &str) -> Option<PublicKey> {
+        find_at(&self.confirmation_servers, origin, kid)
+    }
 }
 
 fn find(list: &[(Origin, Arc<dyn KeySource>)], uri: &str, kid: &str) -> Option<PublicKey> {
-    let origin = origin_of(uri)?;
+    find_at(list, &origin_of(uri)?, kid)
+}
+
+fn find_at(list: &[(Origin, Arc<dyn KeySource>)], origin: &Origin, kid: &str) -> Option<PublicKey> {
     list.iter()
-        .filter(|(o, _)| *o == origin)
+        .filter(|(o, _)| o == origin)
         .find_map(|(_, keys)| keys.key(kid))
 }

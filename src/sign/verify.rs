@@ -251,7 +251,7 @@ pub fn verify_resource(
     let header = check_header(0, resource)?;
     check_role(0, &header, Role::Resource)?;
     let key = trust
-        .resource_key(&fields.resource_uri, &header.kid)
+        .resource_key_at(&fields.resource_origin, &header.kid)
         .ok_or_else(|| VerifyError::UntrustedResourceKey {
             kid: header.kid.clone(),
             resource_uri: fields.resource_uri.clone(),
@@ -288,13 +288,13 @@ pub fn verify_decision(
     check_role(1, &cs_header, Role::Confirmation)?;
     let claims = read_claims(1, &cs_header)?;
     let rs_key = trust
-        .resource_key(&fields.resource_uri, &rs_header.kid)
+        .resource_key_at(&fields.resource_origin, &rs_header.kid)
         .ok_or_else(|| VerifyError::UntrustedResourceKey {
             kid: rs_header.kid.clone(),
             resource_uri: fields.resource_uri.clone(),
         })?;
     let cs_key = trust
-        .confirmation_key(&fields.confirmation_uri, &cs_header.kid)
+        .confirmation_key_at(&fields.confirmation_origin, &cs_header.kid)
         .ok_or_else(|| VerifyError::UntrustedConfirmationKey {
             kid: cs_header.kid.clone(),
             confirmation_uri: fields.confirmation_uri.clone(),

@@ -35,6 +35,7 @@ mod sled_json;
 pub mod sled_rs;
 mod sled_store;
 
+pub use self::sled_json::{config as sled_config, CACHE_BYTES as SLED_CACHE_BYTES};
 pub use self::sled_store::SledNonceStore;
 
 /// Largest [`NonceEntry::data`] accepted, in bytes (4 KiB).

@@ -109,8 +109,7 @@ impl SledNonceStore {
     /// sled locks the directory: opening it a second time while it is open, in
     /// this process or another, fails with [`StoreError::Io`].
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        let db = sled::Config::new()
-            .path(dir)
+        let db = super::sled_json::config(dir)
             .open()
             .map_err(|e| backend_error("open", e))?;
         Self::with_db(db, DEFAULT_TREE)
