@@ -13,11 +13,6 @@ use ed25519_dalek::Signer;
 use fixture::Fixture;
 use std::hint::black_box;
 
-/// The allocator the `cheq` binary uses (src/main.rs), so that the counts are
-/// those of the servers.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let op = args.get(1).map(String::as_str).unwrap_or("countersign");
