@@ -25,21 +25,9 @@ fn env(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
 }
 
-fn rss_kib(pid: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 #[path = "support/web.rs"]
 mod web;
-use web::login;
+use web::{login, rss_kib};
 
 /// One honest login (form, then post); returns its wall time in ms.
 async fn timed_login(http: &reqwest::Client, cs: &str, password: &str) -> f64 {

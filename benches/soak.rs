@@ -24,7 +24,7 @@ use std::time::Instant;
 
 #[path = "support/web.rs"]
 mod web;
-use web::{flow, login, mint, open};
+use web::{flow, login, mint, open, rss_kib};
 
 fn env(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
@@ -38,16 +38,7 @@ fn env_usize(name: &str, default: usize) -> usize {
 }
 
 fn rss_mib(pid: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse::<f64>().ok())
-        })
-        .unwrap_or(0.0)
-        / 1024.0
+    rss_kib(pid) as f64 / 1024.0
 }
 
 /// Bytes allocated on disk under `dir` (what `du` counts).

@@ -170,3 +170,17 @@ pub async fn flow(
         Err("the decision was not delivered".into())
     }
 }
+
+/// The resident memory (`VmRSS`, KiB) of process `pid` (or `self`); 0 when
+/// it cannot be read.
+pub fn rss_kib(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
