@@ -78,6 +78,10 @@ fn records_advance_by_compare_and_set(store: &RsStore) {
         Transition::Other(now) => assert_eq!(now.state, step2),
         other => panic!("expected Other, got {other:?}"),
     }
+    // While decided, the document and the action are kept (the operation
+    // has yet to run).
+    let mid = store.records.get("c").unwrap().unwrap();
+    assert_eq!((&mid.document, &mid.action), (&r.document, &r.action));
     let step4 = done("d1", json!({"ok": true}));
     assert_eq!(
         store.records.advance("c", &step2, &step4, true).unwrap(),
@@ -85,10 +89,14 @@ fn records_advance_by_compare_and_set(store: &RsStore) {
     );
     let now = store.records.get("c").unwrap().unwrap();
     assert_eq!(now.state, step4);
-    // Every other member is kept; the index still finds it.
+    // Once done, the document and the action are dropped (issue 13); every
+    // other member is kept, and the index still finds it.
+    assert_eq!((now.document.as_str(), &now.action), ("", &Value::Null));
     assert_eq!(
         CheqRecord {
             state: r.state.clone(),
+            document: r.document.clone(),
+            action: r.action.clone(),
             ..now.clone()
         },
         r

@@ -82,12 +82,28 @@ pub struct CheqRecord {
     pub nonce: String,
     /// The CHEQ's `expires`, unix seconds.
     pub expires: i64,
-    /// The resource-signed document (§5), as served (§3).
+    /// The resource-signed document (§5), as served (§3); empty once done
+    /// (a decided CHEQ is no longer served: §3 answers `410`).
     pub document: String,
-    /// What to run when accepted (opaque to the store).
+    /// What to run when accepted (opaque to the store); `null` once done.
     pub action: Value,
     #[serde(flatten)]
     pub state: CheqState,
+}
+
+impl CheqRecord {
+    /// Moves the record to `state`. Once [`CheqState::Done`], the document
+    /// and the action are no longer needed (the CHEQ is not served again,
+    /// the operation does not run again, a re-delivery is compared by its
+    /// digest), so they are dropped: a decided confirmation keeps only what
+    /// answers the agent and refuses replays (issue 13: disk per decision).
+    pub fn enter(&mut self, state: CheqState) {
+        if matches!(state, CheqState::Done { .. }) {
+            self.document = String::new();
+            self.action = Value::Null;
+        }
+        self.state = state;
+    }
 }
 
 /// What [`CheqRecords::advance`] found.
@@ -113,7 +129,8 @@ pub trait CheqRecords: Send + Sync {
     /// The record whose result id is `result_id` (§7).
     fn by_result(&self, result_id: &str) -> Result<Option<CheqRecord>, StoreError>;
     /// Moves the record `id` from state `from` to state `to`, only if it is
-    /// in `from` now (compare-and-set; every other member is kept). With
+    /// in `from` now (compare-and-set; every other member is kept, except
+    /// what [`CheqRecord::enter`] drops once done). With
     /// `durable`, the move is on disk before this returns; otherwise a crash
     /// may lose it (and a later durable write of the same backend covers it).
     fn advance(

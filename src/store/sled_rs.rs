@@ -156,7 +156,7 @@ impl CheqRecords for SledRecords {
             if &record.state != from {
                 return Ok(Transition::Other(Box::new(record)));
             }
-            record.state = to.clone();
+            record.enter(to.clone());
             let swapped = self
                 .records
                 .compare_and_swap(key, Some(old), Some(encode(&record)?))

@@ -1065,7 +1065,7 @@ impl Setup {
 pub fn executions_on_disk(rs_data: &Path) -> usize {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        match sled::Config::new().path(rs_data.join("rs.sled")).open() {
+        match cheq::store::sled_config(&rs_data.join("rs.sled")).open() {
             Ok(db) => return db.open_tree("rs.executions").unwrap().len(),
             Err(e) => {
                 assert!(

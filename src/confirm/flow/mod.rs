@@ -440,6 +440,29 @@ impl Cs {
         Ok(open)
     }
 
+    /// Once a decision is recorded, the entry of `id` keeps only what finds
+    /// the decision (its resource URI): the document it fetched is in the
+    /// record now, countersigned (issue 13: disk per decision). Not flushed,
+    /// and a failure only costs space: the decision stands either way.
+    fn trim_entry(&self, id: &str, entry: ConfirmationEntry) {
+        if entry.document.is_none() {
+            return;
+        }
+        let trimmed = ConfirmationEntry {
+            document: None,
+            ..entry
+        };
+        if let Err(e) = self.store.entries.put(id, &trimmed) {
+            log::warn!("could not trim a decided confirmation's entry: {e}");
+        }
+    }
+
+    /// The stored entry of the started confirmation `id` (what the page
+    /// reads before anything is fetched).
+    pub fn started(&self, id: &str) -> Result<Option<ConfirmationEntry>, CsError> {
+        Ok(self.store.entries.get(id)?)
+    }
+
     /// Forgets the page of `id` (decided).
     fn forget(&self, id: &str) {
         if let Ok(mut cache) = self.verified.lock() {

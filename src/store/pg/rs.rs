@@ -219,7 +219,7 @@ impl CheqRecords for PgCheqs {
                 if record.state != from {
                     return Ok(Transition::Other(Box::new(record)));
                 }
-                record.state = to.clone();
+                record.enter(to.clone());
                 let state = encode(&record.state)?;
                 let body = encode(&record)?;
                 let n = c
