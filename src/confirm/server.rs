@@ -183,7 +183,8 @@ pub fn serve(
     state: web::Data<CsState>,
 ) -> Result<actix_web::dev::Server, ServerError> {
     let https = state.secure_cookies;
-    let workers = crate::httpkit::workers_for(state.backend == Backend::Postgres);
+    let state_backend = state.backend;
+    let workers = crate::httpkit::workers_for(state_backend == Backend::Postgres);
     let server = HttpServer::new(move || {
         let state = state.clone();
         App::new()
@@ -192,6 +193,9 @@ pub fn serve(
             .configure(move |c| configure(c, state))
     })
     .workers(workers)
+    .worker_max_blocking_threads(crate::httpkit::blocking_threads_for(
+        state_backend == Backend::Postgres,
+    ))
     .listen(listener)
     .map_err(|source| ServerError::Io {
         what: "listen".into(),

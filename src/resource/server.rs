@@ -210,6 +210,9 @@ pub fn serve(
     .workers(httpkit::workers_for(
         workers == crate::store::Backend::Postgres,
     ))
+    .worker_max_blocking_threads(httpkit::blocking_threads_for(
+        workers == crate::store::Backend::Postgres,
+    ))
     .listen(listener)
     .map_err(|source| RsError::Io {
         what: "listen".into(),

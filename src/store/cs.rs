@@ -28,7 +28,9 @@ pub struct ConfirmationEntry {
     #[serde(default)]
     pub created: i64,
     /// The resource-signed document as last fetched (it was verified then).
-    #[serde(default)]
+    /// No longer written (the CS fetches it again when its cache lost the
+    /// verified CHEQ); read when an entry stored earlier has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub document: Option<String>,
 }
 

@@ -28,6 +28,7 @@
 //! collect only with `now` taken from the same clock.
 
 pub mod cs;
+pub mod group_commit;
 pub mod pg;
 pub mod rs;
 pub mod sled_cs;

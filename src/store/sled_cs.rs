@@ -18,7 +18,7 @@
 //! pointing at no record (or at the winner's), which every reader skips.
 
 use super::cs::*;
-use super::sled_json::{corrupt, decode, encode, open_db, tree};
+use super::sled_json::{corrupt, decode, encode, open_db, tree, Durable};
 use super::sled_store::backend_error;
 use super::StoreError;
 use std::path::Path;
@@ -112,7 +112,7 @@ impl ConfirmationEntries for SledEntries {
 // ---- decision records ----
 
 struct SledRecords {
-    db: sled::Db,
+    db: Durable,
     decisions: sled::Tree,
     by_resource: sled::Tree,
     by_user: sled::Tree,
@@ -136,7 +136,7 @@ impl SledRecords {
             by_resource: tree(&db, "cs.by_resource")?,
             by_user: tree(&db, "cs.by_user")?,
             pending: tree(&db, "cs.pending")?,
-            db,
+            db: Durable::new(db),
         })
     }
 
@@ -149,8 +149,7 @@ impl SledRecords {
     }
 
     fn flush(&self) -> Result<(), StoreError> {
-        self.db.flush().map_err(|e| backend_error("flush", e))?;
-        Ok(())
+        self.db.flush()
     }
 
     fn write(&self, record: &DecisionRecord) -> Result<(), StoreError> {

@@ -2,6 +2,7 @@
 //! a database, and JSON values in its trees (decoding never panics, an
 //! unreadable value is [`StoreError::Corrupt`]).
 
+use super::group_commit::{Failed, GroupCommit};
 use super::sled_store::backend_error;
 use super::StoreError;
 
@@ -39,6 +40,42 @@ pub(crate) fn tree(db: &sled::Db, name: &str) -> Result<sled::Tree, StoreError> 
 /// directory: a second open while it is open fails.
 pub(crate) fn open_db(dir: &std::path::Path) -> Result<sled::Db, StoreError> {
     config(dir).open().map_err(|e| backend_error("open", e))
+}
+
+/// A sled database and the [`GroupCommit`] that every store in it shares:
+/// concurrent writers that need their writes on disk share one flush.
+#[derive(Debug, Clone)]
+pub(crate) struct Durable {
+    db: sled::Db,
+    group: std::sync::Arc<GroupCommit>,
+}
+
+impl Durable {
+    pub(crate) fn new(db: sled::Db) -> Self {
+        Durable {
+            db,
+            group: std::sync::Arc::new(GroupCommit::new()),
+        }
+    }
+
+    /// The database.
+    pub(crate) fn db(&self) -> &sled::Db {
+        &self.db
+    }
+
+    /// Makes every write made before this call durable (sled's `flush`,
+    /// shared with concurrent callers).
+    pub(crate) fn flush(&self) -> Result<(), StoreError> {
+        self.group
+            .flush(|| self.db.flush().map(drop))
+            .map_err(|e| match e {
+                Failed::Own(e) => backend_error("flush", e),
+                Failed::Shared(message) => StoreError::Backend {
+                    op: "flush",
+                    message,
+                },
+            })
+    }
 }
 
 /// sled's page cache per database. sled's default is 1 GiB, which a server

@@ -25,7 +25,7 @@
 //! `sled_store`: it survives a killed process, not every power loss).
 
 use super::rs::*;
-use super::sled_json::{decode, encode, open_db, tree};
+use super::sled_json::{decode, encode, open_db, tree, Durable};
 use super::sled_store::backend_error;
 use super::{SledNonceStore, StoreError};
 use serde_json::Value;
@@ -41,11 +41,6 @@ const EXECUTIONS_TREE: &str = "rs.executions";
 /// the store gives up with an error (each retry re-reads what won).
 const CAS_ATTEMPTS: usize = 16;
 
-fn flush(db: &sled::Db) -> Result<(), StoreError> {
-    db.flush().map_err(|e| backend_error("flush", e))?;
-    Ok(())
-}
-
 fn lost_races(op: &'static str) -> StoreError {
     StoreError::Backend {
         op,
@@ -55,16 +50,17 @@ fn lost_races(op: &'static str) -> StoreError {
 
 /// Opens every RS store in `db`.
 pub fn open(db: &sled::Db) -> Result<RsStore, StoreError> {
+    let durable = Durable::new(db.clone());
     Ok(RsStore {
-        nonces: Arc::new(SledNonceStore::with_db(db.clone(), NONCES_TREE)?),
+        nonces: Arc::new(SledNonceStore::in_db(durable.clone(), NONCES_TREE)?),
         records: Arc::new(SledRecords {
             records: tree(db, CONFIRMATIONS_TREE)?,
             results: tree(db, RESULTS_TREE)?,
-            db: db.clone(),
+            db: durable.clone(),
         }),
         executions: Arc::new(SledExecutions {
             tree: tree(db, EXECUTIONS_TREE)?,
-            db: db.clone(),
+            db: durable,
         }),
         readiness: Arc::new(super::AlwaysReady),
     })
@@ -81,7 +77,7 @@ pub fn open_dir(dir: &Path) -> Result<(sled::Db, RsStore), StoreError> {
 // ---- CHEQ records ----
 
 struct SledRecords {
-    db: sled::Db,
+    db: Durable,
     records: sled::Tree,
     results: sled::Tree,
 }
@@ -108,7 +104,7 @@ impl CheqRecords for SledRecords {
             self.records.remove(id).map_err(err)?;
             return Ok(false);
         }
-        flush(&self.db)?;
+        self.db.flush()?;
         Ok(true)
     }
 
@@ -163,7 +159,7 @@ impl CheqRecords for SledRecords {
                 .map_err(err)?;
             if swapped.is_ok() {
                 if durable {
-                    flush(&self.db)?;
+                    self.db.flush()?;
                 }
                 return Ok(Transition::Moved);
             }
@@ -189,7 +185,7 @@ impl CheqRecords for SledRecords {
                 n += 1;
             }
         }
-        flush(&self.db)?;
+        self.db.flush()?;
         Ok(n)
     }
 }
@@ -197,7 +193,7 @@ impl CheqRecords for SledRecords {
 // ---- the execution log ----
 
 struct SledExecutions {
-    db: sled::Db,
+    db: Durable,
     tree: sled::Tree,
 }
 
@@ -232,7 +228,7 @@ impl Executions for SledExecutions {
                 Err(_) => continue,
             };
             // Also for `Existing`: another thread's write may not be flushed yet.
-            flush(&self.db)?;
+            self.db.flush()?;
             return Ok(outcome);
         }
         Err(lost_races("record execution"))

@@ -75,6 +75,8 @@ use std::path::Path;
 
 use sled::CompareAndSwapError;
 
+use super::sled_json::Durable;
+
 use super::{validate, validate_nonce, NonceEntry, NonceStore, RecordOutcome, StoreError};
 use super::{MAX_DATA_LEN, MAX_NONCE_LEN};
 
@@ -98,7 +100,7 @@ const CAS_ATTEMPTS: usize = 8;
 /// Cheap to clone: clones share the same trees.
 #[derive(Debug, Clone)]
 pub struct SledNonceStore {
-    db: sled::Db,
+    db: Durable,
     nonces: sled::Tree,
     expiry: sled::Tree,
 }
@@ -119,10 +121,18 @@ impl SledNonceStore {
     /// a sled database shared with other users. Neither tree may be used for
     /// anything else.
     pub fn with_db(db: sled::Db, tree: &str) -> Result<Self, StoreError> {
+        Self::in_db(Durable::new(db), tree)
+    }
+
+    /// As [`with_db`](Self::with_db), sharing the flushes of `db`'s other
+    /// stores.
+    pub(crate) fn in_db(db: Durable, tree: &str) -> Result<Self, StoreError> {
         let nonces = db
+            .db()
             .open_tree(tree.as_bytes())
             .map_err(|e| backend_error("open_tree", e))?;
         let expiry = db
+            .db()
             .open_tree(format!("{tree}{INDEX_SUFFIX}").as_bytes())
             .map_err(|e| backend_error("open_tree", e))?;
         Ok(Self { db, nonces, expiry })
@@ -130,10 +140,7 @@ impl SledNonceStore {
 
     /// Makes every write so far durable (see the module docs for the caveat).
     fn flush(&self) -> Result<(), StoreError> {
-        self.db
-            .flush()
-            .map(drop)
-            .map_err(|e| backend_error("flush", e))
+        self.db.flush()
     }
 }
 

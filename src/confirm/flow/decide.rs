@@ -132,13 +132,9 @@ impl Cs {
         let who2 = who.clone();
         let open2 = open.clone();
         let span = tracing::Span::current();
-        let id2 = id.to_owned();
         let decided = tokio::task::spawn_blocking(move || {
             let _span = span.entered();
-            let decided =
-                cs.sign_and_record(&open2, &entry.resource_uri, &who2, &request, collected)?;
-            cs.trim_entry(&id2, entry);
-            Ok::<_, DecideError>(decided)
+            cs.sign_and_record(&open2, &entry.resource_uri, &who2, &request, collected)
         })
         .await
         .map_err(|_| CsError::Internal("the signing task failed".into()))??;

@@ -14,7 +14,11 @@
 //! Only a [`VerifiedCheq`] is shown as trustworthy or countersigned, and the
 //! one verified for the page is kept (in a bounded cache) for the decision on
 //! it: the decision neither fetches nor verifies again unless the cache lost
-//! it (a restart, another instance).
+//! it (a restart, another instance), and then it fetches the CHEQ again (the
+//! RS serves it until it is decided) and checks that the view is the one the
+//! user saw. The store keeps only which resource URI a page is for: a pending
+//! confirmation costs no copy of its document on disk or in the store's
+//! memory (issue 13).
 
 pub mod decide;
 pub mod deliver;
@@ -374,7 +378,7 @@ impl Cs {
     }
 
     async fn load_in_span(&self, id: &str, who: &Identity) -> Result<Loaded, CsError> {
-        let mut entry = self.entry(id)?;
+        let entry = self.entry(id)?;
         if let Some(record) = self.earlier(&entry.resource_uri, None)? {
             return Ok(Loaded::Decided(Box::new(owned(record, who)?)));
         }
@@ -391,8 +395,6 @@ impl Cs {
         if let Some(record) = self.earlier(&entry.resource_uri, Some(&fields.nonce))? {
             return Ok(Loaded::Decided(Box::new(owned(record, who)?)));
         }
-        entry.document = Some(String::from_utf8_lossy(&document).into_owned());
-        self.store.entries.put(id, &entry)?;
         let open = Arc::new(Open {
             id: id.to_owned(),
             view: CheqView::of(&verified, &self.cs_origin),
@@ -438,23 +440,6 @@ impl Cs {
         });
         self.remember(open.clone());
         Ok(open)
-    }
-
-    /// Once a decision is recorded, the entry of `id` keeps only what finds
-    /// the decision (its resource URI): the document it fetched is in the
-    /// record now, countersigned (issue 13: disk per decision). Not flushed,
-    /// and a failure only costs space: the decision stands either way.
-    fn trim_entry(&self, id: &str, entry: ConfirmationEntry) {
-        if entry.document.is_none() {
-            return;
-        }
-        let trimmed = ConfirmationEntry {
-            document: None,
-            ..entry
-        };
-        if let Err(e) = self.store.entries.put(id, &trimmed) {
-            log::warn!("could not trim a decided confirmation's entry: {e}");
-        }
     }
 
     /// The stored entry of the started confirmation `id` (what the page

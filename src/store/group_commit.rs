@@ -1,0 +1,256 @@
+//! Group commit: one flush to disk stands for every write made before it
+//! started (`PROTOCOL.md` §6: a nonce is on disk, flushed, before the RS or
+//! the CS answers).
+//!
+//! A writer that needs its writes durable calls [`GroupCommit::flush`] after
+//! making them. If no flush is running, it runs one; if one is running, that
+//! flush began before the writer's writes may have landed, so the writer
+//! waits for it to end and then for the *next* flush, which one of the
+//! waiting writers runs for all of them. Under load, many writers share one
+//! flush (sled's flush writes and syncs its log buffer, and hands the write
+//! to a thread of its own: issue 13 measured five such flushes per complete
+//! flow); alone, a writer pays one flush, as before.
+//!
+//! A flush that fails fails every writer it stood for; a later flush that
+//! succeeds covers writers that were waiting for it, as it covers their
+//! writes too.
+
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+
+/// Why [`GroupCommit::flush`] failed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Failed<E> {
+    /// The flush this writer ran failed with this error.
+    Own(E),
+    /// The flush another writer ran for this one failed (its error, as text).
+    Shared(String),
+}
+
+/// Flushes shared by concurrent writers of one database.
+#[derive(Debug, Default)]
+pub struct GroupCommit {
+    state: Mutex<State>,
+    ended: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The number of the last flush started (flushes are numbered from 1).
+    started: u64,
+    /// The number of the last flush that ended.
+    ended: u64,
+    /// The number of the last flush that succeeded.
+    succeeded: u64,
+    /// Whether a flush is running now.
+    running: bool,
+    /// Writers waiting for a flush.
+    waiting: usize,
+    /// Why the last failed flush failed.
+    error: Option<String>,
+}
+
+impl GroupCommit {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state stays consistent at every unlock: a panic elsewhere
+        // cannot leave it half-written.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Returns once a flush (`flush`, run here or by another writer) that
+    /// started after this call began has succeeded; every write made before
+    /// this call is then durable.
+    pub fn flush<E: std::fmt::Display>(
+        &self,
+        flush: impl FnOnce() -> Result<(), E>,
+    ) -> Result<(), Failed<E>> {
+        let mut flush = Some(flush);
+        let mut state = self.lock();
+        let needed = state.started + 1;
+        loop {
+            if state.ended >= needed {
+                return if state.succeeded >= needed {
+                    Ok(())
+                } else {
+                    Err(Failed::Shared(
+                        state
+                            .error
+                            .clone()
+                            .unwrap_or_else(|| "the flush failed".to_owned()),
+                    ))
+                };
+            }
+            if !state.running {
+                // Lead the next flush, for this writer and every waiting one.
+                let Some(run) = flush.take() else {
+                    // Unreachable: a writer leads at most once, and the flush
+                    // it led ends past `needed`.
+                    return Err(Failed::Shared(
+                        "group commit: the flush was already run".to_owned(),
+                    ));
+                };
+                state.running = true;
+                state.started += 1;
+                let number = state.started;
+                drop(state);
+                let result = run();
+                state = self.lock();
+                state.running = false;
+                state.ended = number;
+                self.ended.notify_all();
+                match result {
+                    Ok(()) => state.succeeded = number,
+                    Err(e) => {
+                        state.error = Some(e.to_string());
+                        return Err(Failed::Own(e));
+                    }
+                }
+            } else {
+                state.waiting += 1;
+                state = self
+                    .ended
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+                state.waiting -= 1;
+            }
+        }
+    }
+
+    /// How many writers wait for a flush now (for tests).
+    pub fn waiting(&self) -> usize {
+        self.lock().waiting
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+
+    #[test]
+    fn a_lone_writer_flushes_once_each_time() {
+        let group = GroupCommit::new();
+        let runs = AtomicUsize::new(0);
+        for _ in 0..3 {
+            group
+                .flush(|| {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, String>(())
+                })
+                .unwrap();
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+    }
+
+    /// Seven writers arrive while a flush runs: one more flush covers all.
+    #[test]
+    fn writers_during_a_flush_share_the_next_one() {
+        let group = Arc::new(GroupCommit::new());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (entered, first_running) = mpsc::channel();
+        let (release, gate) = mpsc::channel::<()>();
+        let first = {
+            let (group, runs) = (group.clone(), runs.clone());
+            std::thread::spawn(move || {
+                group.flush(|| {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    entered.send(()).unwrap();
+                    gate.recv().unwrap();
+                    Ok::<_, String>(())
+                })
+            })
+        };
+        first_running.recv().unwrap();
+        let others: Vec<_> = (0..7)
+            .map(|_| {
+                let (group, runs) = (group.clone(), runs.clone());
+                std::thread::spawn(move || {
+                    group.flush(|| {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, String>(())
+                    })
+                })
+            })
+            .collect();
+        while group.waiting() < 7 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        release.send(()).unwrap();
+        assert_eq!(first.join().unwrap(), Ok(()));
+        for o in others {
+            assert_eq!(o.join().unwrap(), Ok(()));
+        }
+        // The first flush started before the others wrote: it cannot stand
+        // for them; exactly one more does.
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_failed_flush_fails_the_writers_it_stood_for() {
+        let group = GroupCommit::new();
+        let failed = group.flush(|| Err("disk full"));
+        assert_eq!(failed, Err(Failed::Own("disk full")));
+        // The next writer gets a flush of its own, which may succeed.
+        assert_eq!(group.flush(|| Ok::<_, String>(())), Ok(()));
+    }
+
+    /// A writer waiting for a flush that fails hears of it.
+    #[test]
+    fn writers_waiting_for_a_failed_flush_hear_of_it() {
+        let group = Arc::new(GroupCommit::new());
+        let (entered, first_running) = mpsc::channel();
+        let (release, gate) = mpsc::channel::<()>();
+        let first = {
+            let group = group.clone();
+            std::thread::spawn(move || {
+                group.flush(|| {
+                    entered.send(()).unwrap();
+                    gate.recv().unwrap();
+                    Ok::<_, String>(())
+                })
+            })
+        };
+        first_running.recv().unwrap();
+        // Two writers arrive: one leads the next flush, which fails; the
+        // other waits for it (or leads it), and fails too.
+        let (entered2, second_running) = mpsc::channel();
+        let (release2, gate2) = mpsc::channel::<()>();
+        let gate2 = Arc::new(Mutex::new(gate2));
+        let others: Vec<_> = (0..2)
+            .map(|_| {
+                let (group, entered2, gate2) = (group.clone(), entered2.clone(), gate2.clone());
+                std::thread::spawn(move || {
+                    group.flush(|| {
+                        entered2.send(()).unwrap();
+                        gate2.lock().unwrap().recv().unwrap();
+                        Err("disk full".to_owned())
+                    })
+                })
+            })
+            .collect();
+        while group.waiting() < 2 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        release.send(()).unwrap();
+        assert_eq!(first.join().unwrap(), Ok(()));
+        second_running.recv().unwrap();
+        while group.waiting() < 1 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        release2.send(()).unwrap();
+        let mut results: Vec<_> = others.into_iter().map(|o| o.join().unwrap()).collect();
+        results.sort_by_key(|r| matches!(r, Err(Failed::Shared(_))));
+        assert_eq!(
+            results,
+            vec![
+                Err(Failed::Own("disk full".to_owned())),
+                Err(Failed::Shared("disk full".to_owned()))
+            ]
+        );
+    }
+}
