@@ -42,6 +42,8 @@ async fn start(clock: Option<Arc<cheq::time::ManualClock>>) -> Env {
     let env = Env::start(Options {
         gateways: gateways(),
         clock,
+        // The private-value tests scan the CS's files for typed values.
+        plain_cs_store: true,
         ..Options::default()
     })
     .await;

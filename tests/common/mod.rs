@@ -410,6 +410,10 @@ pub struct Options {
     /// Each server trusts the other's published keys (`jwks_uri`) rather
     /// than a file.
     pub jwks_uri: bool,
+    /// The CS database is made without compression (sled compresses a new
+    /// one; one made before keeps its setting), so that a scan of its files
+    /// reads every stored byte in clear.
+    pub plain_cs_store: bool,
 }
 
 pub struct Env {
@@ -537,6 +541,15 @@ secret_hash = "{hash}"
         let rs_handle = rs_server.handle();
         actix_web::rt::spawn(rs_server);
 
+        if opts.plain_cs_store {
+            cheq::keyfile::ensure_private_dir(&cs_config.data_dir).unwrap();
+            let made = sled::Config::new()
+                .path(cheq::confirm::admin::db_path(&cs_config.data_dir))
+                .use_compression(false)
+                .open()
+                .unwrap();
+            drop(made);
+        }
         let cs = cheq::confirm::build_state(&cs_config, clock).await.unwrap();
         cs.accounts
             .put(&new_account("alice", None, ALICE_PW).unwrap(), false)
