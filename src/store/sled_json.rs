@@ -97,8 +97,23 @@ pub fn config(dir: &std::path::Path) -> sled::Config {
     sled::Config::new()
         .path(dir)
         .cache_capacity(CACHE_BYTES)
-        .use_compression(compressed(dir).unwrap_or(true))
+        .use_compression(use_compression(
+            compressed(dir),
+            std::env::var(COMPRESSION_VAR).ok().as_deref(),
+        ))
         .compression_factor(COMPRESSION_LEVEL)
+}
+
+/// The environment variable that, set to `off`, makes new databases
+/// uncompressed (so that plain tools can read their files; the browser test
+/// scans them for values a user typed). An existing database keeps its own
+/// setting whatever this says.
+pub const COMPRESSION_VAR: &str = "CHEQ_SLED_COMPRESSION";
+
+/// Whether to open a database compressed: as it was made if it exists,
+/// otherwise compressed unless [`COMPRESSION_VAR`] says `off`.
+fn use_compression(existing: Option<bool>, setting: Option<&str>) -> bool {
+    existing.unwrap_or(setting != Some("off"))
 }
 
 /// Whether the sled database at `dir` was created compressed; `None` when
@@ -115,6 +130,15 @@ fn compressed(dir: &std::path::Path) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_variable_decides_for_new_databases_only() {
+        assert!(use_compression(None, None));
+        assert!(use_compression(None, Some("on")));
+        assert!(!use_compression(None, Some("off")));
+        assert!(use_compression(Some(true), Some("off")));
+        assert!(!use_compression(Some(false), None));
+    }
 
     #[test]
     fn new_databases_are_compressed_and_old_ones_keep_their_setting() {

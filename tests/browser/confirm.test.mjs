@@ -27,7 +27,9 @@ mkdirSync(shots, { recursive: true });
 const dataDir = mkdtempSync(join(tmpdir(), 'cheq-browser-'));
 const [csPort, rsPort] = [await freePort(), await freePort()];
 const demo = spawn(cheq, ['demo', '--data-dir', dataDir, '--cs-port', String(csPort), '--rs-port', String(rsPort)], {
-  env: { ...process.env, CHEQ_DEMO_PASSWORD: password },
+  // Uncompressed databases, so that the scan of the CS's files for typed
+  // values reads every stored byte in clear.
+  env: { ...process.env, CHEQ_DEMO_PASSWORD: password, CHEQ_SLED_COMPRESSION: 'off' },
   stdio: ['ignore', 'pipe', 'pipe'],
 });
 let demoLog = '';
