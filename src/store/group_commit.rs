@@ -67,56 +67,45 @@ impl GroupCommit {
         &self,
         flush: impl FnOnce() -> Result<(), E>,
     ) -> Result<(), Failed<E>> {
-        let mut flush = Some(flush);
         let mut state = self.lock();
         let needed = state.started + 1;
-        loop {
-            if state.ended >= needed {
-                return if state.succeeded >= needed {
-                    Ok(())
-                } else {
-                    Err(Failed::Shared(
-                        state
-                            .error
-                            .clone()
-                            .unwrap_or_else(|| "the flush failed".to_owned()),
-                    ))
-                };
-            }
-            if !state.running {
-                // Lead the next flush, for this writer and every waiting one.
-                let Some(run) = flush.take() else {
-                    // Unreachable: a writer leads at most once, and the flush
-                    // it led ends past `needed`.
-                    return Err(Failed::Shared(
-                        "group commit: the flush was already run".to_owned(),
-                    ));
-                };
-                state.running = true;
-                state.started += 1;
-                let number = state.started;
-                drop(state);
-                let result = run();
-                state = self.lock();
-                state.running = false;
-                state.ended = number;
-                self.ended.notify_all();
-                match result {
-                    Ok(()) => state.succeeded = number,
-                    Err(e) => {
-                        state.error = Some(e.to_string());
-                        return Err(Failed::Own(e));
-                    }
-                }
-            } else {
-                state.waiting += 1;
-                state = self
-                    .ended
-                    .wait(state)
-                    .unwrap_or_else(PoisonError::into_inner);
-                state.waiting -= 1;
-            }
+        while state.running && state.ended < needed {
+            state.waiting += 1;
+            state = self
+                .ended
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+            state.waiting -= 1;
         }
+        if state.ended >= needed {
+            // A flush that started after this call has ended.
+            return if state.succeeded >= needed {
+                Ok(())
+            } else {
+                Err(Failed::Shared(
+                    state
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| "the flush failed".to_owned()),
+                ))
+            };
+        }
+        // No flush runs, and none since this call began: lead the next one,
+        // for this writer and every waiting one.
+        state.running = true;
+        state.started += 1;
+        let number = state.started;
+        drop(state);
+        let result = flush();
+        let mut state = self.lock();
+        state.running = false;
+        state.ended = number;
+        match &result {
+            Ok(()) => state.succeeded = number,
+            Err(e) => state.error = Some(e.to_string()),
+        }
+        self.ended.notify_all();
+        result.map_err(Failed::Own)
     }
 
     /// How many writers wait for a flush now (for tests).

@@ -59,8 +59,9 @@
 //!
 //! Every `record` calls sled's synchronous `flush()` before it returns, whatever the
 //! outcome (a [`RecordOutcome::SameAsBefore`] may report an entry that another
-//! thread has written but not yet flushed). sled groups the flushes of concurrent
-//! threads into one write, so concurrent writers share the cost.
+//! thread has written but not yet flushed). Concurrent writers share flushes
+//! (`store::group_commit`, shared by every store of one database): one flush
+//! that starts after a writer's writes stands for all the writers waiting.
 //!
 //! Caveat: sled 0.34's flush uses `sync_file_range` on Linux: it survives a killed
 //! process, not a power loss with a disk write cache. `sync_file_range` writes the
