@@ -13,6 +13,11 @@ use ed25519_dalek::Signer;
 use fixture::Fixture;
 use std::hint::black_box;
 
+/// The allocator the `cheq` binary ships with (src/main.rs), so that the
+/// counts are those of the servers.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let op = args.get(1).map(String::as_str).unwrap_or("countersign");

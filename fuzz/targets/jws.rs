@@ -14,7 +14,9 @@
 //! - the context binds: another resource URI, another confirmation URI or a
 //!   later time is refused with the matching error;
 //! - one changed byte never yields another accepted reading: a mutant that
-//!   still verifies carries the same payload, kids and signatures.
+//!   still verifies carries the same payload, kids and signatures;
+//! - the base64url decoder agrees with the `base64` crate's strict one on
+//!   every quoted piece of the input.
 
 use super::fixtures::{self, cs_trusted, origin, rs_trusted};
 use super::variant;
@@ -28,7 +30,24 @@ use cheq::sign::{
 use chrono::Duration;
 
 pub fn run(data: &[u8]) -> u64 {
+    same_base64(data);
     check(data, true)
+}
+
+/// `b64::decode` (base64-simd) accepts exactly what the `base64` crate's
+/// strict unpadded base64url decoder accepts, and reads the same bytes: for
+/// every piece of the input between quotes (a document's base64url parts and
+/// their mutants).
+fn same_base64(data: &[u8]) {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+    for piece in String::from_utf8_lossy(data).split('"') {
+        assert_eq!(
+            b64::decode(piece),
+            URL_SAFE_NO_PAD.decode(piece).ok(),
+            "base64url decoders differ on {piece:?}"
+        );
+    }
 }
 
 /// Verifies `doc` both ways and checks every property; `mutate` also checks

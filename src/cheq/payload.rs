@@ -7,8 +7,6 @@
 
 use super::json::{self, JsonError, Node, Object};
 use super::uri::{parse_cheq_uri, UriError};
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
@@ -205,6 +203,12 @@ impl Cheq {
             Some(tag) if is_language_tag(&tag) => tag,
             Some(tag) => return Err(CheqError::BadLanguage(tag)),
         };
+        let nonce = optional_str(&members, "nonce")?;
+        let resource_uri = optional_str(&members, "resource uri")?;
+        let confirmation_uri = optional_str(&members, "confirmation uri")?;
+        let subject = optional_str(&members, "subject")?;
+        let expires = optional_str(&members, "expires")?;
+        drop(members);
         Ok(Cheq {
             raw: bytes.to_vec(),
             version,
@@ -212,11 +216,11 @@ impl Cheq {
             operation_name,
             parameters,
             date,
-            nonce: optional_str(&members, "nonce")?,
-            resource_uri: optional_str(&members, "resource uri")?,
-            confirmation_uri: optional_str(&members, "confirmation uri")?,
-            subject: optional_str(&members, "subject")?,
-            expires: optional_str(&members, "expires")?,
+            nonce,
+            resource_uri,
+            confirmation_uri,
+            subject,
+            expires,
             language,
         })
     }
@@ -260,8 +264,11 @@ impl Cheq {
         };
         let date = parse_rfc3339("date", &self.date)?;
         let expires_at = parse_rfc3339("expires", expires)?;
-        match URL_SAFE_NO_PAD.decode(nonce) {
-            Ok(bytes) if bytes.len() >= MIN_NONCE_BYTES => {}
+        // Canonical unpadded base64url of at least MIN_NONCE_BYTES, checked
+        // without decoding into a buffer.
+        let b64 = base64_simd::URL_SAFE_NO_PAD;
+        match b64.decoded_length(nonce.as_bytes()) {
+            Ok(len) if len >= MIN_NONCE_BYTES && b64.check(nonce.as_bytes()).is_ok() => {}
             _ => return Err(CountersignableError::BadNonce),
         }
         let origin = |member: &'static str, uri: &str| {

@@ -54,25 +54,6 @@ struct ResourceHeaderOut<'a> {
     cheq_role: &'a str,
 }
 
-#[derive(Serialize)]
-struct ConfirmationHeaderOut<'a> {
-    alg: &'a str,
-    kid: &'a str,
-    typ: &'a str,
-    cheq_role: &'a str,
-    crit: [&'a str; 1],
-    cheq_decision: &'a str,
-    sub: &'a str,
-    iat: i64,
-    auth_time: i64,
-    amr: &'a [String],
-    cheq_channel: &'a str,
-    cheq_view: &'a str,
-    cheq_rs_sig: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cheq_collected: Option<&'a IndexMap<String, String>>,
-}
-
 /// The resource header's JSON text.
 pub fn resource_header_json(alg: Algorithm, kid: &str) -> String {
     serde_json::to_string(&ResourceHeaderOut {
@@ -84,25 +65,72 @@ pub fn resource_header_json(alg: Algorithm, kid: &str) -> String {
     .unwrap_or_default()
 }
 
-/// The confirmation header's JSON text.
+/// The confirmation header's JSON text: members in a fixed order, compact.
+/// Written by hand (about 3,000 instructions less per countersignature than
+/// serde_json, issue 13): the fixed names and the base64url digests need no
+/// escaping, and every other string goes through serde_json's escaping. The
+/// unit test below holds it to what serde_json writes for the same members.
 pub fn confirmation_header_json(alg: Algorithm, kid: &str, c: &ConfirmationClaims) -> String {
-    serde_json::to_string(&ConfirmationHeaderOut {
-        alg: alg.as_str(),
-        kid,
-        typ: TYP,
-        cheq_role: Role::Confirmation.as_str(),
-        crit: ["cheq_decision"],
-        cheq_decision: c.decision.as_str(),
-        sub: &c.sub,
-        iat: c.iat,
-        auth_time: c.auth_time,
-        amr: &c.amr,
-        cheq_channel: c.channel.as_str(),
-        cheq_view: &c.view,
-        cheq_rs_sig: &c.rs_sig,
-        cheq_collected: c.collected.as_ref(),
-    })
-    .unwrap_or_default()
+    let mut out = String::with_capacity(
+        320 + kid.len() + c.sub.len() + c.amr.iter().map(|a| a.len() + 3).sum::<usize>(),
+    );
+    out.push_str("{\"alg\":\"");
+    out.push_str(alg.as_str());
+    out.push_str("\",\"kid\":");
+    push_json_str(&mut out, kid);
+    out.push_str(",\"typ\":\"");
+    out.push_str(TYP);
+    out.push_str("\",\"cheq_role\":\"");
+    out.push_str(Role::Confirmation.as_str());
+    out.push_str("\",\"crit\":[\"cheq_decision\"],\"cheq_decision\":\"");
+    out.push_str(c.decision.as_str());
+    out.push_str("\",\"sub\":");
+    push_json_str(&mut out, &c.sub);
+    out.push_str(",\"iat\":");
+    out.push_str(&c.iat.to_string());
+    out.push_str(",\"auth_time\":");
+    out.push_str(&c.auth_time.to_string());
+    out.push_str(",\"amr\":[");
+    for (i, a) in c.amr.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_json_str(&mut out, a);
+    }
+    out.push_str("],\"cheq_channel\":\"");
+    out.push_str(c.channel.as_str());
+    out.push_str("\",\"cheq_view\":");
+    push_json_str(&mut out, &c.view);
+    out.push_str(",\"cheq_rs_sig\":");
+    push_json_str(&mut out, &c.rs_sig);
+    if let Some(collected) = &c.collected {
+        out.push_str(",\"cheq_collected\":{");
+        for (i, (name, value)) in collected.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            push_json_str(&mut out, name);
+            out.push(':');
+            push_json_str(&mut out, value);
+        }
+        out.push('}');
+    }
+    out.push('}');
+    out
+}
+
+/// Appends `s` as a JSON string. Text that needs no escaping (base64url,
+/// plain names) is copied as is; anything else is escaped by serde_json.
+fn push_json_str(out: &mut String, s: &str) {
+    if s.bytes()
+        .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b < 0x7f)
+    {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::Value::from(s).to_string());
+    }
 }
 
 /// A protected header after the generic checks of §5.
@@ -116,4 +144,93 @@ pub struct Header<'a> {
 
 pub(crate) fn string_member<'a>(m: &'a Object<'_>, name: &str) -> Option<&'a str> {
     m.get(name).and_then(|v| v.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What serde_json writes for the confirmation header's members.
+    #[derive(Serialize)]
+    struct Reference<'a> {
+        alg: &'a str,
+        kid: &'a str,
+        typ: &'a str,
+        cheq_role: &'a str,
+        crit: [&'a str; 1],
+        cheq_decision: &'a str,
+        sub: &'a str,
+        iat: i64,
+        auth_time: i64,
+        amr: &'a [String],
+        cheq_channel: &'a str,
+        cheq_view: &'a str,
+        cheq_rs_sig: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cheq_collected: Option<&'a IndexMap<String, String>>,
+    }
+
+    #[test]
+    fn confirmation_header_is_what_serde_json_writes() {
+        let odd = [
+            "",
+            "alice",
+            "a\"quote",
+            "back\\slash",
+            "new\nline\u{1}\u{7f}",
+            "é 東京 🚀",
+            "</script>",
+            "\u{2028}",
+        ];
+        for (i, text) in odd.iter().enumerate() {
+            let collected = (i % 2 == 0).then(|| {
+                let mut m = IndexMap::new();
+                m.insert((*text).to_owned(), format!("{text}{i}"));
+                m.insert("plain".to_owned(), (*text).to_owned());
+                m
+            });
+            let claims = ConfirmationClaims {
+                decision: if i % 2 == 0 {
+                    Decision::Accept
+                } else {
+                    Decision::Reject
+                },
+                sub: (*text).to_owned(),
+                iat: 1_700_000_000 + i as i64,
+                auth_time: -(i as i64),
+                amr: (0..i % 3).map(|k| format!("{text}{k}")).collect(),
+                channel: if i % 2 == 0 {
+                    Channel::Html
+                } else {
+                    Channel::Voice
+                },
+                view: format!("v{text}"),
+                rs_sig: "AbC-_9".repeat(7),
+                collected,
+            };
+            let kid = format!("kid{text}");
+            let reference = serde_json::to_string(&Reference {
+                alg: Algorithm::EdDsa.as_str(),
+                kid: &kid,
+                typ: TYP,
+                cheq_role: Role::Confirmation.as_str(),
+                crit: ["cheq_decision"],
+                cheq_decision: claims.decision.as_str(),
+                sub: &claims.sub,
+                iat: claims.iat,
+                auth_time: claims.auth_time,
+                amr: &claims.amr,
+                cheq_channel: claims.channel.as_str(),
+                cheq_view: &claims.view,
+                cheq_rs_sig: &claims.rs_sig,
+                cheq_collected: claims.collected.as_ref(),
+            })
+            .unwrap();
+            assert_eq!(
+                confirmation_header_json(Algorithm::EdDsa, &kid, &claims),
+                reference,
+                "for {text:?}"
+            );
+        }
+    }
 }
