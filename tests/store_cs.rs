@@ -48,10 +48,18 @@ fn a_record_key_is_claimed_once(store: &CsStore) {
     );
     let mut other = record(A, "n1", "alice", 11);
     other.decision = Decision::Reject;
+    other.document = r#"{"the":"loser"}"#.into();
     match r.claim(&other).unwrap() {
-        Claim::Existing(old) => assert_eq!(old.decision, Decision::Accept),
+        Claim::Existing(old) => {
+            assert_eq!(old.decision, Decision::Accept);
+            assert_eq!(old.document, "{}", "the winner's document, not the loser's");
+        }
         Claim::Fresh => panic!("claimed twice"),
     }
+    assert_eq!(
+        r.get(&RecordKey::new(A, "n1")).unwrap().unwrap().document,
+        "{}"
+    );
     // §6: another RS's CHEQ with the same nonce is another record.
     assert_eq!(r.claim(&record(B, "n1", "bob", 12)).unwrap(), Claim::Fresh);
     assert_eq!(
@@ -340,8 +348,50 @@ fn limits_update_atomically(store: &CsStore) {
     assert_eq!(l.get("locked").unwrap(), None);
 }
 
+/// A record's document as delivered, then replaced (a sealed document
+/// redacted once its delivery is final, §8): every read gives the current one.
+fn a_changed_document_replaces_the_old(store: &CsStore) {
+    let r = &store.records;
+    let mut rec = record(A, "doc1", "dora", 40);
+    rec.document = SEALED.into();
+    rec.sealed = true;
+    assert_eq!(r.claim(&rec).unwrap(), Claim::Fresh);
+    let key = RecordKey::new(A, "doc1");
+    assert_eq!(r.get(&key).unwrap().unwrap().document, SEALED);
+    let leased = r.lease_due(40, 30, 100).unwrap();
+    let mine = leased.iter().find(|l| l.key() == key).unwrap();
+    assert_eq!(
+        mine.document, SEALED,
+        "a leased record carries its document"
+    );
+    rec.document = REDACTED.into();
+    rec.sealed = false;
+    rec.delivery = Delivery::Delivered {
+        decision: Decision::Accept,
+        at: 41,
+    };
+    r.update(&rec, true).unwrap();
+    let now = r.get(&key).unwrap().unwrap();
+    assert_eq!(now.document, REDACTED);
+    assert!(!now.sealed);
+    assert_eq!(
+        r.by_resource(&rec.resource_uri).unwrap().unwrap().document,
+        REDACTED
+    );
+    let history = r.for_user("dora", 10).unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].document, REDACTED);
+    // Rewriting the same document again changes nothing.
+    r.update(&rec, false).unwrap();
+    assert_eq!(r.get(&key).unwrap().unwrap().document, REDACTED);
+}
+
+const SEALED: &str = "c2VhbGVkLXByaXZhdGUtdmFsdWUtMTIzNDU2Nzg5MA";
+const REDACTED: &str = r#"{"payload":"e30","signatures":[]}"#;
+
 fn contract(store: &CsStore) {
     a_record_key_is_claimed_once(store);
+    a_changed_document_replaces_the_old(store);
     concurrent_claims_make_one_record(store);
     due_deliveries_are_leased_to_one_worker(store);
     history_is_per_user_newest_first(store);
@@ -357,6 +407,88 @@ fn sled_keeps_the_contract() {
     let dir = tempfile::tempdir().unwrap();
     let (_db, store) = sled_cs::open_dir(dir.path()).unwrap();
     contract(&store);
+}
+
+/// Every value of `tree`, concatenated.
+fn tree_bytes(db: &sled::Db, tree: &str) -> Vec<u8> {
+    let t = db.open_tree(tree).unwrap();
+    t.iter()
+        .flat_map(|kv| {
+            let (_, v) = kv.unwrap();
+            v.to_vec()
+        })
+        .collect()
+}
+
+fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+/// sled keeps a decision's document apart from its record, written once: the
+/// record rewritten on every lease and at the end of its delivery stays
+/// small. A redacted document's sealed predecessor is gone from the files'
+/// trees, a lost claim leaves no document behind, and a record of the
+/// layout before (document inline) still reads and moves on its next write.
+#[test]
+fn sled_keeps_documents_apart_and_drops_replaced_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, store) = sled_cs::open_dir(dir.path()).unwrap();
+    let r = &store.records;
+    let mut rec = record(A, "lay1", "lee", 50);
+    rec.document = SEALED.into();
+    rec.sealed = true;
+    r.claim(&rec).unwrap();
+    let mut loser = rec.clone();
+    loser.document = r#"{"lost":"race"}"#.into();
+    assert!(matches!(r.claim(&loser).unwrap(), Claim::Existing(_)));
+    assert!(!contains(&tree_bytes(&db, "cs.decisions"), SEALED));
+    let docs = tree_bytes(&db, "cs.documents");
+    assert!(contains(&docs, SEALED));
+    assert!(!contains(&docs, "lost"), "the loser's document was kept");
+    assert_eq!(db.open_tree("cs.documents").unwrap().len(), 1);
+
+    rec.document = REDACTED.into();
+    rec.sealed = false;
+    rec.delivery = Delivery::Delivered {
+        decision: Decision::Accept,
+        at: 51,
+    };
+    r.update(&rec, true).unwrap();
+    let docs = tree_bytes(&db, "cs.documents");
+    assert!(
+        !contains(&docs, SEALED),
+        "the sealed document outlived its redaction"
+    );
+    assert!(contains(&docs, REDACTED));
+    assert_eq!(db.open_tree("cs.documents").unwrap().len(), 1);
+
+    // The layout before: the document inline in the record.
+    let mut old = record(B, "inline1", "lee", 60);
+    old.document = r#"{"inline":"d0c-in-the-record"}"#.into();
+    let id = old.key().id();
+    db.open_tree("cs.decisions")
+        .unwrap()
+        .insert(id.as_bytes(), serde_json::to_vec(&old).unwrap())
+        .unwrap();
+    let read = r.get(&old.key()).unwrap().unwrap();
+    assert_eq!(read, old);
+    old.delivery = Delivery::Expired { at: 61 };
+    r.update(&old, true).unwrap();
+    assert_eq!(r.get(&old.key()).unwrap().unwrap(), old);
+    assert!(contains(
+        &tree_bytes(&db, "cs.documents"),
+        "d0c-in-the-record"
+    ));
+    assert!(!contains(
+        &tree_bytes(&db, "cs.decisions"),
+        "d0c-in-the-record"
+    ));
+
+    // A document that looks like a reference is refused, not stored.
+    let mut odd = record(A, "odd1", "lee", 70);
+    odd.document = "\u{1}doc:elsewhere".into();
+    assert!(r.claim(&odd).is_err());
+    assert!(r.get(&odd.key()).unwrap().is_none());
 }
 
 #[test]

@@ -4,7 +4,8 @@
 //! | tree | key | value |
 //! |---|---|---|
 //! | `cs.confirmations` | confirmation id | [`ConfirmationEntry`] |
-//! | `cs.decisions` | [`RecordKey::id`] | [`DecisionRecord`] |
+//! | `cs.decisions` | [`RecordKey::id`] | [`DecisionRecord`], its document replaced by a reference |
+//! | `cs.documents` | record id, NUL, SHA-256 of the document | the document's bytes |
 //! | `cs.by_resource` | resource URI | record id |
 //! | `cs.by_user` | user, NUL, inverted time, record id | record id |
 //! | `cs.pending` | record id | empty |
@@ -16,6 +17,17 @@
 //! written first and the record is then swapped in only if absent, which is
 //! the atomic claim; a crash or a lost race leaves at worst an index entry
 //! pointing at no record (or at the winner's), which every reader skips.
+//!
+//! A decision's document (about 2.3 KB, most of the record) is written once,
+//! in `cs.documents` under a key that names its content, before the record
+//! that refers to it; the record, rewritten when its delivery is leased and
+//! when it ends, is then small (issue 13: each decision wrote its document
+//! three times, and sled's log kept the dead copies until their segment was
+//! cleaned). A lost race or a crash between the two writes leaves at worst a
+//! document that no record names. When the document changes (a sealed one
+//! redacted once its delivery is final, §8), the new one is written, then
+//! the record, then the old document is removed. A record written before
+//! this layout holds its document inline and is read as it is.
 
 use super::cs::*;
 use super::sled_json::{corrupt, decode, encode, open_db, tree, Durable};
@@ -114,6 +126,7 @@ impl ConfirmationEntries for SledEntries {
 struct SledRecords {
     db: Durable,
     decisions: sled::Tree,
+    documents: sled::Tree,
     by_resource: sled::Tree,
     by_user: sled::Tree,
     pending: sled::Tree,
@@ -133,6 +146,7 @@ impl SledRecords {
     fn open(db: sled::Db) -> Result<Self, StoreError> {
         Ok(SledRecords {
             decisions: tree(&db, "cs.decisions")?,
+            documents: tree(&db, "cs.documents")?,
             by_resource: tree(&db, "cs.by_resource")?,
             by_user: tree(&db, "cs.by_user")?,
             pending: tree(&db, "cs.pending")?,
@@ -141,11 +155,72 @@ impl SledRecords {
     }
 
     fn get_id(&self, id: &[u8]) -> Result<Option<DecisionRecord>, StoreError> {
-        self.decisions
+        match self
+            .decisions
             .get(id)
             .map_err(|e| backend_error("get", e))?
-            .map(|b| decode(id, &b))
-            .transpose()
+        {
+            Some(bytes) => Ok(Some(self.with_document(id, decode(id, &bytes)?)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Puts the document a stored record refers to back into it.
+    fn with_document(
+        &self,
+        id: &[u8],
+        mut record: DecisionRecord,
+    ) -> Result<DecisionRecord, StoreError> {
+        if let Some(doc_key) = document_ref(&record.document) {
+            let bytes = self
+                .documents
+                .get(doc_key.as_bytes())
+                .map_err(|e| backend_error("get", e))?
+                .ok_or_else(|| corrupt(id, "the record's document is missing"))?;
+            record.document = String::from_utf8(bytes.to_vec())
+                .map_err(|_| corrupt(id, "the record's document is not UTF-8"))?;
+        }
+        Ok(record)
+    }
+
+    /// Writes `record`'s document (unless that very document is there
+    /// already) and returns the record as stored: the document replaced by
+    /// its reference.
+    fn store_document(&self, id: &str, record: &DecisionRecord) -> Result<Vec<u8>, StoreError> {
+        if document_ref(&record.document).is_some() {
+            // Not a document this server wrote: refused rather than stored
+            // as a reference to something else.
+            return Err(corrupt(
+                id.as_bytes(),
+                "a document that looks like a reference",
+            ));
+        }
+        let doc_key = document_key(id, &record.document);
+        let present = self
+            .documents
+            .contains_key(doc_key.as_bytes())
+            .map_err(|e| backend_error("update", e))?;
+        if !present {
+            self.documents
+                .insert(doc_key.as_bytes(), record.document.as_bytes())
+                .map_err(|e| backend_error("update", e))?;
+        }
+        let mut stored = record.clone();
+        stored.document = format!("{DOC_REF}{doc_key}");
+        encode(&stored)
+    }
+
+    /// The key of the document the stored record under `id` refers to.
+    fn stored_document_key(&self, id: &[u8]) -> Result<Option<String>, StoreError> {
+        let Some(bytes) = self
+            .decisions
+            .get(id)
+            .map_err(|e| backend_error("update", e))?
+        else {
+            return Ok(None);
+        };
+        let old: DecisionRecord = decode(id, &bytes)?;
+        Ok(document_ref(&old.document).map(str::to_owned))
     }
 
     fn flush(&self) -> Result<(), StoreError> {
@@ -154,8 +229,10 @@ impl SledRecords {
 
     fn write(&self, record: &DecisionRecord) -> Result<(), StoreError> {
         let id = record.key().id();
+        let old_doc = self.stored_document_key(id.as_bytes())?;
+        let bytes = self.store_document(&id, record)?;
         self.decisions
-            .insert(id.as_bytes(), encode(record)?)
+            .insert(id.as_bytes(), bytes)
             .map_err(|e| backend_error("update", e))?;
         if record.delivery.is_pending() {
             self.pending
@@ -166,8 +243,32 @@ impl SledRecords {
                 .remove(id.as_bytes())
                 .map_err(|e| backend_error("update", e))?;
         }
+        // A replaced document (a sealed one redacted) goes, after the record
+        // that no longer names it.
+        if let Some(old) = old_doc {
+            if old != document_key(&id, &record.document) {
+                self.documents
+                    .remove(old.as_bytes())
+                    .map_err(|e| backend_error("update", e))?;
+            }
+        }
         Ok(())
     }
+}
+
+/// What a stored record holds in place of its document: this, then the key
+/// in `cs.documents`. A document never starts with a control character (it
+/// is JSON, or base64url when sealed).
+const DOC_REF: &str = "\u{1}doc:";
+
+fn document_ref(document: &str) -> Option<&str> {
+    document.strip_prefix(DOC_REF)
+}
+
+/// The key of `document` in `cs.documents`: the record id, NUL, and the
+/// base64url SHA-256 of the document.
+fn document_key(id: &str, document: &str) -> String {
+    format!("{id}\u{0}{}", crate::sign::b64::sha256(document.as_bytes()))
 }
 
 impl DecisionRecords for SledRecords {
@@ -177,7 +278,7 @@ impl DecisionRecords for SledRecords {
         if let Some(old) = self.get_id(key)? {
             return Ok(Claim::Existing(Box::new(old)));
         }
-        let bytes = encode(record)?;
+        let bytes = self.store_document(&id, record)?;
         let err = |e| backend_error("claim", e);
         if record.delivery.is_pending() {
             self.pending.insert(key, &[]).map_err(err)?;
@@ -197,10 +298,26 @@ impl DecisionRecords for SledRecords {
                 self.flush()?;
                 Ok(Claim::Fresh)
             }
-            Err(e) => match e.current {
-                Some(old) => Ok(Claim::Existing(Box::new(decode(key, &old)?))),
-                None => Err(corrupt(key, "the record vanished during its claim")),
-            },
+            Err(e) => {
+                // The winner's document is another (its decision or its
+                // time differ); ours is named by no record.
+                let ours = document_key(&id, &record.document);
+                let winner = match &e.current {
+                    Some(old) => Some(decode::<DecisionRecord>(key, old)?),
+                    None => None,
+                };
+                if winner
+                    .as_ref()
+                    .and_then(|w| document_ref(&w.document))
+                    .map_or(true, |k| k != ours)
+                {
+                    self.documents.remove(ours.as_bytes()).map_err(err)?;
+                }
+                match winner {
+                    Some(w) => Ok(Claim::Existing(Box::new(self.with_document(key, w)?))),
+                    None => Err(corrupt(key, "the record vanished during its claim")),
+                }
+            }
         }
     }
 
@@ -271,7 +388,7 @@ impl DecisionRecords for SledRecords {
                 .compare_and_swap(&id, Some(old), Some(encode(&record)?))
                 .map_err(|e| backend_error("lease_due", e))?;
             if swapped.is_ok() {
-                out.push(record);
+                out.push(self.with_document(&id, record)?);
             }
         }
         Ok(out)
@@ -282,7 +399,15 @@ impl DecisionRecords for SledRecords {
         let mut oldest: Option<i64> = None;
         for item in self.pending.iter().keys() {
             let id = item.map_err(|e| backend_error("pending", e))?;
-            if let Some(r) = self.get_id(&id)? {
+            // The record alone: its document is not needed here.
+            let stored = self
+                .decisions
+                .get(&id)
+                .map_err(|e| backend_error("pending", e))?;
+            if let Some(r) = stored
+                .map(|b| decode::<DecisionRecord>(&id, &b))
+                .transpose()?
+            {
                 if r.delivery.is_pending() {
                     n += 1;
                     oldest = Some(oldest.map_or(r.decided_at, |o| o.min(r.decided_at)));
