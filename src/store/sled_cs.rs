@@ -229,7 +229,17 @@ impl SledRecords {
 
     fn write(&self, record: &DecisionRecord) -> Result<(), StoreError> {
         let id = record.key().id();
-        let old_doc = self.stored_document_key(id.as_bytes())?;
+        // The stored record is read only when the document is new here (it
+        // changed, or the record is of the layout before).
+        let unchanged = self
+            .documents
+            .contains_key(document_key(&id, &record.document).as_bytes())
+            .map_err(|e| backend_error("update", e))?;
+        let old_doc = if unchanged {
+            None
+        } else {
+            self.stored_document_key(id.as_bytes())?
+        };
         let bytes = self.store_document(&id, record)?;
         self.decisions
             .insert(id.as_bytes(), bytes)
