@@ -649,7 +649,12 @@ fn postgres_migrations_apply_once_when_instances_start_together() {
         "{applied:?}"
     );
     let pg = cheq::store::pg::Pg::new(&url, 1).unwrap();
-    assert_eq!(cheq::store::pg::applied(&pg, "cs").unwrap(), vec![1]);
+    let versions: Vec<i32> = cheq::store::pg::cs::MIGRATIONS
+        .iter()
+        .map(|m| m.version)
+        .collect();
+    assert_eq!(versions, [1, 2]);
+    assert_eq!(cheq::store::pg::applied(&pg, "cs").unwrap(), versions);
     assert_eq!(
         cheq::store::pg::applied(&pg, "rs").unwrap(),
         Vec::<i32>::new()
@@ -675,6 +680,98 @@ fn postgres_refuses_a_schema_newer_than_it_knows() {
     assert_eq!(pg.migrate("probe", NEWER).unwrap(), 2);
     let e = pg.migrate("probe", &NEWER[..1]).unwrap_err().to_string();
     assert!(e.contains("newer than this cheq knows"), "{e}");
+}
+
+/// PostgreSQL keeps a decision's document in its own column, so that a
+/// lease or the end of a delivery rewrites only the small `body`; a redacted
+/// document replaces the sealed one in the row; a row written before (no
+/// `document`, the document inside `body`) still reads, and moves on its
+/// next write.
+#[test]
+fn postgres_keeps_documents_in_their_own_column() {
+    let url = cheq::store::pg::test_database("store_cs_docs").unwrap();
+    let pg = cheq::store::pg::Pg::new(&url, 2).unwrap();
+    // First the schema before, with a row of its own: the document in the body.
+    pg.migrate("cs", &cheq::store::pg::cs::MIGRATIONS[..1])
+        .unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (client, conn) = rt
+        .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
+        .unwrap();
+    rt.spawn(conn);
+    let mut old = record(B, "pgold1", "pia", 90);
+    old.document = r#"{"inline":"d0c-in-the-body"}"#.into();
+    let body = serde_json::to_string(&old).unwrap();
+    rt.block_on(client.execute(
+        "INSERT INTO cs_records (origin, nonce, id, user_name, resource_uri, decided_at,
+             pending, next_try, sealed, body)
+         VALUES ($1, $2, $3, $4, $5, $6, true, $6, false, $7)",
+        &[
+            &old.resource_origin,
+            &old.nonce,
+            &old.key().id(),
+            &old.user,
+            &old.resource_uri,
+            &old.decided_at,
+            &body,
+        ],
+    ))
+    .unwrap();
+    // Then this version's schema.
+    let store = cheq::store::pg::cs::open(&pg).unwrap();
+    let row = |nonce: &str| -> (String, Option<String>) {
+        let r = rt
+            .block_on(client.query_one(
+                "SELECT body, document FROM cs_records WHERE nonce = $1",
+                &[&nonce],
+            ))
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    let r = &store.records;
+    let mut rec = record(A, "pgdoc1", "pia", 80);
+    rec.document = SEALED.into();
+    rec.sealed = true;
+    r.claim(&rec).unwrap();
+    let leased = r.lease_due(80, 30, 100).unwrap();
+    let mine = leased.iter().find(|l| l.nonce == "pgdoc1").unwrap();
+    assert_eq!(mine.document, SEALED);
+    let (body, document) = row("pgdoc1");
+    assert!(
+        !body.contains(SEALED),
+        "the document is in the body: {body}"
+    );
+    assert_eq!(document.as_deref(), Some(SEALED));
+
+    rec.document = REDACTED.into();
+    rec.sealed = false;
+    rec.delivery = Delivery::Delivered {
+        decision: Decision::Accept,
+        at: 81,
+    };
+    r.update(&rec, true).unwrap();
+    let (body, document) = row("pgdoc1");
+    assert!(
+        !body.contains(SEALED) && !body.contains("signatures"),
+        "{body}"
+    );
+    assert_eq!(document.as_deref(), Some(REDACTED));
+    assert_eq!(r.get(&rec.key()).unwrap().unwrap(), rec);
+
+    // The row of the schema before reads, is leased and moves on its next write.
+    assert_eq!(r.get(&old.key()).unwrap().unwrap(), old);
+    let leased = r.lease_due(90, 30, 100).unwrap();
+    let mine = leased.iter().find(|l| l.nonce == "pgold1").unwrap();
+    assert_eq!(
+        mine.document, old.document,
+        "a lease keeps an inline document"
+    );
+    old.delivery = Delivery::Expired { at: 91 };
+    r.update(&old, true).unwrap();
+    assert_eq!(r.get(&old.key()).unwrap().unwrap(), old);
+    let (body, document) = row("pgold1");
+    assert!(!body.contains("d0c-in-the-body"), "{body}");
+    assert_eq!(document.as_deref(), Some(old.document.as_str()));
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! | table | key | what |
 //! |---|---|---|
 //! | `cs_entries` | confirmation id | [`ConfirmationEntry`] |
-//! | `cs_records` | (RS origin, nonce) | [`DecisionRecord`], with its id, user, resource URI and delivery columns |
+//! | `cs_records` | (RS origin, nonce) | [`DecisionRecord`] without its document (in `body`), the document (in `document`, written only when it changes; NULL in rows written before, whose `body` holds it), with its id, user, resource URI and delivery columns |
 //! | `cs_accounts` | user name | [`Account`], with case-folded name and e-mail |
 //! | `cs_sessions` | SHA-256 of the cookie | [`Session`] |
 //! | `cs_limits` | limiter key | [`LimitState`] |
@@ -18,10 +18,11 @@ use crate::store::{Readiness, StoreError};
 use std::sync::Arc;
 
 /// The CS schema, step by step (never edit a step once released: add one).
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "confirmation server tables",
-    sql: "
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "confirmation server tables",
+        sql: "
 CREATE TABLE cs_entries (
     id text PRIMARY KEY,
     created bigint NOT NULL,
@@ -61,7 +62,17 @@ CREATE TABLE cs_limits (
     locked_until bigint NOT NULL,
     body text NOT NULL);
 ",
-}];
+    },
+    // A decision's document in its own column (issue 13): a lease or the end
+    // of a delivery rewrites `body`, and the document, stored out of line by
+    // TOAST, is then kept as it is rather than written again. NULL: the
+    // document is in `body` (rows written before).
+    Migration {
+        version: 2,
+        name: "decision documents apart from the record",
+        sql: "ALTER TABLE cs_records ADD COLUMN document text;",
+    },
+];
 
 /// Every CS store on `pg`, after applying the CS schema.
 pub fn open(pg: &Pg) -> Result<CsStore, StoreError> {
@@ -157,7 +168,9 @@ struct RecordRow {
     pending: bool,
     next_try: Option<i64>,
     sealed: bool,
+    /// The record without its document.
     body: String,
+    document: String,
 }
 
 impl RecordRow {
@@ -176,14 +189,23 @@ impl RecordRow {
             pending: record.delivery.is_pending(),
             next_try,
             sealed: record.sealed,
-            body: encode(record)?,
+            body: encode(&DecisionRecord {
+                document: String::new(),
+                ..record.clone()
+            })?,
+            document: record.document.clone(),
         })
     }
 }
 
+/// A record from a row that has `id`, `body` and `document`.
 fn record_of(row: &tokio_postgres::Row) -> Result<DecisionRecord, StoreError> {
     let id: &str = row.get("id");
-    decode(id, row.get::<_, &str>("body"))
+    let mut record: DecisionRecord = decode(id, row.get::<_, &str>("body"))?;
+    if let Some(document) = row.get::<_, Option<String>>("document") {
+        record.document = document;
+    }
+    Ok(record)
 }
 
 impl PgRecords {
@@ -216,8 +238,8 @@ impl DecisionRecords for PgRecords {
             let insert = c
                 .prepare_cached(
                     "INSERT INTO cs_records (origin, nonce, id, user_name, resource_uri,
-                        decided_at, pending, next_try, sealed, body)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                        decided_at, pending, next_try, sealed, body, document)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
                      ON CONFLICT DO NOTHING",
                 )
                 .await
@@ -237,6 +259,7 @@ impl DecisionRecords for PgRecords {
                         &r.next_try,
                         &r.sealed,
                         &r.body,
+                        &r.document,
                     ],
                 )
                 .await
@@ -245,7 +268,9 @@ impl DecisionRecords for PgRecords {
                 return Ok(Claim::Fresh);
             }
             let s = c
-                .prepare_cached("SELECT id, body FROM cs_records WHERE origin = $1 AND nonce = $2")
+                .prepare_cached(
+                    "SELECT id, body, document FROM cs_records WHERE origin = $1 AND nonce = $2",
+                )
                 .await
                 .map_err(&err)?;
             match c
@@ -262,7 +287,7 @@ impl DecisionRecords for PgRecords {
     fn get(&self, key: &RecordKey) -> Result<Option<DecisionRecord>, StoreError> {
         self.one(
             "get",
-            "SELECT id, body FROM cs_records WHERE origin = $1 AND nonce = $2",
+            "SELECT id, body, document FROM cs_records WHERE origin = $1 AND nonce = $2",
             key.origin.clone(),
             Some(key.nonce.clone()),
         )
@@ -271,7 +296,7 @@ impl DecisionRecords for PgRecords {
     fn by_resource(&self, resource_uri: &str) -> Result<Option<DecisionRecord>, StoreError> {
         self.one(
             "by_resource",
-            "SELECT id, body FROM cs_records WHERE resource_uri = $1
+            "SELECT id, body, document FROM cs_records WHERE resource_uri = $1
              ORDER BY decided_at DESC LIMIT 1",
             resource_uri.to_owned(),
             None,
@@ -281,7 +306,7 @@ impl DecisionRecords for PgRecords {
     fn by_id_for_user(&self, user: &str, id: &str) -> Result<Option<DecisionRecord>, StoreError> {
         self.one(
             "by_id_for_user",
-            "SELECT id, body FROM cs_records WHERE id = $1 AND user_name = $2",
+            "SELECT id, body, document FROM cs_records WHERE id = $1 AND user_name = $2",
             id.to_owned(),
             Some(user.to_owned()),
         )
@@ -294,7 +319,12 @@ impl DecisionRecords for PgRecords {
             let c = client(&pool, "update").await?;
             let s = c
                 .prepare_cached(
-                    "UPDATE cs_records SET pending = $3, next_try = $4, sealed = $5, body = $6
+                    // The document is written only when it changed (a
+                    // sealed one redacted): otherwise its stored value, out
+                    // of line, is kept as it is.
+                    "UPDATE cs_records SET pending = $3, next_try = $4, sealed = $5, body = $6,
+                        document = CASE WHEN document IS NOT DISTINCT FROM $7
+                                        THEN document ELSE $7 END
                      WHERE origin = $1 AND nonce = $2",
                 )
                 .await
@@ -309,6 +339,7 @@ impl DecisionRecords for PgRecords {
                         &r.next_try,
                         &r.sealed,
                         &r.body,
+                        &r.document,
                     ],
                 )
                 .await
@@ -341,7 +372,7 @@ impl DecisionRecords for PgRecords {
             // waited for: two instances never take the same delivery.
             let rows = tx
                 .query(
-                    "SELECT origin, nonce, id, body FROM cs_records
+                    "SELECT origin, nonce, id, body, document FROM cs_records
                      WHERE pending AND next_try <= $1
                      ORDER BY next_try LIMIT $2
                      FOR UPDATE SKIP LOCKED",
@@ -364,7 +395,14 @@ impl DecisionRecords for PgRecords {
                     continue;
                 };
                 *next_try = until;
-                let body = encode(&record)?;
+                // The body only: the document column is left as it is.
+                let body = match row.get::<_, Option<&str>>("document") {
+                    Some(_) => encode(&DecisionRecord {
+                        document: String::new(),
+                        ..record.clone()
+                    })?,
+                    None => encode(&record)?,
+                };
                 let origin: &str = row.get("origin");
                 let nonce: &str = row.get("nonce");
                 tx.execute(
@@ -417,7 +455,7 @@ impl DecisionRecords for PgRecords {
             let c = client(&pool, "for_user").await?;
             let s = c
                 .prepare_cached(
-                    "SELECT id, body FROM cs_records WHERE user_name = $1
+                    "SELECT id, body, document FROM cs_records WHERE user_name = $1
                      ORDER BY decided_at DESC, id LIMIT $2",
                 )
                 .await
