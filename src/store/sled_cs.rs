@@ -183,31 +183,39 @@ impl SledRecords {
         Ok(record)
     }
 
-    /// Writes `record`'s document (unless that very document is there
-    /// already) and returns the record as stored: the document replaced by
-    /// its reference.
-    fn store_document(&self, id: &str, record: &DecisionRecord) -> Result<Vec<u8>, StoreError> {
+    /// The key `record`'s document goes under; refuses a document that looks
+    /// like a reference (not one this server wrote).
+    fn document_key_of(id: &str, record: &DecisionRecord) -> Result<String, StoreError> {
         if document_ref(&record.document).is_some() {
-            // Not a document this server wrote: refused rather than stored
-            // as a reference to something else.
             return Err(corrupt(
                 id.as_bytes(),
                 "a document that looks like a reference",
             ));
         }
-        let doc_key = document_key(id, &record.document);
+        Ok(document_key(id, &record.document))
+    }
+
+    /// Writes `document` under `doc_key` unless it is there already; says
+    /// whether it was.
+    fn put_document(&self, doc_key: &str, document: &str) -> Result<bool, StoreError> {
         let present = self
             .documents
             .contains_key(doc_key.as_bytes())
             .map_err(|e| backend_error("update", e))?;
         if !present {
             self.documents
-                .insert(doc_key.as_bytes(), record.document.as_bytes())
+                .insert(doc_key.as_bytes(), document.as_bytes())
                 .map_err(|e| backend_error("update", e))?;
         }
-        let mut stored = record.clone();
-        stored.document = format!("{DOC_REF}{doc_key}");
-        encode(&stored)
+        Ok(present)
+    }
+
+    /// `record` as stored: its document replaced by the reference `doc_key`.
+    fn stored_form(record: &DecisionRecord, doc_key: &str) -> Result<Vec<u8>, StoreError> {
+        encode(&DecisionRecord {
+            document: format!("{DOC_REF}{doc_key}"),
+            ..record.clone()
+        })
     }
 
     /// The key of the document the stored record under `id` refers to.
@@ -229,20 +237,16 @@ impl SledRecords {
 
     fn write(&self, record: &DecisionRecord) -> Result<(), StoreError> {
         let id = record.key().id();
+        let doc_key = Self::document_key_of(&id, record)?;
         // The stored record is read only when the document is new here (it
         // changed, or the record is of the layout before).
-        let unchanged = self
-            .documents
-            .contains_key(document_key(&id, &record.document).as_bytes())
-            .map_err(|e| backend_error("update", e))?;
-        let old_doc = if unchanged {
+        let old_doc = if self.put_document(&doc_key, &record.document)? {
             None
         } else {
             self.stored_document_key(id.as_bytes())?
         };
-        let bytes = self.store_document(&id, record)?;
         self.decisions
-            .insert(id.as_bytes(), bytes)
+            .insert(id.as_bytes(), Self::stored_form(record, &doc_key)?)
             .map_err(|e| backend_error("update", e))?;
         if record.delivery.is_pending() {
             self.pending
@@ -256,7 +260,7 @@ impl SledRecords {
         // A replaced document (a sealed one redacted) goes, after the record
         // that no longer names it.
         if let Some(old) = old_doc {
-            if old != document_key(&id, &record.document) {
+            if old != doc_key {
                 self.documents
                     .remove(old.as_bytes())
                     .map_err(|e| backend_error("update", e))?;
@@ -288,7 +292,9 @@ impl DecisionRecords for SledRecords {
         if let Some(old) = self.get_id(key)? {
             return Ok(Claim::Existing(Box::new(old)));
         }
-        let bytes = self.store_document(&id, record)?;
+        let doc_key = Self::document_key_of(&id, record)?;
+        self.put_document(&doc_key, &record.document)?;
+        let bytes = Self::stored_form(record, &doc_key)?;
         let err = |e| backend_error("claim", e);
         if record.delivery.is_pending() {
             self.pending.insert(key, &[]).map_err(err)?;
@@ -311,7 +317,6 @@ impl DecisionRecords for SledRecords {
             Err(e) => {
                 // The winner's document is another (its decision or its
                 // time differ); ours is named by no record.
-                let ours = document_key(&id, &record.document);
                 let winner = match &e.current {
                     Some(old) => Some(decode::<DecisionRecord>(key, old)?),
                     None => None,
@@ -319,9 +324,9 @@ impl DecisionRecords for SledRecords {
                 if winner
                     .as_ref()
                     .and_then(|w| document_ref(&w.document))
-                    .map_or(true, |k| k != ours)
+                    .map_or(true, |k| k != doc_key)
                 {
-                    self.documents.remove(ours.as_bytes()).map_err(err)?;
+                    self.documents.remove(doc_key.as_bytes()).map_err(err)?;
                 }
                 match winner {
                     Some(w) => Ok(Claim::Existing(Box::new(self.with_document(key, w)?))),
