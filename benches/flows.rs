@@ -15,7 +15,10 @@
 //! `CHEQ_BENCH_FLOWS` (default 2000) and `CHEQ_BENCH_CONCURRENCY` (default 32)
 //! set the size of the run. The last line printed is one JSON object
 //! (`flows_per_s`, `p50_ms`, `p99_ms`, `concurrency`, `flows`, `failed`,
-//! `store`), also written to `CHEQ_BENCH_JSON_OUT` when set.
+//! `store`, and with `CHEQ_BENCH_PID` naming the servers' process,
+//! `server_cpu_ms` and `client_cpu_ms`: CPU time per complete flow of the
+//! servers and of this load generator, steadier than flows/s on a shared
+//! machine), also written to `CHEQ_BENCH_JSON_OUT` when set.
 //! `CHEQ_BENCH_CS` may name several CS instances (comma-separated, on one
 //! PostgreSQL database): the browsers are spread over them, all with the one
 //! session signed in at the first.
@@ -29,7 +32,7 @@ fn env(name: &str, default: &str) -> String {
 
 #[path = "support/web.rs"]
 mod web;
-use web::{flow, login, mint};
+use web::{cpu_secs, flow, login, mint};
 
 /// The next resource URI to confirm (the lock is released before the flow).
 fn next(queue: &std::sync::Mutex<Vec<String>>) -> Option<String> {
@@ -74,6 +77,9 @@ fn main() {
 
         let session = Arc::new(login(&http, &cs, &password).await);
         let queue = Arc::new(std::sync::Mutex::new(uris));
+        let server_pid = std::env::var("CHEQ_BENCH_PID").ok();
+        let server_cpu = server_pid.as_deref().and_then(cpu_secs);
+        let client_cpu = cpu_secs("self");
         let started = Instant::now();
         let mut workers = Vec::new();
         for i in 0..concurrency {
@@ -100,6 +106,15 @@ fn main() {
             failures.extend(f);
         }
         let wall = started.elapsed();
+        // CPU per complete flow: steadier than flows/s on a shared VM.
+        let per_flow = |before: Option<f64>, after: Option<f64>| match (before, after) {
+            (Some(b), Some(a)) if !latencies.is_empty() => {
+                Some(((a - b) * 1000.0 / latencies.len() as f64 * 1000.0).round() / 1000.0)
+            }
+            _ => None,
+        };
+        let server_ms = per_flow(server_cpu, server_pid.as_deref().and_then(cpu_secs));
+        let client_ms = per_flow(client_cpu, cpu_secs("self"));
         latencies.sort();
         println!(
             "flows: {} complete, {} failed, {concurrency} concurrent, {} CS instance(s), {:.2} s: {:.0} flows/s; latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
@@ -112,6 +127,9 @@ fn main() {
             percentile(&latencies, 0.99).as_secs_f64() * 1000.0,
             latencies.last().copied().unwrap_or_default().as_secs_f64() * 1000.0,
         );
+        if let (Some(s), Some(c)) = (server_ms, client_ms) {
+            println!("CPU per flow: servers {s:.3} ms, load generator {c:.3} ms");
+        }
         if let Some(f) = failures.first() {
             println!("first failure: {f}");
         }
@@ -124,6 +142,8 @@ fn main() {
             "flows": latencies.len(),
             "failed": failures.len(),
             "store": env("CHEQ_BENCH_STORE", "sled"),
+            "server_cpu_ms": server_ms,
+            "client_cpu_ms": client_ms,
         })
         .to_string();
         println!("{line}");

@@ -184,3 +184,15 @@ pub fn rss_kib(pid: &str) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// CPU time (user + system, seconds) that process `pid` (or `self`) has used
+/// so far, from `/proc/{pid}/stat`; `None` when it cannot be read.
+pub fn cpu_secs(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces: the fields start after its ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line (1-based).
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // The kernel counts in USER_HZ, 100 on Linux.
+    Some(ticks / 100.0)
+}

@@ -553,7 +553,6 @@ async fn decide(
     let asked = request.decision;
     match api.cs.decide(&id, &who.0, request).await {
         Ok(Decided { record, earlier }) => {
-            api.cs.wake();
             let answer = DecisionAnswer::of(&record);
             if let Some(refused) = refused(&record) {
                 return Err(refused);

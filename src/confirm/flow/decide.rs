@@ -95,7 +95,7 @@ impl Cs {
         request: DecisionRequest,
     ) -> Result<Decided, DecideError> {
         let entry = self.entry(id)?;
-        if let Some(record) = self.earlier(&entry.resource_uri, None)? {
+        if let Some(record) = self.earlier(&entry.resource_uri)? {
             return Ok(earlier(record, who)?);
         }
         self.check_fresh(&entry.resource_uri, who)?;
@@ -145,7 +145,8 @@ impl Cs {
         // The user hears back within the page deadline; a slower RS is left
         // to the worker (the record says "delivery pending").
         let key = decided.record.key();
-        let record = match tokio::time::timeout(PAGE_DEADLINE, self.deliver(&key)).await {
+        let attempt = self.deliver_claimed(decided.record.clone());
+        let record = match tokio::time::timeout(PAGE_DEADLINE, attempt).await {
             Ok(Some(r)) => r,
             _ => self
                 .store
@@ -155,6 +156,10 @@ impl Cs {
                 .flatten()
                 .unwrap_or(decided.record),
         };
+        if record.delivery.is_pending() {
+            // Its next try is the worker's.
+            self.wake();
+        }
         Ok(Decided {
             record,
             earlier: false,

@@ -82,12 +82,29 @@ impl Cs {
         // lease covers other processes).
         let _guard = self.delivery_locks[stripe(&id)].lock().await;
         let record = self.store.records.get(key).ok().flatten()?;
+        self.attempt(&id, record).await
+    }
+
+    /// The first delivery attempt of a decision this call just claimed: the
+    /// record is the one stored, leased to this attempt by its `next_try`,
+    /// so it is not read back (issue 13: two reads less per decision).
+    pub(super) async fn deliver_claimed(
+        self: &Arc<Self>,
+        record: DecisionRecord,
+    ) -> Option<DecisionRecord> {
+        let id = record.key().id();
+        let _guard = self.delivery_locks[stripe(&id)].lock().await;
+        self.attempt(&id, record).await
+    }
+
+    /// One attempt on `record` (stored under `id`), under its delivery lock.
+    async fn attempt(self: &Arc<Self>, id: &str, record: DecisionRecord) -> Option<DecisionRecord> {
         let Delivery::Pending { attempts, .. } = record.delivery else {
             return Some(record);
         };
         let now = self.clock.now().timestamp();
         let document = if record.sealed {
-            match self.sealer.open(&id, &record.document) {
+            match self.sealer.open(id, &record.document) {
                 Ok(d) => d,
                 Err(e) => {
                     log::error!("decision on {}: {e}", record.resource_origin);

@@ -349,23 +349,22 @@ impl Cs {
             })
     }
 
-    /// The earlier decision on this confirmation, if any: by resource URI,
-    /// then (once the CHEQ is read) by RS origin and nonce (§6).
-    fn earlier(
+    /// The earlier decision on this resource URI, if any.
+    fn earlier(&self, resource_uri: &str) -> Result<Option<DecisionRecord>, CsError> {
+        Ok(self.store.records.by_resource(resource_uri)?)
+    }
+
+    /// The earlier decision on this RS origin and nonce, if any (§6): the
+    /// same CHEQ may come back under another resource URI.
+    fn earlier_nonce(
         &self,
         resource_uri: &str,
-        nonce: Option<&str>,
+        nonce: &str,
     ) -> Result<Option<DecisionRecord>, CsError> {
-        if let Some(r) = self.store.records.by_resource(resource_uri)? {
-            return Ok(Some(r));
-        }
-        match nonce {
-            Some(nonce) => Ok(self.store.records.get(&crate::store::cs::RecordKey::new(
-                &origin_of(resource_uri),
-                nonce,
-            ))?),
-            None => Ok(None),
-        }
+        Ok(self.store.records.get(&crate::store::cs::RecordKey::new(
+            &origin_of(resource_uri),
+            nonce,
+        ))?)
     }
 
     /// Loads a confirmation for `who`: the earlier decision if there is one,
@@ -379,7 +378,7 @@ impl Cs {
 
     async fn load_in_span(&self, id: &str, who: &Identity) -> Result<Loaded, CsError> {
         let entry = self.entry(id)?;
-        if let Some(record) = self.earlier(&entry.resource_uri, None)? {
+        if let Some(record) = self.earlier(&entry.resource_uri)? {
             return Ok(Loaded::Decided(Box::new(owned(record, who)?)));
         }
         self.check_fresh(&entry.resource_uri, who)?;
@@ -392,7 +391,9 @@ impl Cs {
                 user: who.sub.clone(),
             });
         }
-        if let Some(record) = self.earlier(&entry.resource_uri, Some(&fields.nonce))? {
+        // Looked up by resource URI above; the fetch took time, but a
+        // decision made meanwhile on this page holds its nonce too.
+        if let Some(record) = self.earlier_nonce(&entry.resource_uri, &fields.nonce)? {
             return Ok(Loaded::Decided(Box::new(owned(record, who)?)));
         }
         let open = Arc::new(Open {

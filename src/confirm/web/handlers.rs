@@ -429,10 +429,7 @@ pub(super) async fn decide(
         warnings_acknowledged: form.field("acknowledge_warnings") == Some("yes"),
     };
     match state.cs.decide(&id, &me.who, request).await {
-        Ok(d) => {
-            state.cs.wake();
-            outcome(&state, &me, &d.record, d.earlier)
-        }
+        Ok(d) => outcome(&state, &me, &d.record, d.earlier),
         Err(DecideError::Other(CsError::Reauthenticate { max_age_secs })) => {
             Ok(reauthenticate(&me, &format!("/c/{id}"), max_age_secs))
         }
