@@ -7,7 +7,7 @@
 
 use cheq::cheq::Decision;
 use cheq::store::rs::{CheqRecord, CheqState, Execution, RsStore, Transition};
-use cheq::store::{NonceEntry, RecordOutcome};
+use cheq::store::{NonceEntry, RecordOutcome, StoreError};
 use serde_json::{json, Value};
 use std::sync::{Arc, Barrier};
 
@@ -389,4 +389,72 @@ fn postgres_cs_and_rs_tables_share_one_database() {
     assert!(rs.records.create(&record("x", "rx", 100)).unwrap());
     assert_eq!(cheq::store::pg::applied(&pg, "cs").unwrap(), vec![1, 2]);
     assert_eq!(cheq::store::pg::applied(&pg, "rs").unwrap(), vec![1]);
+}
+
+/// One statement for many records answers each as it would have been
+/// answered alone: fresh once per nonce (the first of a nonce given twice),
+/// otherwise the entry found; an invalid item is refused alone.
+#[test]
+fn postgres_records_many_nonces_at_once() {
+    use cheq::store::pg::rs::record_nonces;
+    let url = cheq::store::pg::test_database("store_rs_batch").unwrap();
+    let pg = cheq::store::pg::Pg::new(&url, 4).unwrap();
+    let store = cheq::store::pg::rs::open(&pg).unwrap();
+    let entry = |digest: u8| NonceEntry {
+        digest: [digest; 32],
+        expires_at: 100 + i64::from(digest),
+        data: vec![digest],
+    };
+    // "old" is there before the batch.
+    assert_eq!(
+        store.nonces.record("old", &entry(9)).unwrap(),
+        RecordOutcome::Fresh
+    );
+    let (a, b, c, nine) = (entry(1), entry(2), entry(3), entry(9));
+    let long = "x".repeat(10_000);
+    let answers = record_nonces(
+        &pg,
+        &[
+            ("n1", &a),
+            ("n2", &b),
+            ("n1", &a),
+            ("old", &nine),
+            ("n2", &c),
+            ("old", &a),
+            (long.as_str(), &a),
+            ("n3", &c),
+        ],
+    )
+    .unwrap();
+    assert_eq!(answers.len(), 8);
+    assert_eq!(answers[0].as_ref().unwrap(), &RecordOutcome::Fresh);
+    assert_eq!(answers[1].as_ref().unwrap(), &RecordOutcome::Fresh);
+    assert_eq!(
+        answers[2].as_ref().unwrap(),
+        &RecordOutcome::SameAsBefore(a.clone())
+    );
+    assert_eq!(
+        answers[3].as_ref().unwrap(),
+        &RecordOutcome::SameAsBefore(nine.clone())
+    );
+    assert_eq!(
+        answers[4].as_ref().unwrap(),
+        &RecordOutcome::Conflict(b.clone())
+    );
+    assert_eq!(
+        answers[5].as_ref().unwrap(),
+        &RecordOutcome::Conflict(nine.clone())
+    );
+    assert!(
+        matches!(answers[6], Err(StoreError::InvalidNonce { .. })),
+        "{:?}",
+        answers[6]
+    );
+    assert_eq!(answers[7].as_ref().unwrap(), &RecordOutcome::Fresh);
+    // What the batch wrote is what each first item carried.
+    assert_eq!(store.nonces.get("n1").unwrap(), Some(a));
+    assert_eq!(store.nonces.get("n2").unwrap(), Some(b));
+    assert_eq!(store.nonces.get("n3").unwrap(), Some(c));
+    assert_eq!(store.nonces.get("old").unwrap(), Some(nine));
+    assert_eq!(store.nonces.get(&long).ok().flatten(), None);
 }

@@ -24,6 +24,7 @@
 //!   outbox is leased with `FOR UPDATE SKIP LOCKED`.
 
 pub mod cs;
+mod nonce_batch;
 pub mod rs;
 
 use super::StoreError;
@@ -283,6 +284,12 @@ impl Pg {
         });
         rx.recv()
             .unwrap_or_else(|_| Err(unavailable(op, "the database task ended without an answer")))
+    }
+
+    /// A task gathering concurrent nonce records into shared statements,
+    /// on this pool's runtime ([`nonce_batch`]).
+    fn gatherer(&self) -> nonce_batch::Gatherer {
+        nonce_batch::Gatherer::start(&self.inner.handle, self.inner.pool.clone())
     }
 
     /// The one text column that `sql` (a `SELECT` by `$1`) finds for `key`.

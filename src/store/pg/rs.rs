@@ -10,6 +10,7 @@
 //! | `rs_cheqs` | confirmation id (and unique result id) | [`CheqRecord`] |
 //! | `rs_executions` | idempotency key | the operation's result |
 
+use super::nonce_batch::Gatherer;
 use super::{backend, client, db_error, decode, encode, Migration, Pg};
 use crate::store::rs::*;
 use crate::store::{
@@ -46,7 +47,7 @@ CREATE TABLE rs_executions (
 pub fn open(pg: &Pg) -> Result<RsStore, StoreError> {
     pg.migrate("rs", MIGRATIONS)?;
     Ok(RsStore {
-        nonces: Arc::new(PgNonces(pg.clone())),
+        nonces: Arc::new(PgNonces::new(pg)),
         records: Arc::new(PgCheqs(pg.clone())),
         executions: Arc::new(PgExecutions(pg.clone())),
         readiness: Arc::new(pg.clone()) as Arc<dyn Readiness>,
@@ -56,14 +57,67 @@ pub fn open(pg: &Pg) -> Result<RsStore, StoreError> {
 /// The nonce store alone on `pg` (after applying the RS schema).
 pub fn nonces(pg: &Pg) -> Result<Arc<dyn NonceStore>, StoreError> {
     pg.migrate("rs", MIGRATIONS)?;
-    Ok(Arc::new(PgNonces(pg.clone())))
+    Ok(Arc::new(PgNonces::new(pg)))
+}
+
+/// Records several nonces in one statement and one commit (what the
+/// gathering of concurrent records does for each batch:
+/// [`super::nonce_batch`]), and answers for each in order, as
+/// [`NonceStore::record`] would have: a nonce given twice is recorded for its
+/// first item and found by the later one. The outer error is a failed
+/// statement (nothing is known of any item).
+pub fn record_nonces(
+    pg: &Pg,
+    items: &[(&str, &NonceEntry)],
+) -> Result<Vec<Result<RecordOutcome, StoreError>>, StoreError> {
+    let mut owned = Vec::with_capacity(items.len());
+    let mut refused = Vec::with_capacity(items.len());
+    for (nonce, entry) in items {
+        refused.push(validate(nonce, entry).err());
+        owned.push(((*nonce).to_owned(), (*entry).clone()));
+    }
+    let valid: Vec<(String, NonceEntry)> = owned
+        .into_iter()
+        .zip(&refused)
+        .filter(|(_, r)| r.is_none())
+        .map(|(item, _)| item)
+        .collect();
+    let mut answers = pg
+        .call("record nonces", move |pool| async move {
+            let items: Vec<(&str, &NonceEntry)> =
+                valid.iter().map(|(n, e)| (n.as_str(), e)).collect();
+            super::nonce_batch::record_many(&pool, &items).await
+        })?
+        .into_iter();
+    Ok(refused
+        .into_iter()
+        .map(|r| match r {
+            Some(e) => Err(e),
+            None => answers
+                .next()
+                .unwrap_or_else(|| Err(backend("record nonces", "an answer is missing"))),
+        })
+        .collect())
 }
 
 // ---- nonces ----
 
-struct PgNonces(Pg);
+struct PgNonces {
+    pg: Pg,
+    /// Concurrent records share statements ([`super::nonce_batch`]).
+    gatherer: Gatherer,
+}
 
-fn entry_of(row: &tokio_postgres::Row, nonce: &str) -> Result<NonceEntry, StoreError> {
+impl PgNonces {
+    fn new(pg: &Pg) -> Self {
+        PgNonces {
+            pg: pg.clone(),
+            gatherer: pg.gatherer(),
+        }
+    }
+}
+
+pub(super) fn entry_of(row: &tokio_postgres::Row, nonce: &str) -> Result<NonceEntry, StoreError> {
     let digest: &[u8] = row.get("digest");
     let digest: [u8; 32] = digest
         .try_into()
@@ -78,48 +132,18 @@ fn entry_of(row: &tokio_postgres::Row, nonce: &str) -> Result<NonceEntry, StoreE
 impl NonceStore for PgNonces {
     fn record(&self, nonce: &str, entry: &NonceEntry) -> Result<RecordOutcome, StoreError> {
         validate(nonce, entry)?;
-        let (nonce, e) = (nonce.to_owned(), entry.clone());
-        self.0.call("record nonce", move |pool| async move {
-            let err = db_error("record nonce");
-            let c = client(&pool, "record nonce").await?;
-            let insert = c
-                .prepare_cached(
-                    "INSERT INTO rs_nonces (nonce, digest, expires_at, data)
-                     VALUES ($1, $2, $3, $4) ON CONFLICT (nonce) DO NOTHING",
-                )
-                .await
-                .map_err(&err)?;
-            let select = c
-                .prepare_cached("SELECT digest, expires_at, data FROM rs_nonces WHERE nonce = $1")
-                .await
-                .map_err(&err)?;
-            // An entry collected between the two statements is inserted
-            // again on the next round.
-            for _ in 0..3 {
-                let n = c
-                    .execute(&insert, &[&nonce, &&e.digest[..], &e.expires_at, &e.data])
-                    .await
-                    .map_err(&err)?;
-                if n == 1 {
-                    return Ok(RecordOutcome::Fresh);
-                }
-                if let Some(row) = c.query_opt(&select, &[&nonce]).await.map_err(&err)? {
-                    let old = entry_of(&row, &nonce)?;
-                    return Ok(if old.digest == e.digest {
-                        RecordOutcome::SameAsBefore(old)
-                    } else {
-                        RecordOutcome::Conflict(old)
-                    });
-                }
-            }
-            Err(backend("record nonce", "the entry kept vanishing"))
-        })
+        self.gatherer
+            .record(nonce.to_owned(), entry.clone(), |enqueue| {
+                self.pg
+                    .call("record nonce", move |_| async move { Ok(enqueue.await) })
+                    .unwrap_or(false)
+            })
     }
 
     fn get(&self, nonce: &str) -> Result<Option<NonceEntry>, StoreError> {
         validate_nonce(nonce)?;
         let nonce = nonce.to_owned();
-        self.0.call("get nonce", move |pool| async move {
+        self.pg.call("get nonce", move |pool| async move {
             let c = client(&pool, "get nonce").await?;
             let s = c
                 .prepare_cached("SELECT digest, expires_at, data FROM rs_nonces WHERE nonce = $1")
@@ -134,7 +158,7 @@ impl NonceStore for PgNonces {
     }
 
     fn collect_expired(&self, now: i64) -> Result<usize, StoreError> {
-        self.0.delete_where(
+        self.pg.delete_where(
             "collect nonces",
             "DELETE FROM rs_nonces WHERE expires_at < $1",
             now,
