@@ -653,7 +653,7 @@ fn postgres_migrations_apply_once_when_instances_start_together() {
         .iter()
         .map(|m| m.version)
         .collect();
-    assert_eq!(versions, [1, 2]);
+    assert_eq!(versions, [1, 2, 3]);
     assert_eq!(cheq::store::pg::applied(&pg, "cs").unwrap(), versions);
     assert_eq!(
         cheq::store::pg::applied(&pg, "rs").unwrap(),
@@ -796,4 +796,63 @@ fn a_bad_database_url_is_refused_without_repeating_it() {
         .to_string();
     assert!(!e.contains("s3cret"), "{e}");
     assert!(e.contains("database_url"), "{e}");
+}
+
+/// Migration 3: a record is keyed by its id alone (one unique index, not
+/// two over the same key); a row written under the schema before is found,
+/// claimed again and updated through it.
+#[test]
+fn postgres_keys_records_by_their_id_alone() {
+    let url = cheq::store::pg::test_database("store_cs_key").unwrap();
+    let pg = cheq::store::pg::Pg::new(&url, 2).unwrap();
+    pg.migrate("cs", &cheq::store::pg::cs::MIGRATIONS[..2])
+        .unwrap();
+    let before = pg_store_on(&pg);
+    let mut old = record(A, "pgkey1", "pia", 70);
+    assert_eq!(before.records.claim(&old).unwrap(), Claim::Fresh);
+    drop(before);
+
+    let store = cheq::store::pg::cs::open(&pg).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (client, conn) = rt
+        .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
+        .unwrap();
+    rt.spawn(conn);
+    let indexes: Vec<String> = rt
+        .block_on(client.query(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = 'cs_records' AND indexdef LIKE 'CREATE UNIQUE%'",
+            &[],
+        ))
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(indexes.len(), 1, "{indexes:?}");
+    assert!(indexes[0].contains("(id)"), "{indexes:?}");
+
+    let r = &store.records;
+    assert_eq!(r.get(&old.key()).unwrap().unwrap(), old);
+    // The same key claimed again finds the row; another origin's is its own.
+    let mut again = record(A, "pgkey1", "pia", 71);
+    again.operation = "another".into();
+    assert_eq!(
+        r.claim(&again).unwrap(),
+        Claim::Existing(Box::new(old.clone()))
+    );
+    assert_eq!(
+        r.claim(&record(B, "pgkey1", "pia", 72)).unwrap(),
+        Claim::Fresh
+    );
+    old.delivery = Delivery::Delivered {
+        decision: Decision::Accept,
+        at: 73,
+    };
+    r.update(&old, true).unwrap();
+    assert_eq!(r.get(&old.key()).unwrap().unwrap(), old);
+    assert_eq!(r.get(&RecordKey::new(B, "pgkey2")).unwrap(), None);
+}
+
+/// The CS stores on `pg` as they are, without applying a migration.
+fn pg_store_on(pg: &cheq::store::pg::Pg) -> CsStore {
+    cheq::store::pg::cs::open_migrated(pg)
 }

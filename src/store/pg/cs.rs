@@ -5,7 +5,7 @@
 //! | table | key | what |
 //! |---|---|---|
 //! | `cs_entries` | confirmation id | [`ConfirmationEntry`] |
-//! | `cs_records` | (RS origin, nonce) | [`DecisionRecord`] without its document (in `body`), the document (in `document`, written only when it changes; NULL in rows written before, whose `body` holds it), with its id, user, resource URI and delivery columns |
+//! | `cs_records` | id: SHA-256 of (RS origin, nonce) ([`RecordKey::id`]) | [`DecisionRecord`] without its document (in `body`), the document (in `document`, written only when it changes; NULL in rows written before, whose `body` holds it), with its id, user, resource URI and delivery columns |
 //! | `cs_accounts` | user name | [`Account`], with case-folded name and e-mail |
 //! | `cs_sessions` | SHA-256 of the cookie | [`Session`] |
 //! | `cs_limits` | limiter key | [`LimitState`] |
@@ -71,6 +71,20 @@ CREATE TABLE cs_limits (
         version: 2,
         name: "decision documents apart from the record",
         sql: "ALTER TABLE cs_records ADD COLUMN document text;",
+    },
+    // One unique key for a record, not two (issue 13): its id is the SHA-256
+    // of (origin, nonce), unique already, so the primary key on (origin,
+    // nonce) was a second index over the same key, written at every insert
+    // and every update. Every statement now finds a record by its id (and
+    // checks the origin and nonce of the row it found).
+    Migration {
+        version: 3,
+        name: "decision records keyed by their id alone",
+        sql: "
+ALTER TABLE cs_records DROP CONSTRAINT cs_records_pkey;
+ALTER TABLE cs_records ADD CONSTRAINT cs_records_pkey PRIMARY KEY (id);
+ALTER TABLE cs_records DROP CONSTRAINT cs_records_id_key;
+",
     },
 ];
 
@@ -209,21 +223,21 @@ fn record_of(row: &tokio_postgres::Row) -> Result<DecisionRecord, StoreError> {
 }
 
 impl PgRecords {
+    /// The one record `sql` finds with the text parameters `params`.
     fn one(
         &self,
         op: &'static str,
         sql: &'static str,
-        a: String,
-        b: Option<String>,
+        params: Vec<String>,
     ) -> Result<Option<DecisionRecord>, StoreError> {
         self.0.call(op, move |pool| async move {
             let c = client(&pool, op).await?;
             let s = c.prepare_cached(sql).await.map_err(db_error(op))?;
-            let row = match &b {
-                Some(b) => c.query_opt(&s, &[&a, b]).await,
-                None => c.query_opt(&s, &[&a]).await,
-            }
-            .map_err(db_error(op))?;
+            let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
+                .iter()
+                .map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync))
+                .collect();
+            let row = c.query_opt(&s, &params).await.map_err(db_error(op))?;
             row.as_ref().map(record_of).transpose()
         })
     }
@@ -269,17 +283,25 @@ impl DecisionRecords for PgRecords {
             }
             let s = c
                 .prepare_cached(
-                    "SELECT id, body, document FROM cs_records WHERE origin = $1 AND nonce = $2",
+                    "SELECT id, body, document, origin = $2 AND nonce = $3 AS same_key
+                     FROM cs_records WHERE id = $1",
                 )
                 .await
                 .map_err(&err)?;
             match c
-                .query_opt(&s, &[&r.origin, &r.nonce])
+                .query_opt(&s, &[&r.id, &r.origin, &r.nonce])
                 .await
                 .map_err(&err)?
             {
-                Some(row) => Ok(Claim::Existing(Box::new(record_of(&row)?))),
-                None => Err(corrupt(&r.id, "the record's id is taken by another key")),
+                Some(row) if row.get::<_, bool>("same_key") => {
+                    Ok(Claim::Existing(Box::new(record_of(&row)?)))
+                }
+                // The row went between the statements (collected), or holds
+                // another key under this id.
+                _ => Err(corrupt(
+                    &r.id,
+                    "the record's id is taken by another key, or the record vanished",
+                )),
             }
         })
     }
@@ -287,9 +309,9 @@ impl DecisionRecords for PgRecords {
     fn get(&self, key: &RecordKey) -> Result<Option<DecisionRecord>, StoreError> {
         self.one(
             "get",
-            "SELECT id, body, document FROM cs_records WHERE origin = $1 AND nonce = $2",
-            key.origin.clone(),
-            Some(key.nonce.clone()),
+            "SELECT id, body, document FROM cs_records
+             WHERE id = $1 AND origin = $2 AND nonce = $3",
+            vec![key.id(), key.origin.clone(), key.nonce.clone()],
         )
     }
 
@@ -298,8 +320,7 @@ impl DecisionRecords for PgRecords {
             "by_resource",
             "SELECT id, body, document FROM cs_records WHERE resource_uri = $1
              ORDER BY decided_at DESC LIMIT 1",
-            resource_uri.to_owned(),
-            None,
+            vec![resource_uri.to_owned()],
         )
     }
 
@@ -307,8 +328,7 @@ impl DecisionRecords for PgRecords {
         self.one(
             "by_id_for_user",
             "SELECT id, body, document FROM cs_records WHERE id = $1 AND user_name = $2",
-            id.to_owned(),
-            Some(user.to_owned()),
+            vec![id.to_owned(), user.to_owned()],
         )
     }
 
@@ -325,7 +345,7 @@ impl DecisionRecords for PgRecords {
                     "UPDATE cs_records SET pending = $3, next_try = $4, sealed = $5, body = $6,
                         document = CASE WHEN document IS NOT DISTINCT FROM $7
                                         THEN document ELSE $7 END
-                     WHERE origin = $1 AND nonce = $2",
+                     WHERE id = $8 AND origin = $1 AND nonce = $2",
                 )
                 .await
                 .map_err(&err)?;
@@ -340,6 +360,7 @@ impl DecisionRecords for PgRecords {
                         &r.sealed,
                         &r.body,
                         &r.document,
+                        &r.id,
                     ],
                 )
                 .await
@@ -372,7 +393,7 @@ impl DecisionRecords for PgRecords {
             // waited for: two instances never take the same delivery.
             let rows = tx
                 .query(
-                    "SELECT origin, nonce, id, body, document FROM cs_records
+                    "SELECT id, body, document FROM cs_records
                      WHERE pending AND next_try <= $1
                      ORDER BY next_try LIMIT $2
                      FOR UPDATE SKIP LOCKED",
@@ -403,12 +424,10 @@ impl DecisionRecords for PgRecords {
                     })?,
                     None => encode(&record)?,
                 };
-                let origin: &str = row.get("origin");
-                let nonce: &str = row.get("nonce");
+                let id: &str = row.get("id");
                 tx.execute(
-                    "UPDATE cs_records SET next_try = $3, body = $4
-                     WHERE origin = $1 AND nonce = $2",
-                    &[&origin, &nonce, &until, &body],
+                    "UPDATE cs_records SET next_try = $2, body = $3 WHERE id = $1",
+                    &[&id, &until, &body],
                 )
                 .await
                 .map_err(&err)?;
