@@ -131,15 +131,14 @@ impl Log {
 
                 let _measure = Measure::new(&M.compress);
 
-                // cheq: one compression context per thread, reused (a new
-                // one for every entry was a fifth of a confirmation's
-                // instructions). The output is the same.
-                let compressed_buf = COMPRESSOR
-                    .with(|c| {
-                        c.borrow_mut()
-                            .compress(&buf, self.config.compression_factor)
-                    })
-                    .unwrap();
+                // cheq: a compression context taken from a few kept for
+                // reuse (making one for every entry was most of the cost of
+                // compressing it). The output is the same.
+                let compressed_buf = super::zstd_contexts::compress(
+                    &buf,
+                    self.config.compression_factor,
+                )
+                .unwrap();
 
                 return self.reserve_inner(
                     log_kind,
@@ -853,11 +852,4 @@ pub(crate) fn read_message<R: ReadAt>(
              before reading message length above"
         ),
     }
-}
-
-#[cfg(feature = "compression")]
-thread_local! {
-    /// cheq: this thread's zstd compression context, reused.
-    static COMPRESSOR: std::cell::RefCell<zstd::block::Compressor> =
-        std::cell::RefCell::new(zstd::block::Compressor::new());
 }

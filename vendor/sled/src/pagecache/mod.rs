@@ -264,11 +264,57 @@ pub(crate) fn u32_to_arr(number: u32) -> [u8; 4] {
 #[cfg(feature = "compression")]
 const MAX_DIRECT_DECOMPRESS: u64 = 1 << 30;
 
+/// cheq: zstd contexts kept for reuse, at most [`KEPT`] of each kind
+/// (a context per thread would keep one for each of a server's many
+/// blocking threads). A caller takes one, or makes one when none is free,
+/// and gives it back unless enough are kept already.
 #[cfg(feature = "compression")]
-thread_local! {
-    /// cheq: this thread's zstd decompression context, reused.
-    static DECOMPRESSOR: std::cell::RefCell<zstd::block::Decompressor> =
-        std::cell::RefCell::new(zstd::block::Decompressor::new());
+pub(crate) mod zstd_contexts {
+    use std::sync::Mutex;
+
+    const KEPT: usize = 4;
+
+    static COMPRESSORS: Mutex<Vec<zstd::block::Compressor>> =
+        Mutex::new(Vec::new());
+    static DECOMPRESSORS: Mutex<Vec<zstd::block::Decompressor>> =
+        Mutex::new(Vec::new());
+
+    fn with<T, R>(
+        pool: &Mutex<Vec<T>>,
+        make: fn() -> T,
+        f: impl FnOnce(&mut T) -> R,
+    ) -> R {
+        let taken =
+            pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
+        let mut context = taken.unwrap_or_else(make);
+        let result = f(&mut context);
+        let mut kept =
+            pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if kept.len() < KEPT {
+            kept.push(context);
+        }
+        result
+    }
+
+    /// `zstd::block::compress`, with a kept context.
+    pub(crate) fn compress(
+        data: &[u8],
+        level: i32,
+    ) -> std::io::Result<Vec<u8>> {
+        with(&COMPRESSORS, zstd::block::Compressor::new, |c| {
+            c.compress(data, level)
+        })
+    }
+
+    /// `zstd::block::decompress`, with a kept context.
+    pub(crate) fn decompress(
+        data: &[u8],
+        capacity: usize,
+    ) -> std::io::Result<Vec<u8>> {
+        with(&DECOMPRESSORS, zstd::block::Decompressor::new, |d| {
+            d.decompress(data, capacity)
+        })
+    }
 }
 
 #[allow(clippy::needless_pass_by_value)]
@@ -282,12 +328,11 @@ pub(crate) fn maybe_decompress(in_buf: Vec<u8>) -> std::io::Result<Vec<u8>> {
             .expect("this had to be serialized with an extra length frame");
         let _measure = Measure::new(&M.decompress);
         // cheq: a frame that states its size (every frame sled writes) is
-        // decompressed with this thread's context, reused; others as before.
+        // decompressed with a kept context; others as before.
         let size = zstd::zstd_safe::get_frame_content_size(scootable_in_buf);
         if size < MAX_DIRECT_DECOMPRESS {
-            let direct = DECOMPRESSOR.with(|d| {
-                d.borrow_mut().decompress(scootable_in_buf, size as usize)
-            });
+            let direct =
+                zstd_contexts::decompress(scootable_in_buf, size as usize);
             if let Ok(out_buf) = direct {
                 if out_buf.len() as u64 == size {
                     return Ok(out_buf);
