@@ -170,6 +170,16 @@ impl Readiness for AlwaysReady {
     }
 }
 
+/// What a record of `entry` finds when its nonce was recorded before with
+/// `existing`: the same decision again, or another one.
+pub(crate) fn classify(entry: &NonceEntry, existing: NonceEntry) -> RecordOutcome {
+    if existing.digest == entry.digest {
+        RecordOutcome::SameAsBefore(existing)
+    } else {
+        RecordOutcome::Conflict(existing)
+    }
+}
+
 /// Checks the limits every backend enforces on its inputs.
 pub(crate) fn validate(nonce: &str, entry: &NonceEntry) -> Result<(), StoreError> {
     validate_nonce(nonce)?;

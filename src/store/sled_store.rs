@@ -78,7 +78,9 @@ use sled::CompareAndSwapError;
 
 use super::sled_json::Durable;
 
-use super::{validate, validate_nonce, NonceEntry, NonceStore, RecordOutcome, StoreError};
+use super::{
+    classify, validate, validate_nonce, NonceEntry, NonceStore, RecordOutcome, StoreError,
+};
 use super::{MAX_DATA_LEN, MAX_NONCE_LEN};
 
 /// The nonce tree's name in a database opened by [`SledNonceStore::open`].
@@ -261,15 +263,6 @@ impl SledNonceStore {
             .map_err(|e| backend_error("compare_and_swap", e))?;
         // A failed swap means another collector removed it first.
         Ok(swap.is_ok())
-    }
-}
-
-/// `Fresh` is decided by the swap; this tells the two repeat outcomes apart.
-fn classify(entry: &NonceEntry, existing: NonceEntry) -> RecordOutcome {
-    if existing.digest == entry.digest {
-        RecordOutcome::SameAsBefore(existing)
-    } else {
-        RecordOutcome::Conflict(existing)
     }
 }
 

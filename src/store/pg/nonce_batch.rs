@@ -26,7 +26,7 @@
 //! which saved a wake-up of the runtime per record.
 
 use super::{backend, client, db_error, unavailable, CALL_TIMEOUT};
-use crate::store::{NonceEntry, RecordOutcome, StoreError};
+use crate::store::{classify, NonceEntry, RecordOutcome, StoreError};
 use deadpool_postgres::Pool;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -300,15 +300,6 @@ fn shared_corrupt(e: &StoreError) -> StoreError {
             reason: reason.clone(),
         },
         other => shared(other),
-    }
-}
-
-/// What a record finds when the nonce was there before it.
-fn classify(entry: &NonceEntry, old: NonceEntry) -> RecordOutcome {
-    if old.digest == entry.digest {
-        RecordOutcome::SameAsBefore(old)
-    } else {
-        RecordOutcome::Conflict(old)
     }
 }
 
