@@ -70,17 +70,15 @@ pub fn record_nonces(
     pg: &Pg,
     items: &[(&str, &NonceEntry)],
 ) -> Result<Vec<Result<RecordOutcome, StoreError>>, StoreError> {
-    let mut owned = Vec::with_capacity(items.len());
-    let mut refused = Vec::with_capacity(items.len());
-    for (nonce, entry) in items {
-        refused.push(validate(nonce, entry).err());
-        owned.push(((*nonce).to_owned(), (*entry).clone()));
-    }
-    let valid: Vec<(String, NonceEntry)> = owned
-        .into_iter()
+    let refused: Vec<Option<StoreError>> = items
+        .iter()
+        .map(|(nonce, entry)| validate(nonce, entry).err())
+        .collect();
+    let valid: Vec<(String, NonceEntry)> = items
+        .iter()
         .zip(&refused)
         .filter(|(_, r)| r.is_none())
-        .map(|(item, _)| item)
+        .map(|((nonce, entry), _)| ((*nonce).to_owned(), (*entry).clone()))
         .collect();
     let mut answers = pg
         .call("record nonces", move |pool| async move {
