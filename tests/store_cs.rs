@@ -9,7 +9,7 @@ use cheq::store::cs::{
     Account, AccountPutError, Claim, ConfirmationEntry, CsStore, DecisionRecord, Delivery,
     Identity, LimitState, RecordKey, Session,
 };
-use cheq::store::sled_cs;
+use cheq::store::{packed, sled_cs};
 use std::sync::{Arc, Barrier};
 
 fn record(origin: &str, nonce: &str, user: &str, at: i64) -> DecisionRecord {
@@ -420,6 +420,19 @@ fn tree_bytes(db: &sled::Db, tree: &str) -> Vec<u8> {
         .collect()
 }
 
+/// Every document in sled's `cs.documents`, unpacked (text as it is),
+/// concatenated; each value must be packed.
+fn documents(db: &sled::Db) -> Vec<u8> {
+    let t = db.open_tree("cs.documents").unwrap();
+    t.iter()
+        .flat_map(|kv| {
+            let (_, v) = kv.unwrap();
+            assert!(packed::is_packed(&v), "a document stored unpacked");
+            packed::unpack(&v).unwrap().into_bytes()
+        })
+        .collect()
+}
+
 fn contains(hay: &[u8], needle: &str) -> bool {
     hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
@@ -442,7 +455,7 @@ fn sled_keeps_documents_apart_and_drops_replaced_ones() {
     loser.document = r#"{"lost":"race"}"#.into();
     assert!(matches!(r.claim(&loser).unwrap(), Claim::Existing(_)));
     assert!(!contains(&tree_bytes(&db, "cs.decisions"), SEALED));
-    let docs = tree_bytes(&db, "cs.documents");
+    let docs = documents(&db);
     assert!(contains(&docs, SEALED));
     assert!(!contains(&docs, "lost"), "the loser's document was kept");
     assert_eq!(db.open_tree("cs.documents").unwrap().len(), 1);
@@ -454,7 +467,7 @@ fn sled_keeps_documents_apart_and_drops_replaced_ones() {
         at: 51,
     };
     r.update(&rec, true).unwrap();
-    let docs = tree_bytes(&db, "cs.documents");
+    let docs = documents(&db);
     assert!(
         !contains(&docs, SEALED),
         "the sealed document outlived its redaction"
@@ -475,10 +488,7 @@ fn sled_keeps_documents_apart_and_drops_replaced_ones() {
     old.delivery = Delivery::Expired { at: 61 };
     r.update(&old, true).unwrap();
     assert_eq!(r.get(&old.key()).unwrap().unwrap(), old);
-    assert!(contains(
-        &tree_bytes(&db, "cs.documents"),
-        "d0c-in-the-record"
-    ));
+    assert!(contains(&documents(&db), "d0c-in-the-record"));
     assert!(!contains(
         &tree_bytes(&db, "cs.decisions"),
         "d0c-in-the-record"
@@ -489,6 +499,47 @@ fn sled_keeps_documents_apart_and_drops_replaced_ones() {
     odd.document = "\u{1}doc:elsewhere".into();
     assert!(r.claim(&odd).is_err());
     assert!(r.get(&odd.key()).unwrap().is_none());
+}
+
+/// sled stores a document packed, smaller than its text; one stored as text
+/// (before packing) still reads, and a damaged one is an error, never
+/// another document.
+#[test]
+fn sled_packs_documents_and_reads_the_text_of_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, store) = sled_cs::open_dir(dir.path()).unwrap();
+    let r = &store.records;
+    let mut rec = record(A, "pack1", "lee", 80);
+    rec.document = format!(
+        r#"{{"payload":"{}","signatures":[{{"protected":"eyJhbGciOiJFZERTQSJ9","signature":"{}"}}]}}"#,
+        "eyJ2ZXJzaW9uIjogIjEuMCJ9".repeat(40),
+        "A".repeat(86)
+    );
+    r.claim(&rec).unwrap();
+    let t = db.open_tree("cs.documents").unwrap();
+    let (doc_key, stored) = t.iter().next().unwrap().unwrap();
+    assert!(packed::is_packed(&stored));
+    assert!(
+        stored.len() * 2 < rec.document.len(),
+        "{} bytes",
+        stored.len()
+    );
+    assert_eq!(r.get(&rec.key()).unwrap().unwrap(), rec);
+
+    // The text of before.
+    t.insert(&doc_key, rec.document.as_bytes()).unwrap();
+    assert_eq!(r.get(&rec.key()).unwrap().unwrap(), rec);
+
+    // A damaged packed value.
+    let mut damaged = stored.to_vec();
+    let at = damaged.len() / 2;
+    damaged[at] ^= 1;
+    t.insert(&doc_key, damaged).unwrap();
+    let err = r.get(&rec.key()).unwrap_err();
+    assert!(
+        matches!(err, cheq::store::StoreError::Corrupt { .. }),
+        "{err:?}"
+    );
 }
 
 #[test]

@@ -348,6 +348,98 @@ fn sled_reads_what_the_rs_wrote_before_the_traits() {
     assert!(store.records.get("bad").is_err());
 }
 
+/// A document like the RS serves: base64url, most of it.
+fn signed_document() -> String {
+    format!(
+        r#"{{"payload":"{}","signatures":[{{"protected":"eyJhbGciOiJFZERTQSJ9","signature":"{}"}}]}}"#,
+        "eyJ2ZXJzaW9uIjogIjEuMCJ9".repeat(40),
+        "A".repeat(86)
+    )
+}
+
+/// sled keeps a served CHEQ's document packed apart from the record, moves
+/// it on unchanged while the CHEQ is decided, and drops it once done; a
+/// record stored as JSON with its document (before packing) still reads and
+/// moves on; a damaged packed document is an error, never another document.
+#[test]
+fn sled_packs_the_document_while_the_cheq_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, store) = cheq::store::sled_rs::open_dir(dir.path()).unwrap();
+    let t = db.open_tree("rs.confirmations").unwrap();
+    let mut r = record("p1", "rp1", 100);
+    r.document = signed_document();
+    assert!(store.records.create(&r).unwrap());
+    let stored = t.get("p1").unwrap().unwrap();
+    assert_eq!(stored[0], 0xC2);
+    assert!(
+        stored.len() < r.document.len(),
+        "{} bytes for a {}-byte document",
+        stored.len(),
+        r.document.len()
+    );
+    assert_eq!(store.records.get("p1").unwrap().unwrap(), r);
+    assert_eq!(store.records.by_result("rp1").unwrap().unwrap(), r);
+
+    assert_eq!(
+        store
+            .records
+            .advance("p1", &CheqState::Pending, &decided("g"), true)
+            .unwrap(),
+        Transition::Moved
+    );
+    let now = store.records.get("p1").unwrap().unwrap();
+    assert_eq!(now.document, r.document);
+    assert_eq!(now.state, decided("g"));
+    store
+        .records
+        .advance("p1", &decided("g"), &done("g", json!({"ok": true})), true)
+        .unwrap();
+    let stored = t.get("p1").unwrap().unwrap();
+    assert_eq!(stored[0], b'{', "a done record is JSON alone");
+    assert!(store
+        .records
+        .get("p1")
+        .unwrap()
+        .unwrap()
+        .document
+        .is_empty());
+
+    // The layout before: JSON with the document in it.
+    let mut old = record("p2", "rp2", 100);
+    old.document = signed_document();
+    t.insert("p2", serde_json::to_vec(&old).unwrap()).unwrap();
+    assert_eq!(store.records.get("p2").unwrap().unwrap(), old);
+    store
+        .records
+        .advance("p2", &CheqState::Pending, &decided("h"), true)
+        .unwrap();
+    assert_eq!(t.get("p2").unwrap().unwrap()[0], 0xC2);
+    assert_eq!(
+        store.records.get("p2").unwrap().unwrap().document,
+        old.document
+    );
+
+    // Damaged: the packed document, and a value cut inside its header.
+    let mut damaged = t.get("p2").unwrap().unwrap().to_vec();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 1;
+    t.insert("p2", damaged).unwrap();
+    assert!(matches!(
+        store.records.get("p2"),
+        Err(StoreError::Corrupt { .. })
+    ));
+    t.insert("p2", &[0xC2u8, 9, 0][..]).unwrap();
+    assert!(matches!(
+        store.records.get("p2"),
+        Err(StoreError::Corrupt { .. })
+    ));
+    t.insert("p2", &[0xC2u8, 200, 0, 0, 0, b'{'][..]).unwrap();
+    assert!(matches!(
+        store.records.get("p2"),
+        Err(StoreError::Corrupt { .. })
+    ));
+}
+
 // ---- PostgreSQL ----
 
 #[test]

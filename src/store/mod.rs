@@ -29,6 +29,7 @@
 
 pub mod cs;
 pub mod group_commit;
+pub mod packed;
 pub mod pg;
 pub mod rs;
 pub mod sled_cs;

@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `cs.confirmations` | confirmation id | [`ConfirmationEntry`] |
 //! | `cs.decisions` | [`RecordKey::id`] | [`DecisionRecord`], its document replaced by a reference |
-//! | `cs.documents` | record id, NUL, SHA-256 of the document | the document's bytes |
+//! | `cs.documents` | record id, NUL, SHA-256 of the document | the document, packed ([`super::packed`]; text in values written before) |
 //! | `cs.by_resource` | resource URI | record id |
 //! | `cs.by_user` | user, NUL, inverted time, record id | record id |
 //! | `cs.pending` | record id | empty |
@@ -30,6 +30,7 @@
 //! this layout holds its document inline and is read as it is.
 
 use super::cs::*;
+use super::packed;
 use super::sled_json::{corrupt, decode, encode, open_db, tree, Durable};
 use super::sled_store::backend_error;
 use super::StoreError;
@@ -177,8 +178,13 @@ impl SledRecords {
                 .get(doc_key.as_bytes())
                 .map_err(|e| backend_error("get", e))?
                 .ok_or_else(|| corrupt(id, "the record's document is missing"))?;
-            record.document = String::from_utf8(bytes.to_vec())
-                .map_err(|_| corrupt(id, "the record's document is not UTF-8"))?;
+            record.document = if packed::is_packed(&bytes) {
+                packed::unpack(&bytes).map_err(|e| corrupt(id, format!("its document: {e}")))?
+            } else {
+                // Written before documents were packed.
+                String::from_utf8(bytes.to_vec())
+                    .map_err(|_| corrupt(id, "the record's document is not UTF-8"))?
+            };
         }
         Ok(record)
     }
@@ -204,7 +210,7 @@ impl SledRecords {
             .map_err(|e| backend_error("update", e))?;
         if !present {
             self.documents
-                .insert(doc_key.as_bytes(), document.as_bytes())
+                .insert(doc_key.as_bytes(), packed::pack(document))
                 .map_err(|e| backend_error("update", e))?;
         }
         Ok(present)

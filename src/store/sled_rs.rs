@@ -5,7 +5,7 @@
 //!
 //! | tree | key | value |
 //! |---|---|---|
-//! | `rs.confirmations` | confirmation id | [`CheqRecord`] |
+//! | `rs.confirmations` | confirmation id | [`CheqRecord`]: JSON, its document (while it has one) packed apart ([`encode_record`]) |
 //! | `rs.results` | result id | confirmation id |
 //! | `rs.nonces` (and `rs.nonces.expiry`) | nonce | see [`SledNonceStore`] |
 //! | `rs.executions` | idempotency key | the operation's result |
@@ -24,8 +24,9 @@
 //! "Durable" means sled's `flush()` (with the caveat spelled out in
 //! `sled_store`: it survives a killed process, not every power loss).
 
+use super::packed;
 use super::rs::*;
-use super::sled_json::{decode, encode, open_db, tree, Durable};
+use super::sled_json::{corrupt, decode, encode, open_db, tree, Durable};
 use super::sled_store::backend_error;
 use super::{SledNonceStore, StoreError};
 use serde_json::Value;
@@ -76,6 +77,82 @@ pub fn open_dir(dir: &Path) -> Result<(sled::Db, RsStore), StoreError> {
 
 // ---- CHEQ records ----
 
+/// First byte of a record stored with its document packed apart: `0xC2`
+/// never starts UTF-8 (a record of before is JSON, `{`).
+const PACKED_RECORD: u8 = 0xC2;
+
+/// `record` as stored. While it has a document (a CHEQ still served), the
+/// document is packed ([`packed`]: a third of its text) after the rest as
+/// JSON: [`PACKED_RECORD`], the JSON's length (u32, little-endian), the JSON
+/// with an empty document, the packed document. Once done (no document), it
+/// is JSON alone. `packed_doc` is the document's packed form when the caller
+/// has it already (a record moving on with its document unchanged).
+fn encode_record(record: &CheqRecord, packed_doc: Option<&[u8]>) -> Result<Vec<u8>, StoreError> {
+    if record.document.is_empty() {
+        return encode(record);
+    }
+    let json = encode(&CheqRecord {
+        id: record.id.clone(),
+        result_id: record.result_id.clone(),
+        resource_uri: record.resource_uri.clone(),
+        nonce: record.nonce.clone(),
+        expires: record.expires,
+        document: String::new(),
+        action: record.action.clone(),
+        state: record.state.clone(),
+    })?;
+    let packed_here;
+    let doc = match packed_doc {
+        Some(doc) => doc,
+        None => {
+            packed_here = packed::pack(&record.document);
+            &packed_here
+        }
+    };
+    let len = u32::try_from(json.len()).map_err(|_| StoreError::Backend {
+        op: "encode",
+        message: "a CHEQ record over 4 GiB".into(),
+    })?;
+    let mut out = Vec::with_capacity(5 + json.len() + doc.len());
+    out.push(PACKED_RECORD);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&json);
+    out.extend_from_slice(doc);
+    Ok(out)
+}
+
+/// A stored record's JSON and its packed document, if stored apart.
+fn split_record<'a>(
+    key: &[u8],
+    bytes: &'a [u8],
+) -> Result<(&'a [u8], Option<&'a [u8]>), StoreError> {
+    let Some((&PACKED_RECORD, rest)) = bytes.split_first() else {
+        return Ok((bytes, None));
+    };
+    let cut = || corrupt(key, "a record with a packed document, cut short");
+    let (len, rest) = rest.split_first_chunk::<4>().ok_or_else(cut)?;
+    let len = usize::try_from(u32::from_le_bytes(*len)).map_err(|_| cut())?;
+    if len > rest.len() {
+        return Err(cut());
+    }
+    let (json, doc) = rest.split_at(len);
+    Ok((json, Some(doc)))
+}
+
+/// The record stored as `bytes` under `key`.
+fn decode_record(key: &[u8], bytes: &[u8]) -> Result<CheqRecord, StoreError> {
+    let (json, doc) = split_record(key, bytes)?;
+    let mut record: CheqRecord = decode(key, json)?;
+    if let Some(doc) = doc {
+        if !record.document.is_empty() {
+            return Err(corrupt(key, "a record with two documents"));
+        }
+        record.document =
+            packed::unpack(doc).map_err(|e| corrupt(key, format!("its document: {e}")))?;
+    }
+    Ok(record)
+}
+
 struct SledRecords {
     db: Durable,
     records: sled::Tree,
@@ -88,7 +165,11 @@ impl CheqRecords for SledRecords {
         let id = record.id.as_bytes();
         let taken = self
             .records
-            .compare_and_swap(id, None as Option<&[u8]>, Some(encode(record)?))
+            .compare_and_swap(
+                id,
+                None as Option<&[u8]>,
+                Some(encode_record(record, None)?),
+            )
             .map_err(err)?
             .is_err();
         if taken {
@@ -112,7 +193,7 @@ impl CheqRecords for SledRecords {
         self.records
             .get(id.as_bytes())
             .map_err(|e| backend_error("get", e))?
-            .map(|b| decode(id.as_bytes(), &b))
+            .map(|b| decode_record(id.as_bytes(), &b))
             .transpose()
     }
 
@@ -131,7 +212,7 @@ impl CheqRecords for SledRecords {
         else {
             return Ok(None);
         };
-        let record: CheqRecord = decode(&id, &bytes)?;
+        let record = decode_record(&id, &bytes)?;
         Ok((record.result_id == result_id).then_some(record))
     }
 
@@ -148,14 +229,16 @@ impl CheqRecords for SledRecords {
             let Some(old) = self.records.get(key).map_err(err)? else {
                 return Ok(Transition::Missing);
             };
-            let mut record: CheqRecord = decode(key, &old)?;
+            let mut record = decode_record(key, &old)?;
             if &record.state != from {
                 return Ok(Transition::Other(Box::new(record)));
             }
             record.enter(to.clone());
+            // The document, when kept, moves on packed as it was.
+            let new = encode_record(&record, split_record(key, &old)?.1)?;
             let swapped = self
                 .records
-                .compare_and_swap(key, Some(old), Some(encode(&record)?))
+                .compare_and_swap(key, Some(old), Some(new))
                 .map_err(err)?;
             if swapped.is_ok() {
                 if durable {
@@ -174,7 +257,10 @@ impl CheqRecords for SledRecords {
             let (key, bytes) = item.map_err(err)?;
             // A record that cannot be read cannot say when it expires: it
             // stays (it keeps refusing its nonce) for an operator to look at.
-            let Ok(record) = serde_json::from_slice::<CheqRecord>(&bytes) else {
+            let Ok((json, _)) = split_record(&key, &bytes) else {
+                continue;
+            };
+            let Ok(record) = serde_json::from_slice::<CheqRecord>(json) else {
                 continue;
             };
             if record.expires < cutoff {
