@@ -675,16 +675,19 @@ fn cheq_migrate_applies_the_schema_of_the_server_a_configuration_names() {
     let (ok, out) = cheq_cli(&["migrate", "--config", &cs], &envs);
     assert!(ok, "{out}");
     assert!(
-        out.contains("cs schema at version 3 (3 steps applied now)"),
+        out.contains("cs schema at version 4 (4 steps applied now)"),
         "{out}"
     );
     let (ok, out) = cheq_cli(&["migrate", "--config", &cs], &envs);
     assert!(ok && out.contains("(0 steps applied now)"), "{out}");
     let (ok, out) = cheq_cli(&["migrate", "--config", &rs], &envs);
-    assert!(ok && out.contains("rs schema at version 1"), "{out}");
+    assert!(ok && out.contains("rs schema at version 2"), "{out}");
     let pg = cheq::store::pg::Pg::new(&db, 1).unwrap();
-    assert_eq!(cheq::store::pg::applied(&pg, "cs").unwrap(), vec![1, 2, 3]);
-    assert_eq!(cheq::store::pg::applied(&pg, "rs").unwrap(), vec![1]);
+    assert_eq!(
+        cheq::store::pg::applied(&pg, "cs").unwrap(),
+        vec![1, 2, 3, 4]
+    );
+    assert_eq!(cheq::store::pg::applied(&pg, "rs").unwrap(), vec![1, 2]);
     // Without a database there is nothing to migrate: said in one line.
     let (ok, out) = cheq_cli(&["migrate", "--config", &cs], &[]);
     assert!(!ok && out.contains("no database_url"), "{out}");

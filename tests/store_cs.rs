@@ -704,7 +704,7 @@ fn postgres_migrations_apply_once_when_instances_start_together() {
         .iter()
         .map(|m| m.version)
         .collect();
-    assert_eq!(versions, [1, 2, 3]);
+    assert_eq!(versions, [1, 2, 3, 4]);
     assert_eq!(cheq::store::pg::applied(&pg, "cs").unwrap(), versions);
     assert_eq!(
         cheq::store::pg::applied(&pg, "rs").unwrap(),
@@ -733,66 +733,108 @@ fn postgres_refuses_a_schema_newer_than_it_knows() {
     assert!(e.contains("newer than this cheq knows"), "{e}");
 }
 
-/// PostgreSQL keeps a decision's document in its own column, so that a
-/// lease or the end of a delivery rewrites only the small `body`; a redacted
-/// document replaces the sealed one in the row; a row written before (no
-/// `document`, the document inside `body`) still reads, and moves on its
-/// next write.
+/// A document like the ones the CS keeps: base64url, most of it.
+fn signed_document(n: usize) -> String {
+    format!(
+        r#"{{"payload":"{}","signatures":[{{"protected":"eyJhbGciOiJFZERTQSJ9","signature":"{}"}}]}}"#,
+        "eyJ2ZXJzaW9uIjogIjEuMCJ9".repeat(n),
+        "A".repeat(86)
+    )
+}
+
+/// PostgreSQL keeps a decision's document packed in its own column; a
+/// redacted document replaces the sealed one; rows written before
+/// (the document inside `body`, or as text in `document`) still read, and
+/// move to the packed column on their next write; a damaged packed value is
+/// an error, never another document.
 #[test]
-fn postgres_keeps_documents_in_their_own_column() {
+fn postgres_keeps_documents_packed_in_their_own_column() {
     let url = cheq::store::pg::test_database("store_cs_docs").unwrap();
     let pg = cheq::store::pg::Pg::new(&url, 2).unwrap();
-    // First the schema before, with a row of its own: the document in the body.
-    pg.migrate("cs", &cheq::store::pg::cs::MIGRATIONS[..1])
-        .unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (client, conn) = rt
         .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
         .unwrap();
     rt.spawn(conn);
-    let mut old = record(B, "pgold1", "pia", 90);
-    old.document = r#"{"inline":"d0c-in-the-body"}"#.into();
-    let body = serde_json::to_string(&old).unwrap();
-    rt.block_on(client.execute(
-        "INSERT INTO cs_records (origin, nonce, id, user_name, resource_uri, decided_at,
-             pending, next_try, sealed, body)
-         VALUES ($1, $2, $3, $4, $5, $6, true, $6, false, $7)",
-        &[
-            &old.resource_origin,
-            &old.nonce,
-            &old.key().id(),
-            &old.user,
-            &old.resource_uri,
-            &old.decided_at,
-            &body,
-        ],
-    ))
+    let insert = |rec: &DecisionRecord, body: &str, document: Option<&str>| {
+        rt.block_on(client.execute(
+            "INSERT INTO cs_records (origin, nonce, id, user_name, resource_uri, decided_at,
+                 pending, next_try, sealed, body)
+             VALUES ($1, $2, $3, $4, $5, $6, true, $6, false, $7)",
+            &[
+                &rec.resource_origin,
+                &rec.nonce,
+                &rec.key().id(),
+                &rec.user,
+                &rec.resource_uri,
+                &rec.decided_at,
+                &body,
+            ],
+        ))
+        .unwrap();
+        if let Some(document) = document {
+            rt.block_on(client.execute(
+                "UPDATE cs_records SET document = $2 WHERE nonce = $1",
+                &[&rec.nonce, &document],
+            ))
+            .unwrap();
+        }
+    };
+    // The first schema, with a row of its own: the document in the body.
+    pg.migrate("cs", &cheq::store::pg::cs::MIGRATIONS[..1])
+        .unwrap();
+    let mut v1 = record(B, "pgold1", "pia", 90);
+    v1.document = r#"{"inline":"d0c-in-the-body"}"#.into();
+    insert(&v1, &serde_json::to_string(&v1).unwrap(), None);
+    // The schema before this one: the document as text in its column.
+    pg.migrate("cs", &cheq::store::pg::cs::MIGRATIONS[..3])
+        .unwrap();
+    let mut v3 = record(B, "pgold3", "pia", 95);
+    v3.document = signed_document(20);
+    let body = serde_json::to_string(&DecisionRecord {
+        document: String::new(),
+        ..v3.clone()
+    })
     .unwrap();
+    insert(&v3, &body, Some(&v3.document));
     // Then this version's schema.
     let store = cheq::store::pg::cs::open(&pg).unwrap();
-    let row = |nonce: &str| -> (String, Option<String>) {
+    let row = |nonce: &str| -> (String, Option<String>, Option<Vec<u8>>) {
         let r = rt
             .block_on(client.query_one(
-                "SELECT body, document FROM cs_records WHERE nonce = $1",
+                "SELECT body, document, packed FROM cs_records WHERE nonce = $1",
                 &[&nonce],
             ))
             .unwrap();
-        (r.get(0), r.get(1))
+        (r.get(0), r.get(1), r.get(2))
     };
+    let unpacked = |p: Option<Vec<u8>>| packed::unpack(&p.expect("packed")).unwrap();
+
     let r = &store.records;
     let mut rec = record(A, "pgdoc1", "pia", 80);
-    rec.document = SEALED.into();
+    rec.document = signed_document(40);
     rec.sealed = true;
     r.claim(&rec).unwrap();
-    let leased = r.lease_due(80, 30, 100).unwrap();
-    let mine = leased.iter().find(|l| l.nonce == "pgdoc1").unwrap();
-    assert_eq!(mine.document, SEALED);
-    let (body, document) = row("pgdoc1");
+    let (body, document, stored) = row("pgdoc1");
     assert!(
-        !body.contains(SEALED),
+        !body.contains("signatures"),
         "the document is in the body: {body}"
     );
-    assert_eq!(document.as_deref(), Some(SEALED));
+    assert_eq!(document, None);
+    let stored_len = stored.as_ref().map_or(0, Vec::len);
+    assert!(stored_len * 2 < rec.document.len(), "{stored_len} bytes");
+    assert_eq!(unpacked(stored), rec.document);
+    // A lease rewrites the row, not the document.
+    let leased = r.lease_due(80, 30, 100).unwrap();
+    let mine = leased.iter().find(|l| l.nonce == "pgdoc1").unwrap();
+    assert_eq!(mine.document, rec.document);
+    rec.delivery = Delivery::Pending {
+        attempts: 1,
+        next_try: 85,
+        last_error: Some("timed out".into()),
+    };
+    r.update(&rec, true).unwrap();
+    assert_eq!(r.get(&rec.key()).unwrap().unwrap(), rec);
 
     rec.document = REDACTED.into();
     rec.sealed = false;
@@ -801,28 +843,45 @@ fn postgres_keeps_documents_in_their_own_column() {
         at: 81,
     };
     r.update(&rec, true).unwrap();
-    let (body, document) = row("pgdoc1");
-    assert!(
-        !body.contains(SEALED) && !body.contains("signatures"),
-        "{body}"
-    );
-    assert_eq!(document.as_deref(), Some(REDACTED));
+    let (body, document, stored) = row("pgdoc1");
+    assert!(!body.contains("signatures"), "{body}");
+    assert_eq!(document, None);
+    assert_eq!(unpacked(stored), REDACTED);
     assert_eq!(r.get(&rec.key()).unwrap().unwrap(), rec);
 
-    // The row of the schema before reads, is leased and moves on its next write.
-    assert_eq!(r.get(&old.key()).unwrap().unwrap(), old);
-    let leased = r.lease_due(90, 30, 100).unwrap();
-    let mine = leased.iter().find(|l| l.nonce == "pgold1").unwrap();
-    assert_eq!(
-        mine.document, old.document,
-        "a lease keeps an inline document"
+    // The rows of the schemas before read, are leased and move on their next write.
+    assert_eq!(r.get(&v1.key()).unwrap().unwrap(), v1);
+    assert_eq!(r.get(&v3.key()).unwrap().unwrap(), v3);
+    let leased = r.lease_due(100, 30, 100).unwrap();
+    for (old, marker) in [(&mut v1, "d0c-in-the-body"), (&mut v3, "eyJ2ZXJz")] {
+        let mine = leased.iter().find(|l| l.nonce == old.nonce).unwrap();
+        assert_eq!(mine.document, old.document, "a lease keeps the document");
+        assert_eq!(
+            r.get(&old.key()).unwrap().unwrap().document,
+            old.document,
+            "a lease keeps the document"
+        );
+        old.delivery = Delivery::Expired { at: 101 };
+        r.update(old, true).unwrap();
+        assert_eq!(&r.get(&old.key()).unwrap().unwrap(), &*old);
+        let (body, document, stored) = row(&old.nonce);
+        assert!(!body.contains(marker), "{body}");
+        assert_eq!(document, None);
+        assert_eq!(unpacked(stored), old.document);
+    }
+
+    // A damaged packed value.
+    rt.block_on(client.execute(
+        "UPDATE cs_records SET packed = overlay(packed placing '\\x00'::bytea from 9)
+         WHERE nonce = 'pgold3'",
+        &[],
+    ))
+    .unwrap();
+    let e = r.get(&v3.key()).unwrap_err();
+    assert!(
+        matches!(e, cheq::store::StoreError::Corrupt { .. }),
+        "{e:?}"
     );
-    old.delivery = Delivery::Expired { at: 91 };
-    r.update(&old, true).unwrap();
-    assert_eq!(r.get(&old.key()).unwrap().unwrap(), old);
-    let (body, document) = row("pgold1");
-    assert!(!body.contains("d0c-in-the-body"), "{body}");
-    assert_eq!(document.as_deref(), Some(old.document.as_str()));
 }
 
 #[test]
@@ -858,17 +917,36 @@ fn postgres_keys_records_by_their_id_alone() {
     let pg = cheq::store::pg::Pg::new(&url, 2).unwrap();
     pg.migrate("cs", &cheq::store::pg::cs::MIGRATIONS[..2])
         .unwrap();
-    let before = pg_store_on(&pg);
-    let mut old = record(A, "pgkey1", "pia", 70);
-    assert_eq!(before.records.claim(&old).unwrap(), Claim::Fresh);
-    drop(before);
-
-    let store = cheq::store::pg::cs::open(&pg).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (client, conn) = rt
         .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
         .unwrap();
     rt.spawn(conn);
+    // A row as the version before wrote it: the document as text.
+    let mut old = record(A, "pgkey1", "pia", 70);
+    let body = serde_json::to_string(&DecisionRecord {
+        document: String::new(),
+        ..old.clone()
+    })
+    .unwrap();
+    rt.block_on(client.execute(
+        "INSERT INTO cs_records (origin, nonce, id, user_name, resource_uri, decided_at,
+             pending, next_try, sealed, body, document)
+         VALUES ($1, $2, $3, $4, $5, $6, true, $6, false, $7, $8)",
+        &[
+            &old.resource_origin,
+            &old.nonce,
+            &old.key().id(),
+            &old.user,
+            &old.resource_uri,
+            &old.decided_at,
+            &body,
+            &old.document,
+        ],
+    ))
+    .unwrap();
+
+    let store = cheq::store::pg::cs::open(&pg).unwrap();
     let indexes: Vec<String> = rt
         .block_on(client.query(
             "SELECT indexdef FROM pg_indexes WHERE tablename = 'cs_records' AND indexdef LIKE 'CREATE UNIQUE%'",
@@ -901,9 +979,4 @@ fn postgres_keys_records_by_their_id_alone() {
     r.update(&old, true).unwrap();
     assert_eq!(r.get(&old.key()).unwrap().unwrap(), old);
     assert_eq!(r.get(&RecordKey::new(B, "pgkey2")).unwrap(), None);
-}
-
-/// The CS stores on `pg` as they are, without applying a migration.
-fn pg_store_on(pg: &cheq::store::pg::Pg) -> CsStore {
-    cheq::store::pg::cs::open_migrated(pg)
 }

@@ -479,13 +479,122 @@ fn postgres_cs_and_rs_tables_share_one_database() {
     let rs = cheq::store::pg::rs::open(&pg).unwrap();
     let _cs = cheq::store::pg::cs::open(&pg).unwrap();
     assert!(rs.records.create(&record("x", "rx", 100)).unwrap());
-    assert_eq!(cheq::store::pg::applied(&pg, "cs").unwrap(), vec![1, 2, 3]);
-    assert_eq!(cheq::store::pg::applied(&pg, "rs").unwrap(), vec![1]);
+    assert_eq!(
+        cheq::store::pg::applied(&pg, "cs").unwrap(),
+        vec![1, 2, 3, 4]
+    );
+    assert_eq!(cheq::store::pg::applied(&pg, "rs").unwrap(), vec![1, 2]);
 }
 
 /// One statement for many records answers each as it would have been
 /// answered alone: fresh once per nonce (the first of a nonce given twice),
 /// otherwise the entry found; an invalid item is refused alone.
+/// PostgreSQL keeps a served CHEQ's document packed, apart from the
+/// record's JSON, and drops it once the CHEQ is done; a row written before (the document in the body)
+/// reads and moves on; a damaged packed value is an error.
+#[test]
+fn postgres_packs_the_document_while_the_cheq_is_served() {
+    let url = cheq::store::pg::test_database("store_rs_packed").unwrap();
+    let pg = cheq::store::pg::Pg::new(&url, 2).unwrap();
+    pg.migrate("rs", &cheq::store::pg::rs::MIGRATIONS[..1])
+        .unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (client, conn) = rt
+        .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
+        .unwrap();
+    rt.spawn(conn);
+    let mut old = record("pgo", "rpgo", 100);
+    old.document = signed_document();
+    rt.block_on(client.execute(
+        "INSERT INTO rs_cheqs (id, result_id, expires, state, body)
+         VALUES ($1, $2, 100, $3, $4)",
+        &[
+            &old.id,
+            &old.result_id,
+            &serde_json::to_string(&old.state).unwrap(),
+            &serde_json::to_string(&old).unwrap(),
+        ],
+    ))
+    .unwrap();
+    let store = cheq::store::pg::rs::open(&pg).unwrap();
+    let row = |id: &str| -> (String, Option<Vec<u8>>) {
+        let r = rt
+            .block_on(client.query_one("SELECT body, packed FROM rs_cheqs WHERE id = $1", &[&id]))
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+
+    let mut r = record("pgp", "rpgp", 100);
+    r.document = signed_document();
+    assert!(store.records.create(&r).unwrap());
+    let (body, packed) = row("pgp");
+    assert!(!body.contains("signatures"), "{body}");
+    let packed = packed.expect("packed");
+    assert!(
+        packed.len() * 2 < r.document.len(),
+        "{} bytes",
+        packed.len()
+    );
+    assert_eq!(cheq::store::packed::unpack(&packed).unwrap(), r.document);
+    assert_eq!(store.records.get("pgp").unwrap().unwrap(), r);
+    assert_eq!(store.records.by_result("rpgp").unwrap().unwrap(), r);
+
+    store
+        .records
+        .advance("pgp", &CheqState::Pending, &decided("g"), true)
+        .unwrap();
+    assert_eq!(
+        store.records.get("pgp").unwrap().unwrap().document,
+        r.document
+    );
+    store
+        .records
+        .advance("pgp", &decided("g"), &done("g", json!({"ok": 1})), true)
+        .unwrap();
+    let (body, packed) = row("pgp");
+    assert_eq!(packed, None, "a done CHEQ keeps its document");
+    assert!(!body.contains("signatures"), "{body}");
+    assert!(store
+        .records
+        .get("pgp")
+        .unwrap()
+        .unwrap()
+        .document
+        .is_empty());
+
+    // The row of before.
+    assert_eq!(store.records.get("pgo").unwrap().unwrap(), old);
+    store
+        .records
+        .advance("pgo", &CheqState::Pending, &decided("h"), true)
+        .unwrap();
+    let now = store.records.get("pgo").unwrap().unwrap();
+    assert_eq!(
+        (now.document, now.state),
+        (old.document.clone(), decided("h"))
+    );
+    store
+        .records
+        .advance("pgo", &decided("h"), &done("h", json!(null)), true)
+        .unwrap();
+    let (body, packed) = row("pgo");
+    assert!(packed.is_none() && !body.contains("signatures"), "{body}");
+
+    // A damaged packed value.
+    let mut d = record("pgd", "rpgd", 100);
+    d.document = signed_document();
+    store.records.create(&d).unwrap();
+    rt.block_on(client.execute(
+        "UPDATE rs_cheqs SET packed = overlay(packed placing '\\x00'::bytea from 9) WHERE id = 'pgd'",
+        &[],
+    ))
+    .unwrap();
+    assert!(matches!(
+        store.records.get("pgd"),
+        Err(StoreError::Corrupt { .. })
+    ));
+}
+
 #[test]
 fn postgres_records_many_nonces_at_once() {
     use cheq::store::pg::rs::record_nonces;

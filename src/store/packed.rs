@@ -234,7 +234,12 @@ fn raw_frame(data: &[u8]) -> Vec<u8> {
     out
 }
 
-use zstd::zstd_safe::{CCtx, CParameter, DCtx};
+use std::sync::OnceLock;
+use zstd::zstd_safe::{CCtx, CDict, CParameter, DCtx, DDict};
+
+/// The dictionary, digested once for each direction and shared.
+static CDICT: OnceLock<CDict<'static>> = OnceLock::new();
+static DDICT: OnceLock<DDict<'static>> = OnceLock::new();
 
 static COMPRESSORS: Mutex<Vec<CCtx<'static>>> = Mutex::new(Vec::new());
 static DECOMPRESSORS: Mutex<Vec<DCtx<'static>>> = Mutex::new(Vec::new());
@@ -246,13 +251,15 @@ fn compressor() -> Option<CCtx<'static>> {
     let mut c = CCtx::create();
     c.set_parameter(CParameter::CompressionLevel(LEVEL)).ok()?;
     c.set_parameter(CParameter::ChecksumFlag(true)).ok()?;
-    c.load_dictionary(DICTIONARY.as_bytes()).ok()?;
+    c.ref_cdict(CDICT.get_or_init(|| CDict::create(DICTIONARY.as_bytes(), LEVEL)))
+        .ok()?;
     Some(c)
 }
 
 fn decompressor() -> Option<DCtx<'static>> {
     let mut d = DCtx::create();
-    d.load_dictionary(DICTIONARY.as_bytes()).ok()?;
+    d.ref_ddict(DDICT.get_or_init(|| DDict::create(DICTIONARY.as_bytes())))
+        .ok()?;
     Some(d)
 }
 

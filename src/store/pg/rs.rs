@@ -7,23 +7,24 @@
 //! | table | key | what |
 //! |---|---|---|
 //! | `rs_nonces` | nonce | digest of the decision document, expiry, caller data |
-//! | `rs_cheqs` | confirmation id (and unique result id) | [`CheqRecord`] |
+//! | `rs_cheqs` | confirmation id (and unique result id) | [`CheqRecord`] (in `body`), its document packed apart while it has one (in `packed`, [`crate::store::packed`]; in `body` in rows written before) |
 //! | `rs_executions` | idempotency key | the operation's result |
 
 use super::nonce_batch::Gatherer;
-use super::{backend, client, db_error, decode, encode, Migration, Pg};
+use super::{backend, client, corrupt, db_error, decode, encode, Migration, Pg};
 use crate::store::rs::*;
 use crate::store::{
-    validate, validate_nonce, NonceEntry, NonceStore, Readiness, RecordOutcome, StoreError,
+    packed, validate, validate_nonce, NonceEntry, NonceStore, Readiness, RecordOutcome, StoreError,
 };
 use serde_json::Value;
 use std::sync::Arc;
 
 /// The RS schema, step by step (never edit a step once released: add one).
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "resource server tables",
-    sql: "
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "resource server tables",
+        sql: "
 CREATE TABLE rs_nonces (
     nonce text PRIMARY KEY,
     digest bytea NOT NULL,
@@ -41,7 +42,20 @@ CREATE TABLE rs_executions (
     key text PRIMARY KEY,
     result text NOT NULL);
 ",
-}];
+    },
+    // A served CHEQ's document packed, apart from the record's JSON (issue
+    // 13): about a third of its text, in the row while the CHEQ is served,
+    // and gone once it is done. Stored as it is (`EXTERNAL`: never
+    // compressed again).
+    Migration {
+        version: 2,
+        name: "served documents packed",
+        sql: "
+ALTER TABLE rs_cheqs ADD COLUMN packed bytea;
+ALTER TABLE rs_cheqs ALTER COLUMN packed SET STORAGE EXTERNAL;
+",
+    },
+];
 
 /// Every RS store on `pg`, after applying the RS schema.
 pub fn open(pg: &Pg) -> Result<RsStore, StoreError> {
@@ -176,18 +190,18 @@ impl CheqRecords for PgCheqs {
         let (id, result_id, expires) =
             (record.id.clone(), record.result_id.clone(), record.expires);
         let state = encode(&record.state)?;
-        let body = encode(record)?;
+        let (body, packed) = body_of(record)?;
         self.0.call("create", move |pool| async move {
             let c = client(&pool, "create").await?;
             let s = c
                 .prepare_cached(
-                    "INSERT INTO rs_cheqs (id, result_id, expires, state, body)
-                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                    "INSERT INTO rs_cheqs (id, result_id, expires, state, body, packed)
+                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
                 )
                 .await
                 .map_err(db_error("create"))?;
             let n = c
-                .execute(&s, &[&id, &result_id, &expires, &state, &body])
+                .execute(&s, &[&id, &result_id, &expires, &state, &body, &packed])
                 .await
                 .map_err(db_error("create"))?;
             Ok(n == 1)
@@ -195,14 +209,13 @@ impl CheqRecords for PgCheqs {
     }
 
     fn get(&self, id: &str) -> Result<Option<CheqRecord>, StoreError> {
-        self.0
-            .json_by_key("get", "SELECT body FROM rs_cheqs WHERE id = $1", id)
+        self.one("get", "SELECT body, packed FROM rs_cheqs WHERE id = $1", id)
     }
 
     fn by_result(&self, result_id: &str) -> Result<Option<CheqRecord>, StoreError> {
-        self.0.json_by_key(
+        self.one(
             "by_result",
-            "SELECT body FROM rs_cheqs WHERE result_id = $1",
+            "SELECT body, packed FROM rs_cheqs WHERE result_id = $1",
             result_id,
         )
     }
@@ -223,12 +236,16 @@ impl CheqRecords for PgCheqs {
             let err = db_error("advance");
             let c = client(&pool, "advance").await?;
             let read = c
-                .prepare_cached("SELECT state, body FROM rs_cheqs WHERE id = $1")
+                .prepare_cached("SELECT state, body, packed FROM rs_cheqs WHERE id = $1")
                 .await
                 .map_err(&err)?;
+            // The packed document stays as it is while the record keeps it
+            // (not packed again), and goes with it.
             let write = c
                 .prepare_cached(
-                    "UPDATE rs_cheqs SET state = $3, body = $4 WHERE id = $1 AND state = $2",
+                    "UPDATE rs_cheqs SET state = $3, body = $4,
+                        packed = CASE WHEN $5 THEN packed END
+                     WHERE id = $1 AND state = $2",
                 )
                 .await
                 .map_err(&err)?;
@@ -236,16 +253,24 @@ impl CheqRecords for PgCheqs {
                 let Some(row) = c.query_opt(&read, &[&id]).await.map_err(&err)? else {
                     return Ok(Transition::Missing);
                 };
-                let old_state: &str = row.get(0);
-                let mut record: CheqRecord = decode(&id, row.get::<_, &str>(1))?;
+                let old_state: &str = row.get("state");
+                let mut record = cheq_record_of(&id, &row)?;
                 if record.state != from {
                     return Ok(Transition::Other(Box::new(record)));
                 }
                 record.enter(to.clone());
                 let state = encode(&record.state)?;
-                let body = encode(&record)?;
+                let apart = row.get::<_, Option<&[u8]>>("packed").is_some();
+                let keep = apart && !record.document.is_empty();
+                // A row written before packing keeps its document in the
+                // body until it is done.
+                let body = if apart {
+                    encode(&without_document(&record))?
+                } else {
+                    encode(&record)?
+                };
                 let n = c
-                    .execute(&write, &[&id, &old_state, &state, &body])
+                    .execute(&write, &[&id, &old_state, &state, &body, &keep])
                     .await
                     .map_err(&err)?;
                 if n == 1 {
@@ -267,6 +292,62 @@ impl CheqRecords for PgCheqs {
             "DELETE FROM rs_cheqs WHERE expires < $1",
             cutoff,
         )
+    }
+}
+
+/// `record` as stored: the body (JSON without the document) and the
+/// document packed (none once done).
+fn body_of(record: &CheqRecord) -> Result<(String, Option<Vec<u8>>), StoreError> {
+    if record.document.is_empty() {
+        return Ok((encode(record)?, None));
+    }
+    Ok((
+        encode(&without_document(record))?,
+        Some(packed::pack(&record.document)),
+    ))
+}
+
+fn without_document(record: &CheqRecord) -> CheqRecord {
+    CheqRecord {
+        id: record.id.clone(),
+        result_id: record.result_id.clone(),
+        resource_uri: record.resource_uri.clone(),
+        nonce: record.nonce.clone(),
+        expires: record.expires,
+        document: String::new(),
+        action: record.action.clone(),
+        state: record.state.clone(),
+    }
+}
+
+/// The record in a row with `body` and `packed`, under `key`.
+fn cheq_record_of(key: &str, row: &tokio_postgres::Row) -> Result<CheqRecord, StoreError> {
+    let mut record: CheqRecord = decode(key, row.get::<_, &str>("body"))?;
+    if let Some(bytes) = row.get::<_, Option<&[u8]>>("packed") {
+        if !record.document.is_empty() {
+            return Err(corrupt(key, "a record with two documents"));
+        }
+        record.document =
+            packed::unpack(bytes).map_err(|e| corrupt(key, format!("its document: {e}")))?;
+    }
+    Ok(record)
+}
+
+impl PgCheqs {
+    /// The one record `sql` finds with `key`.
+    fn one(
+        &self,
+        op: &'static str,
+        sql: &'static str,
+        key: &str,
+    ) -> Result<Option<CheqRecord>, StoreError> {
+        let key = key.to_owned();
+        self.0.call(op, move |pool| async move {
+            let c = client(&pool, op).await?;
+            let s = c.prepare_cached(sql).await.map_err(db_error(op))?;
+            let row = c.query_opt(&s, &[&key]).await.map_err(db_error(op))?;
+            row.map(|row| cheq_record_of(&key, &row)).transpose()
+        })
     }
 }
 
