@@ -742,8 +742,8 @@ fn signed_document(n: usize) -> String {
     )
 }
 
-/// PostgreSQL keeps a decision's document packed in its own column; a
-/// redacted document replaces the sealed one; rows written before
+/// PostgreSQL keeps a decision's document packed in its own column, and the
+/// members its other columns hold out of the body; a redacted document replaces the sealed one; rows written before
 /// (the document inside `body`, or as text in `document`) still read, and
 /// move to the packed column on their next write; a damaged packed value is
 /// an error, never another document.
@@ -820,6 +820,15 @@ fn postgres_keeps_documents_packed_in_their_own_column() {
         !body.contains("signatures"),
         "the document is in the body: {body}"
     );
+    // Nor what the row's columns hold.
+    for member in [
+        "\"nonce\"",
+        "\"resource_uri\"",
+        "\"user\"",
+        "\"decided_at\"",
+    ] {
+        assert!(!body.contains(member), "{member} twice: {body}");
+    }
     assert_eq!(document, None);
     let stored_len = stored.as_ref().map_or(0, Vec::len);
     assert!(stored_len * 2 < rec.document.len(), "{stored_len} bytes");

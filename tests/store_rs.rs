@@ -78,10 +78,10 @@ fn records_advance_by_compare_and_set(store: &RsStore) {
         Transition::Other(now) => assert_eq!(now.state, step2),
         other => panic!("expected Other, got {other:?}"),
     }
-    // While decided, the document and the action are kept (the operation
-    // has yet to run).
+    // Once decided, the document is dropped (it is no longer served: §3
+    // answers 410); the action is kept (the operation has yet to run).
     let mid = store.records.get("c").unwrap().unwrap();
-    assert_eq!((&mid.document, &mid.action), (&r.document, &r.action));
+    assert_eq!((mid.document.as_str(), &mid.action), ("", &r.action));
     let step4 = done("d1", json!({"ok": true}));
     assert_eq!(
         store.records.advance("c", &step2, &step4, true).unwrap(),
@@ -357,10 +357,10 @@ fn signed_document() -> String {
     )
 }
 
-/// sled keeps a served CHEQ's document packed apart from the record, moves
-/// it on unchanged while the CHEQ is decided, and drops it once done; a
-/// record stored as JSON with its document (before packing) still reads and
-/// moves on; a damaged packed document is an error, never another document.
+/// sled keeps a served CHEQ's document packed apart from the record, and
+/// drops it once the CHEQ is decided; a record stored as JSON with its
+/// document (before packing) still reads and moves on; a damaged packed
+/// document is an error, never another document.
 #[test]
 fn sled_packs_the_document_while_the_cheq_is_served() {
     let dir = tempfile::tempdir().unwrap();
@@ -388,8 +388,12 @@ fn sled_packs_the_document_while_the_cheq_is_served() {
         Transition::Moved
     );
     let now = store.records.get("p1").unwrap().unwrap();
-    assert_eq!(now.document, r.document);
-    assert_eq!(now.state, decided("g"));
+    assert_eq!((now.document.as_str(), now.state), ("", decided("g")));
+    assert_eq!(
+        t.get("p1").unwrap().unwrap()[0],
+        b'{',
+        "a decided record is JSON alone"
+    );
     store
         .records
         .advance("p1", &decided("g"), &done("g", json!({"ok": true})), true)
@@ -413,14 +417,20 @@ fn sled_packs_the_document_while_the_cheq_is_served() {
         .records
         .advance("p2", &CheqState::Pending, &decided("h"), true)
         .unwrap();
-    assert_eq!(t.get("p2").unwrap().unwrap()[0], 0xC2);
-    assert_eq!(
-        store.records.get("p2").unwrap().unwrap().document,
-        old.document
-    );
+    assert_eq!(t.get("p2").unwrap().unwrap()[0], b'{');
+    assert!(store
+        .records
+        .get("p2")
+        .unwrap()
+        .unwrap()
+        .document
+        .is_empty());
 
     // Damaged: the packed document, and a value cut inside its header.
-    let mut damaged = t.get("p2").unwrap().unwrap().to_vec();
+    let mut p3 = record("p3", "rp3", 100);
+    p3.document = signed_document();
+    assert!(store.records.create(&p3).unwrap());
+    let mut damaged = t.get("p3").unwrap().unwrap().to_vec();
     let last = damaged.len() - 1;
     damaged[last] ^= 1;
     t.insert("p2", damaged).unwrap();
@@ -490,7 +500,7 @@ fn postgres_cs_and_rs_tables_share_one_database() {
 /// answered alone: fresh once per nonce (the first of a nonce given twice),
 /// otherwise the entry found; an invalid item is refused alone.
 /// PostgreSQL keeps a served CHEQ's document packed, apart from the
-/// record's JSON, and drops it once the CHEQ is done; a row written before (the document in the body)
+/// record's JSON, and drops it once the CHEQ is decided; a row written before (the document in the body)
 /// reads and moves on; a damaged packed value is an error.
 #[test]
 fn postgres_packs_the_document_while_the_cheq_is_served() {
@@ -543,17 +553,13 @@ fn postgres_packs_the_document_while_the_cheq_is_served() {
         .records
         .advance("pgp", &CheqState::Pending, &decided("g"), true)
         .unwrap();
-    assert_eq!(
-        store.records.get("pgp").unwrap().unwrap().document,
-        r.document
-    );
+    let (body, packed) = row("pgp");
+    assert_eq!(packed, None, "a decided CHEQ keeps its document");
+    assert!(!body.contains("signatures"), "{body}");
     store
         .records
         .advance("pgp", &decided("g"), &done("g", json!({"ok": 1})), true)
         .unwrap();
-    let (body, packed) = row("pgp");
-    assert_eq!(packed, None, "a done CHEQ keeps its document");
-    assert!(!body.contains("signatures"), "{body}");
     assert!(store
         .records
         .get("pgp")
@@ -569,14 +575,7 @@ fn postgres_packs_the_document_while_the_cheq_is_served() {
         .advance("pgo", &CheqState::Pending, &decided("h"), true)
         .unwrap();
     let now = store.records.get("pgo").unwrap().unwrap();
-    assert_eq!(
-        (now.document, now.state),
-        (old.document.clone(), decided("h"))
-    );
-    store
-        .records
-        .advance("pgo", &decided("h"), &done("h", json!(null)), true)
-        .unwrap();
+    assert_eq!((now.document.as_str(), now.state), ("", decided("h")));
     let (body, packed) = row("pgo");
     assert!(packed.is_none() && !body.contains("signatures"), "{body}");
 

@@ -82,8 +82,8 @@ pub struct CheqRecord {
     pub nonce: String,
     /// The CHEQ's `expires`, unix seconds.
     pub expires: i64,
-    /// The resource-signed document (§5), as served (§3); empty once done
-    /// (a decided CHEQ is no longer served: §3 answers `410`).
+    /// The resource-signed document (§5), as served (§3); empty once
+    /// decided (a decided CHEQ is no longer served: §3 answers `410`).
     pub document: String,
     /// What to run when accepted (opaque to the store); `null` once done.
     pub action: Value,
@@ -92,14 +92,18 @@ pub struct CheqRecord {
 }
 
 impl CheqRecord {
-    /// Moves the record to `state`. Once [`CheqState::Done`], the document
-    /// and the action are no longer needed (the CHEQ is not served again,
-    /// the operation does not run again, a re-delivery is compared by its
-    /// digest), so they are dropped: a decided confirmation keeps only what
-    /// answers the agent and refuses replays (issue 13: disk per decision).
+    /// Moves the record to `state`. Once decided, the document is no
+    /// longer needed (a decided CHEQ is not served again: §3 answers `410`;
+    /// a re-delivery is compared by its digest); once [`CheqState::Done`],
+    /// neither is the action (the operation does not run again). Both are
+    /// dropped as soon as they are not needed: a decided confirmation keeps
+    /// only what answers the agent and refuses replays (issue 13: disk per
+    /// decision).
     pub fn enter(&mut self, state: CheqState) {
-        if matches!(state, CheqState::Done { .. }) {
+        if !matches!(state, CheqState::Pending) {
             self.document = String::new();
+        }
+        if matches!(state, CheqState::Done { .. }) {
             self.action = Value::Null;
         }
         self.state = state;

@@ -84,7 +84,7 @@ const PACKED_RECORD: u8 = 0xC2;
 /// `record` as stored. While it has a document (a CHEQ still served), the
 /// document is packed ([`packed`]: a third of its text) after the rest as
 /// JSON: [`PACKED_RECORD`], the JSON's length (u32, little-endian), the JSON
-/// with an empty document, the packed document. Once done (no document), it
+/// with an empty document, the packed document. Once decided (no document), it
 /// is JSON alone. `packed_doc` is the document's packed form when the caller
 /// has it already (a record moving on with its document unchanged).
 fn encode_record(record: &CheqRecord, packed_doc: Option<&[u8]>) -> Result<Vec<u8>, StoreError> {

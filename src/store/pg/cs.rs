@@ -5,7 +5,7 @@
 //! | table | key | what |
 //! |---|---|---|
 //! | `cs_entries` | confirmation id | [`ConfirmationEntry`] |
-//! | `cs_records` | id: SHA-256 of (RS origin, nonce) ([`RecordKey::id`]) | [`DecisionRecord`] without its document (in `body`), the document packed (in `packed`, [`crate::store::packed`], written only when it changes; rows written before hold it as text in `document`, or in `body`), with its id, user, resource URI and delivery columns |
+//! | `cs_records` | id: SHA-256 of (RS origin, nonce) ([`RecordKey::id`]) | [`DecisionRecord`] without its document and the members its columns hold (in `body`), the document packed (in `packed`, [`crate::store::packed`], written only when it changes; rows written before hold it as text in `document`, or in `body`), with its id, user, resource URI and delivery columns |
 //! | `cs_accounts` | user name | [`Account`], with case-folded name and e-mail |
 //! | `cs_sessions` | SHA-256 of the cookie | [`Session`] |
 //! | `cs_limits` | limiter key | [`LimitState`] |
@@ -218,19 +218,63 @@ impl RecordRow {
             pending: record.delivery.is_pending(),
             next_try,
             sealed: record.sealed,
-            body: encode(&DecisionRecord {
-                document: String::new(),
-                ..record.clone()
-            })?,
+            body: compact_body(record)?,
             packed: packed::pack(&record.document),
         })
     }
 }
 
-/// A record from a row that has `id`, `body`, `document` and `packed`.
+/// Members of a record that `body` leaves out: the row's own columns hold
+/// them (and `packed` the document), so that each is stored once (issue 13).
+const IN_COLUMNS: [&str; 7] = [
+    "resource_origin",
+    "nonce",
+    "user",
+    "resource_uri",
+    "decided_at",
+    "sealed",
+    "document",
+];
+
+/// `record` as `body` keeps it: JSON without [`IN_COLUMNS`].
+fn compact_body(record: &DecisionRecord) -> Result<String, StoreError> {
+    let mut value = serde_json::to_value(record).map_err(|e| backend("encode", e.to_string()))?;
+    if let serde_json::Value::Object(members) = &mut value {
+        for m in IN_COLUMNS {
+            members.remove(m);
+        }
+    }
+    Ok(value.to_string())
+}
+
+/// A record from a row that has `id`, the columns of [`IN_COLUMNS`],
+/// `body`, `document` and `packed`. A body written before holds every
+/// member: the columns, written from the same record, agree with it.
 fn record_of(row: &tokio_postgres::Row) -> Result<DecisionRecord, StoreError> {
+    use serde_json::Value;
     let id: &str = row.get("id");
-    let mut record: DecisionRecord = decode(id, row.get::<_, &str>("body"))?;
+    let mut body: Value = decode(id, row.get::<_, &str>("body"))?;
+    let Value::Object(members) = &mut body else {
+        return Err(corrupt(id, "the record's body is not an object"));
+    };
+    for (member, column) in [
+        ("resource_origin", "origin"),
+        ("nonce", "nonce"),
+        ("user", "user_name"),
+        ("resource_uri", "resource_uri"),
+    ] {
+        members.insert(member.into(), Value::String(row.get(column)));
+    }
+    members.insert(
+        "decided_at".into(),
+        Value::from(row.get::<_, i64>("decided_at")),
+    );
+    members.insert("sealed".into(), Value::Bool(row.get("sealed")));
+    members
+        .entry("document")
+        .or_insert_with(|| Value::String(String::new()));
+    let mut record: DecisionRecord =
+        serde_json::from_value(body).map_err(|e| corrupt(id, format!("its body: {e}")))?;
     if let Some(bytes) = row.get::<_, Option<&[u8]>>("packed") {
         record.document =
             packed::unpack(bytes).map_err(|e| corrupt(id, format!("its document: {e}")))?;
@@ -308,7 +352,8 @@ impl DecisionRecords for PgRecords {
             }
             let s = c
                 .prepare_cached(
-                    "SELECT id, body, document, packed, origin = $2 AND nonce = $3 AS same_key
+                    "SELECT id, origin, nonce, user_name, resource_uri, decided_at, sealed, body, document, packed,
+                            origin = $2 AND nonce = $3 AS same_key
                      FROM cs_records WHERE id = $1",
                 )
                 .await
@@ -334,7 +379,7 @@ impl DecisionRecords for PgRecords {
     fn get(&self, key: &RecordKey) -> Result<Option<DecisionRecord>, StoreError> {
         self.one(
             "get",
-            "SELECT id, body, document, packed FROM cs_records
+            "SELECT id, origin, nonce, user_name, resource_uri, decided_at, sealed, body, document, packed FROM cs_records
              WHERE id = $1 AND origin = $2 AND nonce = $3",
             vec![key.id(), key.origin.clone(), key.nonce.clone()],
         )
@@ -343,7 +388,7 @@ impl DecisionRecords for PgRecords {
     fn by_resource(&self, resource_uri: &str) -> Result<Option<DecisionRecord>, StoreError> {
         self.one(
             "by_resource",
-            "SELECT id, body, document, packed FROM cs_records WHERE resource_uri = $1
+            "SELECT id, origin, nonce, user_name, resource_uri, decided_at, sealed, body, document, packed FROM cs_records WHERE resource_uri = $1
              ORDER BY decided_at DESC LIMIT 1",
             vec![resource_uri.to_owned()],
         )
@@ -352,7 +397,7 @@ impl DecisionRecords for PgRecords {
     fn by_id_for_user(&self, user: &str, id: &str) -> Result<Option<DecisionRecord>, StoreError> {
         self.one(
             "by_id_for_user",
-            "SELECT id, body, document, packed FROM cs_records WHERE id = $1 AND user_name = $2",
+            "SELECT id, origin, nonce, user_name, resource_uri, decided_at, sealed, body, document, packed FROM cs_records WHERE id = $1 AND user_name = $2",
             vec![id.to_owned(), user.to_owned()],
         )
     }
@@ -420,7 +465,7 @@ impl DecisionRecords for PgRecords {
             // waited for: two instances never take the same delivery.
             let rows = tx
                 .query(
-                    "SELECT id, body, document, packed FROM cs_records
+                    "SELECT id, origin, nonce, user_name, resource_uri, decided_at, sealed, body, document, packed FROM cs_records
                      WHERE pending AND next_try <= $1
                      ORDER BY next_try LIMIT $2
                      FOR UPDATE SKIP LOCKED",
@@ -445,10 +490,7 @@ impl DecisionRecords for PgRecords {
                 *next_try = until;
                 // The body only: the document's column is left as it is.
                 let body = if document_apart(row) {
-                    encode(&DecisionRecord {
-                        document: String::new(),
-                        ..record.clone()
-                    })?
+                    compact_body(&record)?
                 } else {
                     encode(&record)?
                 };
@@ -502,7 +544,7 @@ impl DecisionRecords for PgRecords {
             let c = client(&pool, "for_user").await?;
             let s = c
                 .prepare_cached(
-                    "SELECT id, body, document, packed FROM cs_records WHERE user_name = $1
+                    "SELECT id, origin, nonce, user_name, resource_uri, decided_at, sealed, body, document, packed FROM cs_records WHERE user_name = $1
                      ORDER BY decided_at DESC, id LIMIT $2",
                 )
                 .await

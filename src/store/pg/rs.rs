@@ -45,7 +45,7 @@ CREATE TABLE rs_executions (
     },
     // A served CHEQ's document packed, apart from the record's JSON (issue
     // 13): about a third of its text, in the row while the CHEQ is served,
-    // and gone once it is done. Stored as it is (`EXTERNAL`: never
+    // and gone once it is decided. Stored as it is (`EXTERNAL`: never
     // compressed again).
     Migration {
         version: 2,
@@ -296,7 +296,7 @@ impl CheqRecords for PgCheqs {
 }
 
 /// `record` as stored: the body (JSON without the document) and the
-/// document packed (none once done).
+/// document packed (none once decided).
 fn body_of(record: &CheqRecord) -> Result<(String, Option<Vec<u8>>), StoreError> {
     if record.document.is_empty() {
         return Ok((encode(record)?, None));
