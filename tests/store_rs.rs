@@ -555,6 +555,14 @@ fn postgres_packs_the_document_while_the_cheq_is_served() {
         .unwrap();
     let (body, packed) = row("pgp");
     assert_eq!(packed, None, "a decided CHEQ keeps its document");
+    // The state column is a tag for compare-and-set, not a second copy of
+    // the state (a done one carries the result).
+    let state_column = |id: &str| -> String {
+        rt.block_on(client.query_one("SELECT state FROM rs_cheqs WHERE id = $1", &[&id]))
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(state_column("pgp").len(), 43);
     assert!(!body.contains("signatures"), "{body}");
     store
         .records
@@ -567,8 +575,9 @@ fn postgres_packs_the_document_while_the_cheq_is_served() {
         .unwrap()
         .document
         .is_empty());
+    assert_eq!(state_column("pgp").len(), 43);
 
-    // The row of before.
+    // The row of before (its state column holds the state's JSON).
     assert_eq!(store.records.get("pgo").unwrap().unwrap(), old);
     store
         .records

@@ -7,7 +7,7 @@
 //! | table | key | what |
 //! |---|---|---|
 //! | `rs_nonces` | nonce | digest of the decision document, expiry, caller data |
-//! | `rs_cheqs` | confirmation id (and unique result id) | [`CheqRecord`] (in `body`), its document packed apart while it has one (in `packed`, [`crate::store::packed`]; in `body` in rows written before) |
+//! | `rs_cheqs` | confirmation id (and unique result id) | [`CheqRecord`] (in `body`), a tag of its state for compare-and-set (in `state`), its document packed apart while it has one (in `packed`, [`crate::store::packed`]; in `body` in rows written before) |
 //! | `rs_executions` | idempotency key | the operation's result |
 
 use super::nonce_batch::Gatherer;
@@ -189,7 +189,7 @@ impl CheqRecords for PgCheqs {
     fn create(&self, record: &CheqRecord) -> Result<bool, StoreError> {
         let (id, result_id, expires) =
             (record.id.clone(), record.result_id.clone(), record.expires);
-        let state = encode(&record.state)?;
+        let state = state_tag(&record.state)?;
         let (body, packed) = body_of(record)?;
         self.0.call("create", move |pool| async move {
             let c = client(&pool, "create").await?;
@@ -230,7 +230,9 @@ impl CheqRecords for PgCheqs {
         let id = id.to_owned();
         let (from, to) = (from.clone(), to.clone());
         // Read, then write only if the state is still the one read (a
-        // compare-and-set on the stored state's exact text): two round
+        // compare-and-set on the stored state's tag, [`state_tag`]: a row
+        // written before holds the state's JSON there, compared the same
+        // way): two round
         // trips, no lock held in between.
         let advance = move |pool: deadpool_postgres::Pool| async move {
             let err = db_error("advance");
@@ -259,7 +261,7 @@ impl CheqRecords for PgCheqs {
                     return Ok(Transition::Other(Box::new(record)));
                 }
                 record.enter(to.clone());
-                let state = encode(&record.state)?;
+                let state = state_tag(&record.state)?;
                 let apart = row.get::<_, Option<&[u8]>>("packed").is_some();
                 let keep = apart && !record.document.is_empty();
                 // A row written before packing keeps its document in the
@@ -293,6 +295,14 @@ impl CheqRecords for PgCheqs {
             cutoff,
         )
     }
+}
+
+/// What the `state` column holds, for the compare-and-set of
+/// [`CheqRecords::advance`]: the base64url SHA-256 of the state's JSON, which
+/// changes whenever the state does (43 bytes, where the JSON of a done
+/// state repeated the operation's result, kept in the body already).
+fn state_tag(state: &CheqState) -> Result<String, StoreError> {
+    Ok(crate::sign::b64::sha256(encode(state)?))
 }
 
 /// `record` as stored: the body (JSON without the document) and the
