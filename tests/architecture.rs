@@ -210,6 +210,12 @@ fn rules() -> Vec<Rule> {
             ],
         },
         Rule {
+            layer: "everything but the packed form of documents",
+            files: &[""],
+            except: &["store/packed.rs"],
+            forbidden: &["zstd::"],
+        },
+        Rule {
             layer: "everything below the CLI",
             files: &[""],
             except: &["cli/", "main.rs"],

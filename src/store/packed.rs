@@ -127,6 +127,28 @@ pub fn unpack(bytes: &[u8]) -> Result<String, UnpackError> {
     text_of(&stream)
 }
 
+/// Every packed document in `bytes` (a database file read as it is),
+/// unpacked: a packed document hides its text from a plain search, so a
+/// scan of stored data for a value (a private one that must not be there,
+/// for instance) must look through these too.
+pub fn unpack_all_in(bytes: &[u8]) -> Vec<String> {
+    const START: [u8; 5] = [TAG, 0x28, 0xB5, 0x2F, 0xFD];
+    let mut out = Vec::new();
+    for at in 0..bytes.len().saturating_sub(START.len() - 1) {
+        if bytes[at..].starts_with(&START) {
+            let frame = &bytes[at + 1..];
+            if let Ok(len) = zstd::zstd_safe::find_frame_compressed_size(frame) {
+                if let Some(value) = bytes.get(at..at + 1 + len) {
+                    if let Ok(text) = unpack(value) {
+                        out.push(text);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The pieces of `text`, uncompressed.
 fn pieces(text: &str) -> Vec<u8> {
     let bytes = text.as_bytes();
@@ -443,6 +465,18 @@ mod tests {
         let mut latin1 = vec![TAG];
         latin1.extend_from_slice(&raw_frame(&[0x02, 0xe9]));
         assert_eq!(unpack(&latin1), Err(UnpackError::NotUtf8));
+    }
+
+    #[test]
+    fn packed_documents_are_found_in_raw_bytes() {
+        let mut file = b"some page header \xc1 \xc1(\xb5/".to_vec();
+        file.extend_from_slice(&pack(&document()));
+        file.extend_from_slice(b"between");
+        file.extend_from_slice(&pack("second"));
+        let cut = pack("cut short");
+        file.extend_from_slice(&cut[..cut.len() - 2]);
+        assert_eq!(unpack_all_in(&file), vec![document(), "second".to_owned()]);
+        assert!(unpack_all_in(b"").is_empty());
     }
 
     #[test]

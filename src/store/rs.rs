@@ -99,6 +99,32 @@ impl CheqRecord {
     /// dropped as soon as they are not needed: a decided confirmation keeps
     /// only what answers the agent and refuses replays (issue 13: disk per
     /// decision).
+    /// The record without its document: what a backend stores beside the
+    /// document packed ([`super::packed`]).
+    pub fn without_document(&self) -> CheqRecord {
+        CheqRecord {
+            id: self.id.clone(),
+            result_id: self.result_id.clone(),
+            resource_uri: self.resource_uri.clone(),
+            nonce: self.nonce.clone(),
+            expires: self.expires,
+            document: String::new(),
+            action: self.action.clone(),
+            state: self.state.clone(),
+        }
+    }
+
+    /// Puts back the document a backend stored packed apart from the
+    /// record; says why when it cannot (the backend reports the record as
+    /// corrupt).
+    pub fn attach_packed(&mut self, packed: &[u8]) -> Result<(), String> {
+        if !self.document.is_empty() {
+            return Err("a record with two documents".into());
+        }
+        self.document = super::packed::unpack(packed).map_err(|e| format!("its document: {e}"))?;
+        Ok(())
+    }
+
     pub fn enter(&mut self, state: CheqState) {
         if !matches!(state, CheqState::Pending) {
             self.document = String::new();

@@ -91,16 +91,7 @@ fn encode_record(record: &CheqRecord, packed_doc: Option<&[u8]>) -> Result<Vec<u
     if record.document.is_empty() {
         return encode(record);
     }
-    let json = encode(&CheqRecord {
-        id: record.id.clone(),
-        result_id: record.result_id.clone(),
-        resource_uri: record.resource_uri.clone(),
-        nonce: record.nonce.clone(),
-        expires: record.expires,
-        document: String::new(),
-        action: record.action.clone(),
-        state: record.state.clone(),
-    })?;
+    let json = encode(&record.without_document())?;
     let packed_here;
     let doc = match packed_doc {
         Some(doc) => doc,
@@ -144,11 +135,9 @@ fn decode_record(key: &[u8], bytes: &[u8]) -> Result<CheqRecord, StoreError> {
     let (json, doc) = split_record(key, bytes)?;
     let mut record: CheqRecord = decode(key, json)?;
     if let Some(doc) = doc {
-        if !record.document.is_empty() {
-            return Err(corrupt(key, "a record with two documents"));
-        }
-        record.document =
-            packed::unpack(doc).map_err(|e| corrupt(key, format!("its document: {e}")))?;
+        record
+            .attach_packed(doc)
+            .map_err(|reason| corrupt(key, reason))?;
     }
     Ok(record)
 }

@@ -1316,13 +1316,20 @@ pub fn contains_bytes(haystack: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-/// Does `text` hold `value`, in clear or base64(url)-encoded?
+/// Does `text` hold `value`, in clear or base64(url)-encoded, also inside a
+/// packed document (`cheq::store::packed`)?
 pub fn holds(text: &[u8], value: &str) -> bool {
-    encodings_of(value).iter().any(|e| contains_bytes(text, e))
+    let encodings = encodings_of(value);
+    let found = |bytes: &[u8]| encodings.iter().any(|e| contains_bytes(bytes, e));
+    // Documents stored packed (compressed) hide their text: looked through.
+    found(text)
+        || cheq::store::packed::unpack_all_in(text)
+            .iter()
+            .any(|doc| found(doc.as_bytes()))
 }
 
 /// Asserts that no file under `dir` holds any of `values` (raw bytes, in
-/// clear or base64(url)-encoded). Returns how many files were read.
+/// clear or base64(url)-encoded, also inside packed documents). Returns how many files were read.
 pub fn assert_no_file_holds(dir: &Path, values: &[&str]) -> usize {
     let files = files_under(dir);
     assert!(!files.is_empty(), "no files under {}", dir.display());

@@ -267,7 +267,7 @@ impl CheqRecords for PgCheqs {
                 // A row written before packing keeps its document in the
                 // body until it is done.
                 let body = if apart {
-                    encode(&without_document(&record))?
+                    encode(&record.without_document())?
                 } else {
                     encode(&record)?
                 };
@@ -312,33 +312,18 @@ fn body_of(record: &CheqRecord) -> Result<(String, Option<Vec<u8>>), StoreError>
         return Ok((encode(record)?, None));
     }
     Ok((
-        encode(&without_document(record))?,
+        encode(&record.without_document())?,
         Some(packed::pack(&record.document)),
     ))
-}
-
-fn without_document(record: &CheqRecord) -> CheqRecord {
-    CheqRecord {
-        id: record.id.clone(),
-        result_id: record.result_id.clone(),
-        resource_uri: record.resource_uri.clone(),
-        nonce: record.nonce.clone(),
-        expires: record.expires,
-        document: String::new(),
-        action: record.action.clone(),
-        state: record.state.clone(),
-    }
 }
 
 /// The record in a row with `body` and `packed`, under `key`.
 fn cheq_record_of(key: &str, row: &tokio_postgres::Row) -> Result<CheqRecord, StoreError> {
     let mut record: CheqRecord = decode(key, row.get::<_, &str>("body"))?;
     if let Some(bytes) = row.get::<_, Option<&[u8]>>("packed") {
-        if !record.document.is_empty() {
-            return Err(corrupt(key, "a record with two documents"));
-        }
-        record.document =
-            packed::unpack(bytes).map_err(|e| corrupt(key, format!("its document: {e}")))?;
+        record
+            .attach_packed(bytes)
+            .map_err(|reason| corrupt(key, reason))?;
     }
     Ok(record)
 }
