@@ -745,3 +745,40 @@ fn inspect_escapes_terminal_controls() {
     );
     assert!(text.contains("\\u202e"), "{text}");
 }
+
+/// `cheq unpack` prints the documents a file keeps packed, each on one safe
+/// line after its file's name; a file without any prints nothing; a missing
+/// file is a one-line error.
+#[test]
+fn unpack_prints_the_packed_documents_of_a_file() {
+    let f = Fixture::new();
+    let doc = r#"{"payload":"eyJ2ZXJzaW9uIjogIjEuMCJ9","signatures":[]}"#;
+    let evil = "{\"x\":\"\u{1b}[2J\u{202e}\"}";
+    let mut raw = b"sled page\x00\xc1".to_vec();
+    raw.extend_from_slice(&cheq::store::packed::pack(doc));
+    raw.extend_from_slice(b"\x00more");
+    raw.extend_from_slice(&cheq::store::packed::pack(evil));
+    let file = f.dir.path().join("db");
+    std::fs::write(&file, &raw).unwrap();
+    let out = cheq(&["unpack", s(&file)], None);
+    assert_success(&out);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[0], format!("{}\t{doc}", file.display()));
+    assert!(
+        lines[1].contains("\\u{001b}") && lines[1].contains("\\u{202e}"),
+        "{text}"
+    );
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{202e}'),
+        "{text}"
+    );
+
+    let plain = f.write("plain.txt", "nothing packed here");
+    let out = cheq(&["unpack", s(&plain)], None);
+    assert_success(&out);
+    assert!(out.stdout.is_empty());
+    let err = assert_fails(&cheq(&["unpack", "/nonexistent/db"], None), 1);
+    assert!(err.contains("/nonexistent/db"), "{err}");
+}

@@ -21,6 +21,7 @@ pub mod mcp;
 pub mod migrate;
 pub mod servers;
 pub mod sign;
+pub mod unpack;
 pub mod user;
 pub mod verify;
 
@@ -77,6 +78,7 @@ pub enum Command {
     Mcp(mcp::Args),
     /// Apply the PostgreSQL schema of a server's configuration (`database_url`).
     Migrate(migrate::Args),
+    Unpack(unpack::Args),
 }
 
 /// Runs one parsed command, writing its result to `out`.
@@ -96,6 +98,7 @@ pub fn dispatch(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
         Command::HashSecret(args) => user::hash_secret_cmd(args, out),
         Command::Migrate(args) => migrate::run(args, out),
         Command::Mcp(args) => mcp::run(args, out),
+        Command::Unpack(args) => unpack::run(args, out),
     }
 }
 

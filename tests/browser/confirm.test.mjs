@@ -83,12 +83,14 @@ function encodingsOf(value) {
   return [...new Set(forms)];
 }
 
-/** The files under `dir` that hold `value` (in clear or base64-encoded). */
+/** The files under `dir` that hold `value` (in clear or base64-encoded, also
+ * inside the documents they keep packed, which `cheq unpack` gives back). */
 function filesHolding(dir, value) {
   const forms = encodingsOf(value);
   return filesUnder(dir).filter((f) => {
     const bytes = readFileSync(f);
-    return forms.some((form) => bytes.includes(form));
+    const unpacked = execFileSync(cheq, ['unpack', f]);
+    return forms.some((form) => bytes.includes(form) || unpacked.includes(form));
   });
 }
 
