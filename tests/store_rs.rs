@@ -111,6 +111,52 @@ fn records_advance_by_compare_and_set(store: &RsStore) {
     );
 }
 
+/// `advance_record`: the same compare-and-set, from the record as read.
+fn records_advance_a_record_as_read(store: &RsStore) {
+    let r = record("ar", "rar", 100);
+    assert!(store.records.create(&r).unwrap());
+    let read = store.records.get("ar").unwrap().unwrap();
+    let step2 = decided("e1");
+    assert_eq!(
+        store.records.advance_record(&read, &step2, false).unwrap(),
+        Transition::Moved
+    );
+    let mid = store.records.get("ar").unwrap().unwrap();
+    assert_eq!(mid.state, step2);
+    assert_eq!((mid.document.as_str(), &mid.action), ("", &r.action));
+    // The record as read before has moved on: nothing is written, and the
+    // caller is told what is stored now.
+    match store
+        .records
+        .advance_record(&read, &decided("e2"), false)
+        .unwrap()
+    {
+        Transition::Other(now) => assert_eq!(*now, mid),
+        other => panic!("expected Other, got {other:?}"),
+    }
+    assert_eq!(store.records.get("ar").unwrap().unwrap(), mid);
+    let step4 = done("e1", json!({"n": 1}));
+    assert_eq!(
+        store.records.advance_record(&mid, &step4, true).unwrap(),
+        Transition::Moved
+    );
+    let now = store.records.get("ar").unwrap().unwrap();
+    assert_eq!((&now.state, &now.action), (&step4, &Value::Null));
+    assert_eq!(store.records.by_result("rar").unwrap(), Some(now.clone()));
+    // A stale copy of a done record moves nothing.
+    match store.records.advance_record(&mid, &step4, true).unwrap() {
+        Transition::Other(stored) => assert_eq!(*stored, now),
+        other => panic!("expected Other, got {other:?}"),
+    }
+    assert_eq!(
+        store
+            .records
+            .advance_record(&record("gone", "rgone", 100), &step2, true)
+            .unwrap(),
+        Transition::Missing
+    );
+}
+
 fn records_advance_once_under_contention(store: &RsStore) {
     assert!(store.records.create(&record("race", "rrace", 100)).unwrap());
     let threads = 8;
@@ -228,6 +274,7 @@ fn nonces_in_the_bundle(store: &RsStore) {
 fn contract(store: &RsStore) {
     records_insert_if_absent(store);
     records_advance_by_compare_and_set(store);
+    records_advance_a_record_as_read(store);
     records_advance_once_under_contention(store);
     records_collect_by_cutoff(store);
     executions_once_per_key(store);
@@ -587,6 +634,33 @@ fn postgres_packs_the_document_while_the_cheq_is_served() {
     assert_eq!((now.document.as_str(), now.state), ("", decided("h")));
     let (body, packed) = row("pgo");
     assert!(packed.is_none() && !body.contains("signatures"), "{body}");
+    // So does one moved from the record as read: its state column holds
+    // the state's JSON, not a tag, and the move falls back to reading it.
+    let mut older = record("pgq", "rpgq", 100);
+    older.document = signed_document();
+    rt.block_on(client.execute(
+        "INSERT INTO rs_cheqs (id, result_id, expires, state, body)
+         VALUES ($1, $2, 100, $3, $4)",
+        &[
+            &older.id,
+            &older.result_id,
+            &serde_json::to_string(&older.state).unwrap(),
+            &serde_json::to_string(&older).unwrap(),
+        ],
+    ))
+    .unwrap();
+    let read = store.records.get("pgq").unwrap().unwrap();
+    assert_eq!(read, older);
+    assert_eq!(
+        store
+            .records
+            .advance_record(&read, &decided("q"), true)
+            .unwrap(),
+        Transition::Moved
+    );
+    let now = store.records.get("pgq").unwrap().unwrap();
+    assert_eq!((now.document.as_str(), &now.state), ("", &decided("q")));
+    assert_eq!(state_column("pgq").len(), 43);
 
     // A damaged packed value.
     let mut d = record("pgd", "rpgd", 100);

@@ -488,7 +488,7 @@ impl CheqRs {
     /// Steps 2–4 for a body just verified (`verified` is what it says).
     fn complete_verified(
         &self,
-        record: CheqRecord,
+        mut record: CheqRecord,
         body: &[u8],
         verified: &VerifiedDecision,
     ) -> Result<DecisionAnswer, CheqRsError> {
@@ -507,12 +507,12 @@ impl CheqRs {
             // Not durable on its own: the durable nonce of step 1 already
             // stands for the decision, and step 4's durable write covers this.
             CheqState::Pending => {
-                let moved =
-                    self.records
-                        .advance(&record.id, &CheqState::Pending, &decided, false)?;
+                let moved = self.records.advance_record(&record, &decided, false)?;
                 if let Some(answer) = settled_elsewhere(moved, &digest)? {
                     return Ok(answer);
                 }
+                // Decided now, here or by a delivery of the same bytes.
+                record.enter(decided.clone());
             }
             CheqState::Decided { .. } => {}
         }
@@ -533,7 +533,7 @@ impl CheqRs {
             digest: digest.clone(),
             result,
         };
-        let moved = self.records.advance(&record.id, &decided, &done, true)?;
+        let moved = self.records.advance_record(&record, &done, true)?;
         Ok(settled_elsewhere(moved, &digest)?.unwrap_or(DecisionAnswer { decision }))
     }
 

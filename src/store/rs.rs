@@ -170,6 +170,19 @@ pub trait CheqRecords: Send + Sync {
         to: &CheqState,
         durable: bool,
     ) -> Result<Transition, StoreError>;
+    /// [`advance`](Self::advance) for `record` as the caller read it, in its
+    /// state now (`record.state` is `from`): the same compare-and-set, but a
+    /// backend may write the record moved on without reading it again when
+    /// the stored one is still the one given, and reads only when it is not
+    /// (PostgreSQL: one statement instead of two).
+    fn advance_record(
+        &self,
+        record: &CheqRecord,
+        to: &CheqState,
+        durable: bool,
+    ) -> Result<Transition, StoreError> {
+        self.advance(&record.id, &record.state, to, durable)
+    }
     /// Removes the records whose CHEQ expired before `cutoff` (unix seconds),
     /// with their result-id index entries; returns how many records went.
     fn collect_expired(&self, cutoff: i64) -> Result<usize, StoreError>;

@@ -78,10 +78,13 @@ impl Durable {
     }
 }
 
-/// sled's page cache per database. sled's default is 1 GiB, which a server
-/// fills as its data grows (issue 13 measured 17 KB resident per decided
-/// confirmation); what is read again is recent, so a small cache holds it.
-pub const CACHE_BYTES: u64 = 16 * 1024 * 1024;
+/// sled's page cache per database, in bytes of memory: the nodes it holds
+/// as they are in memory (the patched sled counts them so, where sled 0.34
+/// counted their compressed size in its log, about a third: `vendor/sled/
+/// PATCHES.md`). sled's default is 1 GiB, which a server fills as its data
+/// grows (issue 13 measured 17 KB resident per decided confirmation); what
+/// is read again is recent, so a small cache holds it.
+pub const CACHE_BYTES: u64 = 32 * 1024 * 1024;
 
 /// The zstd level of a compressed database: the fastest. The records are
 /// JSON around base64url text, and most of what level 1 saves on them the

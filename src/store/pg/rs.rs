@@ -288,6 +288,52 @@ impl CheqRecords for PgCheqs {
         }
     }
 
+    fn advance_record(
+        &self,
+        record: &CheqRecord,
+        to: &CheqState,
+        durable: bool,
+    ) -> Result<Transition, StoreError> {
+        let mut next = record.clone();
+        next.enter(to.clone());
+        // Only a move that drops the document (every move out of `Pending`)
+        // is written blind: one that keeps it would have to know where the
+        // stored row keeps it.
+        if !next.document.is_empty() {
+            return self.advance(&record.id, &record.state, to, durable);
+        }
+        let id = record.id.clone();
+        let from = state_tag(&record.state)?;
+        let state = state_tag(&next.state)?;
+        let body = encode(&next)?;
+        // The tag of `from` matches only a row the tags were written for,
+        // holding `record` as given (no other member changes while a state
+        // does); a row of before, or one moved on, is left to `advance`.
+        let write = move |pool: deadpool_postgres::Pool| async move {
+            let err = db_error("advance");
+            let c = client(&pool, "advance").await?;
+            let write = c
+                .prepare_cached(
+                    "UPDATE rs_cheqs SET state = $3, body = $4, packed = NULL
+                     WHERE id = $1 AND state = $2",
+                )
+                .await
+                .map_err(&err)?;
+            c.execute(&write, &[&id, &from, &state, &body])
+                .await
+                .map_err(&err)
+        };
+        let written = if durable {
+            self.0.call("advance", write)?
+        } else {
+            self.0.call_lazy("advance", write)?
+        };
+        if written == 1 {
+            return Ok(Transition::Moved);
+        }
+        self.advance(&record.id, &record.state, to, durable)
+    }
+
     fn collect_expired(&self, cutoff: i64) -> Result<usize, StoreError> {
         self.0.delete_where(
             "collect_expired",
