@@ -140,6 +140,51 @@ impl Fixture {
     }
 }
 
+/// Ids and nonces lead with the mint time in milliseconds (so that a store
+/// keeps the records of one time side by side), then carry their full
+/// random part: 16 bytes for an id (§1: 128 bits), 24 for a nonce.
+#[test]
+fn ids_and_nonces_lead_with_the_time_then_their_random_bytes() {
+    use cheq::resource::cheq_rs::{ID_BYTES, NONCE_BYTES, TIME_BYTES};
+    let f = fixture();
+    let parts = |m: &Minted| {
+        let rec = f.store.records.get(&m.id).unwrap().unwrap();
+        let decode = |s: &str| b64::decode(s).unwrap();
+        (decode(&m.id), decode(&m.result_id), decode(&rec.nonce))
+    };
+    let ms = |b: &[u8]| {
+        let mut be = [0u8; 8];
+        be[8 - TIME_BYTES..].copy_from_slice(&b[..TIME_BYTES]);
+        u64::from_be_bytes(be)
+    };
+    let (a, b) = (f.mint(), f.mint());
+    let (id_a, result_a, nonce_a) = parts(&a);
+    let (id_b, result_b, nonce_b) = parts(&b);
+    let at = u64::try_from(f.clock.now().timestamp_millis()).unwrap();
+    for (x, len) in [
+        (&id_a, ID_BYTES),
+        (&result_a, ID_BYTES),
+        (&nonce_a, NONCE_BYTES),
+        (&id_b, ID_BYTES),
+        (&nonce_b, NONCE_BYTES),
+    ] {
+        assert_eq!(x.len(), TIME_BYTES + len);
+        assert_eq!(ms(x), at);
+    }
+    // The same time, different random parts.
+    assert_eq!(id_a[..TIME_BYTES], id_b[..TIME_BYTES]);
+    assert_ne!(id_a[TIME_BYTES..], id_b[TIME_BYTES..]);
+    assert_ne!(result_a[TIME_BYTES..], result_b[TIME_BYTES..]);
+    assert_ne!(nonce_a[TIME_BYTES..], nonce_b[TIME_BYTES..]);
+    assert_ne!(id_a[TIME_BYTES..], result_a[TIME_BYTES..]);
+    // Minted close in time, their text shares its first characters.
+    assert_eq!(a.id[..6], b.id[..6]);
+    f.clock.advance(Duration::milliseconds(1500));
+    let (id_c, _, _) = parts(&f.mint());
+    assert_eq!(ms(&id_c), at + 1500);
+    assert!(a.pack.resource_uri.ends_with(&a.id));
+}
+
 #[test]
 fn crash_after_recording_the_nonce() {
     let f = fixture();
