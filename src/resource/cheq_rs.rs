@@ -81,9 +81,9 @@ pub const RESULTS_PATH: &str = "/cheq/results/";
 pub const ID_BYTES: usize = 16;
 /// Random bytes in a nonce, after the time.
 pub const NONCE_BYTES: usize = 24;
-/// Bytes of the time (milliseconds since 1970, big-endian) that lead an id
-/// or a nonce, before its random bytes.
-pub const TIME_BYTES: usize = 6;
+/// Bytes of the time (the low 32 bits of the Unix time in milliseconds,
+/// big-endian) that lead an id or a nonce, before its random bytes.
+pub const TIME_BYTES: usize = 4;
 /// Longest TTL of a CHEQ (§4).
 pub const MAX_TTL_SECS: i64 = 24 * 3600;
 
@@ -209,9 +209,13 @@ impl std::fmt::Debug for CheqRs {
     }
 }
 
-/// `n` random bytes after the time `at` in milliseconds ([`TIME_BYTES`],
-/// big-endian), in base64url. Ids and nonces made close in time share their
-/// first characters, so a store keeps their records side by side: the pages
+/// `n` random bytes after the time `at` in milliseconds ([`TIME_BYTES`], the
+/// low 32 bits of the Unix time in milliseconds, big-endian: they come round
+/// every 49.7 days, far longer than a record is kept), in base64url. Ids and
+/// nonces made in the same second share their first four characters, and
+/// each is after those made before it, so a store keeps their records side
+/// by side and adds to the same few pages (sled rewrites a page it changes,
+/// so that is also less disk: issue 13); the pages
 /// a confirmation's look-ups touch are the recent ones, which the cache
 /// holds, however much older data is kept (issue 13: with random keys every
 /// look-up in a tree larger than the cache read a page back from disk). The
