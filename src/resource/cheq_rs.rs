@@ -209,17 +209,17 @@ impl std::fmt::Debug for CheqRs {
     }
 }
 
-/// `n` random bytes after the time `at` in milliseconds ([`TIME_BYTES`], the
-/// low 32 bits of the Unix time in milliseconds, big-endian: they come round
-/// every 49.7 days, far longer than a record is kept), in base64url. Ids and
-/// nonces made in the same second share their first four characters, and
-/// each is after those made before it, so a store keeps their records side
-/// by side and adds to the same few pages (sled rewrites a page it changes,
-/// so that is also less disk: issue 13); the pages
-/// a confirmation's look-ups touch are the recent ones, which the cache
-/// holds, however much older data is kept (issue 13: with random keys every
-/// look-up in a tree larger than the cache read a page back from disk). The
-/// random part alone carries the bits §1 and §4 ask for.
+/// `n` random bytes after the time `at` ([`TIME_BYTES`]: the low 32 bits of
+/// the Unix time in milliseconds, big-endian, which come round every 49.7
+/// days, far longer than a record is kept), in base64url. Ids and nonces
+/// made within a quarter of a second share their first four characters,
+/// and each sorts after those made before it, so a store keeps records of
+/// one time side by side: a confirmation's look-ups touch recent pages,
+/// which the cache holds however much older data is kept, and its writes
+/// add to the same few pages (sled rewrites a page it changes). With random
+/// keys, every look-up in a tree larger than the cache read a page back
+/// from disk (issue 13). The random part alone carries the bits §1 and §4
+/// ask for.
 fn ordered_b64(at: DateTime<Utc>, n: usize) -> String {
     let ms = u64::try_from(at.timestamp_millis()).unwrap_or(0);
     let mut bytes = vec![0u8; TIME_BYTES + n];
@@ -532,7 +532,9 @@ impl CheqRs {
                 // Decided now, here or by a delivery of the same bytes.
                 record.enter(decided.clone());
             }
-            CheqState::Decided { .. } => {}
+            // Decided by these very bytes (the callers check the digest).
+            CheqState::Decided { .. } if record.state == decided => {}
+            CheqState::Decided { .. } => return Err(CheqRsError::Replayed),
         }
         let result = match decision {
             Decision::Accept => {
