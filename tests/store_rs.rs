@@ -560,19 +560,25 @@ fn postgres_packs_the_document_while_the_cheq_is_served() {
         .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
         .unwrap();
     rt.spawn(conn);
-    let mut old = record("pgo", "rpgo", 100);
-    old.document = signed_document();
-    rt.block_on(client.execute(
-        "INSERT INTO rs_cheqs (id, result_id, expires, state, body)
-         VALUES ($1, $2, 100, $3, $4)",
-        &[
-            &old.id,
-            &old.result_id,
-            &serde_json::to_string(&old.state).unwrap(),
-            &serde_json::to_string(&old).unwrap(),
-        ],
-    ))
-    .unwrap();
+    // A row as the RS wrote it before packing: the document in the body,
+    // the state's JSON in the state column.
+    let row_of_before = |id: &str| {
+        let mut old = record(id, &format!("r{id}"), 100);
+        old.document = signed_document();
+        rt.block_on(client.execute(
+            "INSERT INTO rs_cheqs (id, result_id, expires, state, body)
+             VALUES ($1, $2, 100, $3, $4)",
+            &[
+                &old.id,
+                &old.result_id,
+                &serde_json::to_string(&old.state).unwrap(),
+                &serde_json::to_string(&old).unwrap(),
+            ],
+        ))
+        .unwrap();
+        old
+    };
+    let old = row_of_before("pgo");
     let store = cheq::store::pg::rs::open(&pg).unwrap();
     let row = |id: &str| -> (String, Option<Vec<u8>>) {
         let r = rt
@@ -636,19 +642,7 @@ fn postgres_packs_the_document_while_the_cheq_is_served() {
     assert!(packed.is_none() && !body.contains("signatures"), "{body}");
     // So does one moved from the record as read: its state column holds
     // the state's JSON, not a tag, and the move falls back to reading it.
-    let mut older = record("pgq", "rpgq", 100);
-    older.document = signed_document();
-    rt.block_on(client.execute(
-        "INSERT INTO rs_cheqs (id, result_id, expires, state, body)
-         VALUES ($1, $2, 100, $3, $4)",
-        &[
-            &older.id,
-            &older.result_id,
-            &serde_json::to_string(&older.state).unwrap(),
-            &serde_json::to_string(&older).unwrap(),
-        ],
-    ))
-    .unwrap();
+    let older = row_of_before("pgq");
     let read = store.records.get("pgq").unwrap().unwrap();
     assert_eq!(read, older);
     assert_eq!(
