@@ -11,6 +11,7 @@ use cheq::store::cs::{
 };
 use cheq::store::{packed, sled_cs};
 use std::sync::{Arc, Barrier};
+mod pg_raw;
 
 fn record(origin: &str, nonce: &str, user: &str, at: i64) -> DecisionRecord {
     DecisionRecord {
@@ -749,13 +750,7 @@ fn signed_document(n: usize) -> String {
 /// an error, never another document.
 #[test]
 fn postgres_keeps_documents_packed_in_their_own_column() {
-    let url = cheq::store::pg::test_database("store_cs_docs").unwrap();
-    let pg = cheq::store::pg::Pg::new(&url, 2).unwrap();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (client, conn) = rt
-        .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
-        .unwrap();
-    rt.spawn(conn);
+    let (pg, rt, client) = pg_raw::fresh("store_cs_docs");
     let insert = |rec: &DecisionRecord, body: &str, document: Option<&str>| {
         rt.block_on(client.execute(
             "INSERT INTO cs_records (origin, nonce, id, user_name, resource_uri, decided_at,
@@ -922,15 +917,9 @@ fn a_bad_database_url_is_refused_without_repeating_it() {
 /// claimed again and updated through it.
 #[test]
 fn postgres_keys_records_by_their_id_alone() {
-    let url = cheq::store::pg::test_database("store_cs_key").unwrap();
-    let pg = cheq::store::pg::Pg::new(&url, 2).unwrap();
+    let (pg, rt, client) = pg_raw::fresh("store_cs_key");
     pg.migrate("cs", &cheq::store::pg::cs::MIGRATIONS[..2])
         .unwrap();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (client, conn) = rt
-        .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
-        .unwrap();
-    rt.spawn(conn);
     // A row as the version before wrote it: the document as text.
     let mut old = record(A, "pgkey1", "pia", 70);
     let body = serde_json::to_string(&DecisionRecord {

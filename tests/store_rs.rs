@@ -10,6 +10,7 @@ use cheq::store::rs::{CheqRecord, CheqState, Execution, RsStore, Transition};
 use cheq::store::{NonceEntry, RecordOutcome, StoreError};
 use serde_json::{json, Value};
 use std::sync::{Arc, Barrier};
+mod pg_raw;
 
 fn record(id: &str, result_id: &str, expires: i64) -> CheqRecord {
     CheqRecord {
@@ -551,15 +552,9 @@ fn postgres_cs_and_rs_tables_share_one_database() {
 /// reads and moves on; a damaged packed value is an error.
 #[test]
 fn postgres_packs_the_document_while_the_cheq_is_served() {
-    let url = cheq::store::pg::test_database("store_rs_packed").unwrap();
-    let pg = cheq::store::pg::Pg::new(&url, 2).unwrap();
+    let (pg, rt, client) = pg_raw::fresh("store_rs_packed");
     pg.migrate("rs", &cheq::store::pg::rs::MIGRATIONS[..1])
         .unwrap();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (client, conn) = rt
-        .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
-        .unwrap();
-    rt.spawn(conn);
     // A row as the RS wrote it before packing: the document in the body,
     // the state's JSON in the state column.
     let row_of_before = |id: &str| {
