@@ -271,17 +271,17 @@ struct Locked {
     _file: std::fs::File,
 }
 
-impl KeyRing {
-    /// The key set around `signing_key`: read, or made from that key (which
-    /// is generated, kid `kid` or `<prefix>-<random>`, when missing). A
-    /// server then asks [`KeyRing::signer`] once, to refuse to start without
-    /// an active key; `cheq keys` need not.
-    pub fn open(
-        signing_key: &Path,
-        kid: Option<&str>,
-        prefix: &str,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Arc<KeyRing>, KeyRingError> {
+/// Where the key set around a configured `signing_key` lives.
+struct SetPaths {
+    dir: PathBuf,
+    /// The configured key's file name.
+    name: String,
+    /// That name without `.jwk` / `.json`: the manifest is `<stem>.keyset.json`.
+    stem: String,
+}
+
+impl SetPaths {
+    fn of(signing_key: &Path) -> SetPaths {
         let dir = signing_key
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -296,8 +296,42 @@ impl KeyRing {
             .or_else(|| name.strip_suffix(".json"))
             .unwrap_or(&name)
             .to_owned();
+        SetPaths { dir, name, stem }
+    }
+
+    fn manifest(&self) -> PathBuf {
+        self.dir.join(format!("{}.keyset.json", self.stem))
+    }
+}
+
+impl KeyRing {
+    /// Whether the key set around `signing_key` has anything yet: its
+    /// manifest, or the configured key it would be made from. When not,
+    /// [`KeyRing::open`] would generate a key; a command that only reads
+    /// (`cheq keys list`) asks this first.
+    pub fn exists(signing_key: &Path) -> bool {
+        signing_key.exists() || SetPaths::of(signing_key).manifest().exists()
+    }
+
+    /// The manifest of the key set around `signing_key` (whether or not it
+    /// exists yet).
+    pub fn manifest_for(signing_key: &Path) -> PathBuf {
+        SetPaths::of(signing_key).manifest()
+    }
+
+    /// The key set around `signing_key`: read, or made from that key (which
+    /// is generated, kid `kid` or `<prefix>-<random>`, when missing). A
+    /// server then asks [`KeyRing::signer`] once, to refuse to start without
+    /// an active key; `cheq keys` need not.
+    pub fn open(
+        signing_key: &Path,
+        kid: Option<&str>,
+        prefix: &str,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<KeyRing>, KeyRingError> {
+        let SetPaths { dir, name, stem } = SetPaths::of(signing_key);
         let ring = KeyRing {
-            manifest: dir.join(format!("{stem}.keyset.json")),
+            manifest: SetPaths::of(signing_key).manifest(),
             lock: dir.join(format!("{stem}.keyset.lock")),
             dir,
             stem,

@@ -488,6 +488,52 @@ async fn cs_key_rotated_while_the_rs_is_down_processes() {
     drop(cs);
 }
 
+/// `cheq keys list` only reads: before the server's first start there is
+/// no key to list, it says so, and it makes neither a key nor a key set;
+/// once a key exists, listing makes the set from it and no other key.
+#[test]
+fn keys_list_before_the_first_key_makes_none() {
+    let setup = Setup::new();
+    let keys = setup.dir.path().join("keys");
+    std::fs::remove_file(keys.join("cs.jwk")).unwrap();
+    let cs_config = setup.path("cs.toml");
+    let listed_files = || {
+        let mut names: Vec<String> = std::fs::read_dir(&keys)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listed_files();
+
+    let table = keys_cmd(&["keys", "list", "--config", &cs_config]);
+    assert!(table.starts_with("no keys yet: "), "{table}");
+    assert!(table.contains("cs.jwk"), "names the key file: {table}");
+    let listed: Value = serde_json::from_str(&keys_cmd(&[
+        "keys", "list", "--config", &cs_config, "--json",
+    ]))
+    .unwrap();
+    assert_eq!(listed["keys"], serde_json::json!([]), "{listed}");
+    assert!(
+        listed["key_set"]
+            .as_str()
+            .unwrap()
+            .ends_with("cs.keyset.json"),
+        "{listed}"
+    );
+    assert_eq!(listed_files(), before, "listing wrote nothing");
+
+    // With the configured key present, the set is made from it: one key.
+    cheq::keyfile::load_or_create_key(&keys.join("cs.jwk"), None, "cs").unwrap();
+    let listed: Value = serde_json::from_str(&keys_cmd(&[
+        "keys", "list", "--config", &cs_config, "--json",
+    ]))
+    .unwrap();
+    assert_eq!(listed["keys"].as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed["keys"][0]["state"], "active", "{listed}");
+}
+
 /// `cheq verify` reads a peer's keys from its `jwks_uri` or a `jwks_file`
 /// named in the TRUST file, and says which key signed, in which state.
 #[actix_web::test]

@@ -84,8 +84,9 @@ pub struct RemoveArgs {
     pub force: bool,
 }
 
-/// The key set a configuration file names.
-fn open(config: &Path) -> Result<Arc<KeyRing>, CliError> {
+/// The key set a configuration file names: its configured key file, kid
+/// and kid prefix.
+fn key_config(config: &Path) -> Result<(PathBuf, Option<String>, &'static str), CliError> {
     let bytes = super::read_input(config)?;
     let text = String::from_utf8(bytes)
         .map_err(|_| CliError::Server(format!("{}: not UTF-8", config.display())))?;
@@ -101,6 +102,13 @@ fn open(config: &Path) -> Result<Arc<KeyRing>, CliError> {
             crate::confirm::CsConfig::load(config).map_err(|e| CliError::Server(e.to_string()))?;
         (c.signing_key, c.key_id, "cs")
     };
+    Ok((key, kid, prefix))
+}
+
+/// The key set a configuration file names, made from its configured key
+/// (generated when missing) the first time.
+fn open(config: &Path) -> Result<Arc<KeyRing>, CliError> {
+    let (key, kid, prefix) = key_config(config)?;
     KeyRing::open(
         &key,
         kid.as_deref(),
@@ -156,6 +164,26 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             write_out(out, &text)
         }
         KeysCommand::List(a) => {
+            // Listing writes nothing: before the first start (or `rotate`)
+            // there is no key to list, and none is made here.
+            let (key, _, _) = key_config(&a.config.config)?;
+            if !KeyRing::exists(&key) {
+                if a.json {
+                    let text = serde_json::to_string_pretty(&json!({
+                        "key_set": KeyRing::manifest_for(&key).display().to_string(),
+                        "keys": [],
+                    }))
+                    .map_err(|e| CliError::Internal(e.to_string()))?;
+                    return write_out(out, &format!("{text}\n"));
+                }
+                return write_out(
+                    out,
+                    &format!(
+                        "no keys yet: {} does not exist; the server makes its first key when it starts (or run `cheq keys rotate`)\n",
+                        key.display()
+                    ),
+                );
+            }
             let ring = open(&a.config.config)?;
             let keys = ring.list();
             if a.json {
