@@ -224,6 +224,46 @@ fn crash_after_recording_the_nonce() {
     assert_eq!(f.tools.runs(), 1);
 }
 
+/// A pending record is not looked up in the nonce store before the body is
+/// verified (the record of the nonce finds an earlier one); a body that can
+/// no longer be taken as new is: past its expiry, a re-delivery of the bytes
+/// whose nonce was recorded still completes, and anything else is refused
+/// as what it is.
+#[test]
+fn a_recorded_nonce_is_completed_after_expiry_and_refused_otherwise() {
+    let f = fixture();
+    let m = f.mint();
+    let body = f.decide_doc(&m, Decision::Accept, 0);
+    let other = f.decide_doc(&m, Decision::Accept, 1);
+    f.record_nonce(&m, &body);
+    // Past expiry and the skew of §5 rule 4.
+    f.clock.advance(Duration::seconds(600 + 61));
+    assert!(matches!(
+        f.rs.decide(&m.id, Decision::Accept, other.as_bytes()),
+        Err(CheqRsError::Replayed)
+    ));
+    assert!(matches!(
+        f.rs.decide(&m.id, Decision::Reject, body.as_bytes()),
+        Err(CheqRsError::Invalid { rule: 3, .. })
+    ));
+    assert_eq!(f.tools.runs(), 0);
+    let a =
+        f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
+            .unwrap();
+    assert_eq!(a.decision, Decision::Accept);
+    assert_eq!(f.tools.runs(), 1);
+
+    // Without a recorded nonce, the same lateness is refused as expired.
+    let late = f.mint();
+    let body = f.decide_doc(&late, Decision::Accept, 0);
+    f.clock.advance(Duration::seconds(600 + 61));
+    assert!(matches!(
+        f.rs.decide(&late.id, Decision::Accept, body.as_bytes()),
+        Err(CheqRsError::Expired)
+    ));
+    assert_eq!(f.tools.runs(), 1);
+}
+
 #[test]
 fn crash_after_marking_decided_before_the_operation() {
     let f = fixture();

@@ -253,7 +253,7 @@ pub fn start_background(state: &web::Data<CsState>, data_dir: &std::path::Path) 
                 .map_err(|e| e.to_string())?;
             let entries = st
                 .cs
-                .collect_entries(48 * 3600)
+                .collect_entries(crate::confirm::flow::ENTRY_KEEP_SECS)
                 .map_err(|e| e.to_string())?;
             let limits = st
                 .limiter

@@ -414,35 +414,34 @@ impl CheqRs {
         // A byte-identical re-delivery gets the same answer (and completes the
         // steps a crash may have cut short); anything else for a decided nonce
         // is a replay.
-        let earlier = match (record.state.digest(), record.state.decision()) {
-            (Some(d), Some(e)) => Some((d.to_owned(), e)),
-            _ => match self.nonces.get(&record.nonce)? {
-                Some(entry) => Some((
-                    b64::encode(entry.digest),
-                    nonce_decision(&record.nonce, &entry)?,
-                )),
-                None => None,
-            },
-        };
-        if let Some((earlier, found)) = earlier {
-            if earlier != digest {
-                log::info!("a replay of a decided nonce was refused");
-                return Err(CheqRsError::Replayed);
-            }
-            if found != decision {
-                return Err(VerifyError::DecisionMismatch {
-                    expected: decision,
-                    found,
-                }
-                .into());
-            }
-            return self.complete(record, body, now);
+        let decided = (record.state.digest().map(str::to_owned)).zip(record.state.decision());
+        if let Some((earlier, found)) = decided {
+            return self.again(record, body, &digest, (&earlier, found), decision, now);
         }
 
-        if now > expires_at(&record) + Duration::seconds(CLOCK_SKEW_SECS) {
-            return Err(CheqRsError::Expired);
-        }
-        let verified = self.verify(&record, body, Some(decision), now)?;
+        // Pending. Its nonce may be recorded all the same (a crash between
+        // steps 1 and 2): the record of step 1 below finds that, so the nonce
+        // is not read first. Only a body that cannot be taken as new (expired,
+        // or no longer verifying) is looked up there, since a re-delivery of
+        // recorded bytes completes whatever the time or the keys now say.
+        let fresh = if now > expires_at(&record) + Duration::seconds(CLOCK_SKEW_SECS) {
+            Err(CheqRsError::Expired)
+        } else {
+            self.verify(&record, body, Some(decision), now)
+        };
+        let verified = match fresh {
+            Ok(verified) => verified,
+            Err(refused) => {
+                return match self.nonces.get(&record.nonce)? {
+                    Some(entry) => {
+                        let earlier = b64::encode(entry.digest);
+                        let found = nonce_decision(&record.nonce, &entry)?;
+                        self.again(record, body, &digest, (&earlier, found), decision, now)
+                    }
+                    None => Err(refused),
+                };
+            }
+        };
 
         let mut digest_bytes = [0u8; 32];
         digest_bytes.copy_from_slice(&Sha256::digest(body));
@@ -461,6 +460,32 @@ impl CheqRs {
                 Err(CheqRsError::Replayed)
             }
         }
+    }
+
+    /// A delivery for a nonce already decided by a body of digest `earlier`
+    /// that said `found`: the same bytes complete the steps left, anything
+    /// else is refused.
+    fn again(
+        &self,
+        record: CheqRecord,
+        body: &[u8],
+        digest: &str,
+        (earlier, found): (&str, Decision),
+        decision: Decision,
+        now: DateTime<Utc>,
+    ) -> Result<DecisionAnswer, CheqRsError> {
+        if earlier != digest {
+            log::info!("a replay of a decided nonce was refused");
+            return Err(CheqRsError::Replayed);
+        }
+        if found != decision {
+            return Err(VerifyError::DecisionMismatch {
+                expected: decision,
+                found,
+            }
+            .into());
+        }
+        self.complete(record, body, now)
     }
 
     /// Verifies a decision for `record` (§5, rules 1–4, the required inputs

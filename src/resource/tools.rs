@@ -526,11 +526,19 @@ impl Operation for DemoTools {
         action: &Value,
         collected: &IndexMap<String, String>,
     ) -> Result<Value, String> {
-        if let Some(done) = self.executions.get(key).map_err(|e| e.to_string())? {
-            return Ok(done);
-        }
-        let result = Self::perform(action, collected)?;
-        // The stored result is the effect: one atomic write, durable.
+        // The stored result is the effect: one atomic write, durable, that
+        // keeps the first result under `key` and answers it to any later
+        // run, so the log is not read first. A run that fails gives way to
+        // one that stored its result before.
+        let result = match Self::perform(action, collected) {
+            Ok(result) => result,
+            Err(e) => {
+                return match self.executions.get(key).map_err(|e| e.to_string())? {
+                    Some(done) => Ok(done),
+                    None => Err(e),
+                }
+            }
+        };
         match self
             .executions
             .record(key, &result)

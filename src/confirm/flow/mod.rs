@@ -48,6 +48,12 @@ use std::time::Duration;
 pub const PAGE_DEADLINE: Duration = Duration::from_secs(12);
 /// How many verified CHEQs are kept between a page and its decision.
 pub const VERIFIED_CACHE: usize = 1024;
+/// How many started confirmations are kept in memory besides the store, so
+/// that the page and the decision of a confirmation started here read none.
+pub const ENTRY_CACHE: usize = 4096;
+/// How long a started confirmation is kept (a CHEQ lives at most 24 h, §4;
+/// decisions stay in the records); the server collects older ones.
+pub const ENTRY_KEEP_SECS: i64 = 48 * 3600;
 const LOCK_STRIPES: usize = 64;
 
 /// What a confirmation page shows.
@@ -105,7 +111,9 @@ pub struct Cs {
     clock: Arc<dyn Clock>,
     sealer: Sealer,
     max_auth_age: Vec<Option<i64>>,
-    verified: Mutex<IndexMap<String, Arc<Open>>>,
+    verified: Recent<Arc<Open>>,
+    /// Started confirmations, as stored (they do not change once started).
+    entries: Recent<ConfirmationEntry>,
     locks: Vec<Mutex<()>>,
     delivery_locks: Vec<tokio::sync::Mutex<()>>,
     wake: tokio::sync::Notify,
@@ -117,6 +125,42 @@ impl std::fmt::Debug for Cs {
         f.debug_struct("Cs")
             .field("public_url", &self.public_url)
             .finish_non_exhaustive()
+    }
+}
+
+/// A bounded map of what was kept last, by confirmation id: the oldest goes
+/// first.
+struct Recent<V> {
+    map: Mutex<IndexMap<String, V>>,
+    capacity: usize,
+}
+
+impl<V: Clone> Recent<V> {
+    fn new(capacity: usize) -> Self {
+        Recent {
+            map: Mutex::new(IndexMap::new()),
+            capacity,
+        }
+    }
+
+    fn get(&self, id: &str) -> Option<V> {
+        self.map.lock().ok().and_then(|m| m.get(id).cloned())
+    }
+
+    fn put(&self, id: &str, value: V) {
+        if let Ok(mut map) = self.map.lock() {
+            map.shift_remove(id);
+            if map.len() >= self.capacity {
+                map.shift_remove_index(0);
+            }
+            map.insert(id.to_owned(), value);
+        }
+    }
+
+    fn remove(&self, id: &str) {
+        if let Ok(mut map) = self.map.lock() {
+            map.shift_remove(id);
+        }
     }
 }
 
@@ -154,7 +198,8 @@ impl Cs {
             clock: deps.clock,
             sealer: deps.sealer,
             max_auth_age: deps.max_auth_age,
-            verified: Mutex::new(IndexMap::new()),
+            verified: Recent::new(VERIFIED_CACHE),
+            entries: Recent::new(ENTRY_CACHE),
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             delivery_locks: (0..LOCK_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))
@@ -250,11 +295,14 @@ impl Cs {
             document: None,
         };
         self.store.entries.start(&id, &entry)?;
+        // A start of a URI started before keeps the stored entry; this one
+        // stands for it here until the store is read again.
+        self.entries.put(&id, entry);
         Ok(id)
     }
 
     fn entry(&self, id: &str) -> Result<ConfirmationEntry, CsError> {
-        self.store.entries.get(id)?.ok_or(CsError::NotFound)
+        self.started(id)?.ok_or(CsError::NotFound)
     }
 
     /// The client of the RS a resource URI belongs to, looked up in the
@@ -408,13 +456,8 @@ impl Cs {
     /// Keeps what a page showed for the decision on it (bounded: the oldest
     /// goes first).
     fn remember(&self, open: Arc<Open>) {
-        if let Ok(mut cache) = self.verified.lock() {
-            cache.shift_remove(&open.id);
-            if cache.len() >= VERIFIED_CACHE {
-                cache.shift_remove_index(0);
-            }
-            cache.insert(open.id.clone(), open);
-        }
+        let id = open.id.clone();
+        self.verified.put(&id, open);
     }
 
     /// What the page of `id` showed: from the cache, or else the stored
@@ -422,9 +465,7 @@ impl Cs {
     async fn shown(&self, id: &str, entry: &ConfirmationEntry) -> Result<Arc<Open>, CsError> {
         let cached = self
             .verified
-            .lock()
-            .ok()
-            .and_then(|c| c.get(id).cloned())
+            .get(id)
             .filter(|o| o.verified.fields().resource_uri == entry.resource_uri);
         if let Some(open) = cached {
             return Ok(open);
@@ -444,16 +485,27 @@ impl Cs {
     }
 
     /// The stored entry of the started confirmation `id` (what the page
-    /// reads before anything is fetched).
+    /// reads before anything is fetched): kept in memory once read or
+    /// started here, and read from the store when not kept or when it is
+    /// old enough to have been collected ([`ENTRY_KEEP_SECS`]).
     pub fn started(&self, id: &str) -> Result<Option<ConfirmationEntry>, CsError> {
-        Ok(self.store.entries.get(id)?)
+        let now = self.clock.now().timestamp();
+        if let Some(entry) = self.entries.get(id) {
+            if now - entry.created < ENTRY_KEEP_SECS {
+                return Ok(Some(entry));
+            }
+            self.entries.remove(id);
+        }
+        let entry = self.store.entries.get(id)?;
+        if let Some(e) = entry.as_ref().filter(|e| now - e.created < ENTRY_KEEP_SECS) {
+            self.entries.put(id, e.clone());
+        }
+        Ok(entry)
     }
 
     /// Forgets the page of `id` (decided).
     fn forget(&self, id: &str) {
-        if let Ok(mut cache) = self.verified.lock() {
-            cache.shift_remove(id);
-        }
+        self.verified.remove(id);
     }
 
     /// Removes started confirmations older than `keep_secs` (a CHEQ lives at
