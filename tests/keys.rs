@@ -488,6 +488,48 @@ async fn cs_key_rotated_while_the_rs_is_down_processes() {
     drop(cs);
 }
 
+/// §9: a CS whose key set has no active key (every key retired behind its
+/// back, here by an edit of the manifest) signs nothing: the decision is
+/// answered 503 with a `Retry-After`, says that nothing was signed or sent,
+/// and nothing reaches the RS. Once a key signs again, the same page decides.
+#[actix_web::test]
+async fn a_cs_without_an_active_key_answers_503_and_sends_nothing() {
+    let env = Env::start(Options::default()).await;
+    let pack = env.invoke().await;
+    let mut b = env.browser();
+    let (path, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+
+    let manifest = KeyRing::manifest_for(&env.cs_key_path);
+    let before = std::fs::read(&manifest).unwrap();
+    let mut set: Value = serde_json::from_slice(&before).unwrap();
+    for key in set["keys"].as_array_mut().unwrap() {
+        key["retired"] = Value::from(1);
+    }
+    let edited = manifest.with_extension("edited");
+    std::fs::write(&edited, serde_json::to_vec(&set).unwrap()).unwrap();
+    std::fs::rename(&edited, &manifest).unwrap();
+
+    let refused = b.decide(&path, &page, "accept").await;
+    assert_eq!(refused.status, 503, "{}", refused.text);
+    assert_eq!(refused.header("retry-after").as_deref(), Some("60"));
+    assert!(
+        refused.text.contains("cannot sign decisions right now")
+            && refused.text.contains("Nothing was signed"),
+        "{}",
+        refused.text
+    );
+    assert_eq!(env.rs.executions(), 0, "nothing was delivered");
+    assert_eq!(result_of(&pack.result_uri).await.1["status"], "pending");
+
+    std::fs::write(&edited, &before).unwrap();
+    std::fs::rename(&edited, &manifest).unwrap();
+    let outcome = b.decide(&path, &page, "accept").await;
+    assert_eq!(outcome.status, 200, "{}", outcome.text);
+    assert_eq!(result_of(&pack.result_uri).await.1["status"], "accepted");
+    env.stop().await;
+}
+
 /// `cheq keys list` only reads: before the server's first start there is
 /// no key to list, it says so, and it makes neither a key nor a key set;
 /// once a key exists, listing makes the set from it and no other key.

@@ -6,6 +6,10 @@
 use super::flow::CsError;
 use actix_web::http::StatusCode;
 
+/// Seconds a client is asked to wait when the CS cannot sign (an operator
+/// has to act: a key rotated in, a key file restored).
+pub const SIGNING_RETRY_AFTER: i64 = 60;
+
 /// The status and the §10 `error` code of `e`.
 pub fn of(e: &CsError) -> (StatusCode, &'static str) {
     match e {
@@ -29,6 +33,7 @@ pub fn of(e: &CsError) -> (StatusCode, &'static str) {
         CsError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
         CsError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
         CsError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        CsError::SigningUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "signing_unavailable"),
         CsError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "server_error"),
     }
 }
@@ -91,6 +96,7 @@ pub fn every_error() -> Vec<(CsError, u16)> {
             503,
         ),
         (CsError::Unavailable("connection refused".into()), 503),
+        (CsError::SigningUnavailable("no key is active".into()), 503),
         (CsError::Internal("sled exploded".into()), 500),
     ]
 }

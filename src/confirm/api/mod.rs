@@ -48,6 +48,10 @@ pub fn json_error(e: CsError) -> JsonError {
             log::warn!("{}", crate::text::one_line(detail));
             e.to_string()
         }
+        CsError::SigningUnavailable(detail) => {
+            log::error!("cannot sign: {}", crate::text::one_line(detail));
+            e.to_string()
+        }
         e => e.to_string(),
     };
     let mut err = JsonError::new(status, code, description);
@@ -56,6 +60,7 @@ pub fn json_error(e: CsError) -> JsonError {
             Some(retry_after)
         }
         CsError::Busy | CsError::Unavailable(_) => Some(1),
+        CsError::SigningUnavailable(_) => Some(crate::confirm::status::SIGNING_RETRY_AFTER),
         _ => None,
     };
     err
@@ -536,7 +541,7 @@ fn decision_request(body: &Value) -> Result<DecisionRequest, JsonError> {
         (status = 422, description = "`invalid_input`: a collected value is missing or wrong (§8; `problems`); `warnings_not_acknowledged`: accepting needs `acknowledge_warnings` (`problems`); `not_countersignable`.", body = doc::ErrorBody),
         (status = 500, description = "`server_error`.", body = doc::ErrorBody),
         (status = 502, description = "`resource_server_unreachable`; `untrusted_cheq`.", body = doc::ErrorBody),
-        (status = 503, description = "`unavailable`; `keys_pending` (§9).", body = doc::ErrorBody,
+        (status = 503, description = "`unavailable`; `keys_pending` (§9); `signing_unavailable`: the service cannot sign now (its signing key is not available), ask again after `Retry-After`.", body = doc::ErrorBody,
             headers(("Retry-After" = i64, description = "Seconds to wait."))),
         (status = 504, description = "`resource_server_timeout`.", body = doc::ErrorBody),
     )

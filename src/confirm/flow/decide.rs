@@ -190,7 +190,7 @@ impl Cs {
         let signer = self
             .keys
             .signer()
-            .map_err(|e| CsError::Internal(format!("signing key: {e}")))?;
+            .map_err(|e| CsError::SigningUnavailable(e.to_string()))?;
         let document = countersign(
             verified,
             &signer,

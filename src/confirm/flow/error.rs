@@ -50,6 +50,10 @@ pub enum CsError {
     Busy,
     #[error("the service cannot reach its database; try again in a moment")]
     Unavailable(String),
+    /// The CS's own signing key cannot be used now (none active, or its
+    /// file unreadable): an operator's problem, not the request's.
+    #[error("the service cannot sign decisions right now; try again later")]
+    SigningUnavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
 }

@@ -116,6 +116,9 @@ impl ResponseError for WebError {
                 log::error!("internal error: {}", crate::text::one_line(detail));
             }
             CsError::Unavailable(detail) => log::warn!("{}", crate::text::one_line(detail)),
+            CsError::SigningUnavailable(detail) => {
+                log::error!("cannot sign: {}", crate::text::one_line(detail));
+            }
             _ => {}
         }
         let mut res = HttpResponse::build(status);
@@ -127,6 +130,12 @@ impl ResponseError for WebError {
             }
             CsError::Busy | CsError::Unavailable(_) => {
                 res.insert_header((header::RETRY_AFTER, "1"));
+            }
+            CsError::SigningUnavailable(_) => {
+                res.insert_header((
+                    header::RETRY_AFTER,
+                    crate::confirm::status::SIGNING_RETRY_AFTER.to_string(),
+                ));
             }
             _ => {}
         }

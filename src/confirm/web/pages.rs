@@ -235,6 +235,7 @@ pub fn title(e: &CsError) -> &'static str {
         CsError::PayloadTooLarge => "Too large",
         CsError::Busy => "Busy",
         CsError::Unavailable(_) => "Temporarily unavailable",
+        CsError::SigningUnavailable(_) => "Cannot sign right now",
         CsError::Internal(_) => "Something went wrong",
     }
 }
@@ -259,6 +260,7 @@ pub fn message(e: &CsError) -> String {
         CsError::Changed => "The request is not the one you were shown. Review it again before deciding.".into(),
         CsError::Internal(_) => "The confirmation service had an internal problem. Nothing was signed. Try again later.".into(),
         CsError::Unavailable(_) => "The confirmation service cannot reach its database right now. Nothing was signed. Try again in a moment.".into(),
+        CsError::SigningUnavailable(_) => "The confirmation service cannot sign decisions right now: its signing key is not available. Nothing was signed and nothing was sent. Its operator has been told; try again later.".into(),
         other => {
             let mut s = other.to_string();
             if let Some(first) = s.get(..1) {
