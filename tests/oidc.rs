@@ -85,6 +85,7 @@ struct Web {
 struct Answer {
     status: u16,
     location: Option<String>,
+    retry_after: Option<String>,
     text: String,
 }
 
@@ -141,10 +142,15 @@ impl Web {
             .headers()
             .get("location")
             .map(|v| v.to_str().unwrap().to_owned());
+        let retry_after = res
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned());
         let text = res.text().await.unwrap();
         Answer {
             status,
             location,
+            retry_after,
             text,
         }
     }
@@ -192,6 +198,31 @@ impl Web {
         let q = serde_urlencoded::to_string([("next", next)]).unwrap();
         let (page, seen) = self.follow(&format!("/oidc/login/{name}?{q}")).await;
         (seen.last().unwrap().clone(), page)
+    }
+
+    /// Signs `user` in at the provider's login form at `login_url` and
+    /// follows the provider's redirects up to the CS callback, which is
+    /// returned unvisited.
+    async fn callback_url(&self, login_url: &str, user: &str, password: &str) -> String {
+        let a = self
+            .post(
+                &format!("{login_url}/login"),
+                &[("login", user), ("password", password)],
+            )
+            .await;
+        assert_eq!(a.status, 303);
+        let mut url = absolute(
+            &format!("{login_url}/login"),
+            a.location.as_deref().unwrap(),
+        );
+        while !url.contains("/oidc/callback") {
+            let r = self.get(&url).await;
+            url = absolute(
+                &url,
+                r.location.as_deref().expect("redirect to the callback"),
+            );
+        }
+        url
     }
 
     /// Fills the oidc-provider login form at `login_url`; follows on to
@@ -592,26 +623,9 @@ async fn state_missing_swapped_or_without_cookie_is_refused_and_nothing_is_store
     // callback URL is played in mallory's browser (login CSRF / swap).
     let (alice_login, _) = alice.to_provider_login("example", "/history").await;
     let (_, _) = mallory.to_provider_login("example", "/history").await;
-    let a = alice
-        .post(
-            &format!("{alice_login}/login"),
-            &[("login", "carol"), ("password", CAROL_IDP_PW)],
-        )
+    let callback = alice
+        .callback_url(&alice_login, "carol", CAROL_IDP_PW)
         .await;
-    assert_eq!(a.status, 303);
-    // Follow at the provider until it sends the browser to the CS callback.
-    let mut url = absolute(
-        &format!("{alice_login}/login"),
-        a.location.as_deref().unwrap(),
-    );
-    while !url.contains("/oidc/callback") {
-        let r = alice.get(&url).await;
-        url = absolute(
-            &url,
-            r.location.as_deref().expect("redirect to the callback"),
-        );
-    }
-    let callback = url;
     let swapped = mallory.get(&callback).await;
     assert_eq!(swapped.status, 400, "{}", swapped.text);
     assert!(swapped
@@ -670,6 +684,36 @@ async fn state_missing_swapped_or_without_cookie_is_refused_and_nothing_is_store
         "{}",
         down.text
     );
+}
+
+/// §2: failed callbacks are rate-limited per address, and the limit is
+/// checked before the provider is asked to redeem a code. Past the
+/// address's free failures, even a good answer is refused (429 with
+/// `Retry-After`) without being spent: once the lock ends, it signs in.
+#[actix_web::test]
+async fn failed_callbacks_are_limited_per_address_before_a_code_is_redeemed() {
+    let w = world("", "").await;
+    let env = &w.env;
+    let web = Web::new(&env.cs_origin);
+    let (login_url, _) = web.to_provider_login("example", "/history").await;
+    let callback = web.callback_url(&login_url, "carol", CAROL_IDP_PW).await;
+    let forged = format!("{}/oidc/callback?code=made-up&state=made-up", env.cs_origin);
+    // Policy::ADDRESS: 20 free failures; the 21st locks the address.
+    for i in 0..21 {
+        let refused = web.get(&forged).await;
+        assert_eq!(refused.status, 400, "attempt {i}: {}", refused.text);
+    }
+    let locked = web.get(&forged).await;
+    assert_eq!(locked.status, 429, "{}", locked.text);
+    let retry: i64 = locked.retry_after.as_deref().unwrap().parse().unwrap();
+    assert!((1..=2).contains(&retry), "{retry}");
+    let held = web.get(&callback).await;
+    assert_eq!(held.status, 429, "the good answer waits too: {}", held.text);
+    assert!(!signed_in(&web).await);
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    let ok = web.get(&callback).await;
+    assert_eq!(ok.status, 303, "the code was not spent: {}", ok.text);
+    assert!(signed_in(&web).await);
 }
 
 #[actix_web::test]

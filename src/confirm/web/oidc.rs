@@ -5,6 +5,7 @@
 //! Failures are pages ([`LoginFailure`]), one status per kind, in one place.
 
 use super::{safe_next, see_other, session_cookie, CsState, Visitor, WebError};
+use crate::confirm::auth::limits::LimitKey;
 use crate::confirm::flow::CsError;
 use crate::confirm::oidc::{account_for, identity_of, Callback, LoginError};
 use actix_web::cookie::{Cookie, SameSite};
@@ -123,6 +124,21 @@ pub(super) async fn start(
     Ok(res)
 }
 
+/// Whether a failed callback is the visitor's doing (an answer that does
+/// not belong to a sign-in started in this browser, a code the provider
+/// will not redeem, a token that fails a rule), not the provider's or the
+/// CS's (unreachable, misconfigured, a store error) nor a person's choice
+/// (cancelled at the provider, an account that clashes).
+fn counts_as_failure(e: &LoginError) -> bool {
+    matches!(
+        e,
+        LoginError::NoPendingLogin
+            | LoginError::StateMismatch
+            | LoginError::TokenRequest { .. }
+            | LoginError::IdToken { .. }
+    )
+}
+
 /// `GET /oidc/callback`: completes the sign-in, then a new session.
 pub(super) async fn callback(
     state: web::Data<CsState>,
@@ -130,13 +146,36 @@ pub(super) async fn callback(
     visitor: Visitor,
     q: web::Query<Callback>,
 ) -> Result<HttpResponse, WebError> {
+    // Failed callbacks count against the address (§2: failed attempts are
+    // rate-limited), checked before the provider is asked to redeem a code:
+    // a stream of made-up answers neither reaches it nor costs the CS more
+    // than the check.
+    let now = state.cs.now().timestamp();
+    let by_address = LimitKey::Address(crate::confirm::api::client_address(
+        &req,
+        &state.api.trusted_proxies,
+    ));
+    if let Some(retry_after) = state
+        .limiter
+        .locked(std::slice::from_ref(&by_address), now)
+        .map_err(CsError::from)?
+    {
+        return Err(CsError::TooManyAttempts { retry_after }.into());
+    }
     let cookie = req.cookie(pending_cookie_name(state.secure_cookies));
     let pending = state.providers.pending(cookie.as_ref().map(|c| c.value()));
-    let (login, pending) = state
-        .providers
-        .finish(pending, &q)
-        .await
-        .map_err(LoginFailure)?;
+    let (login, pending) = match state.providers.finish(pending, &q).await {
+        Ok(finished) => finished,
+        Err(e) => {
+            if counts_as_failure(&e) {
+                state
+                    .limiter
+                    .fail(&by_address, now)
+                    .map_err(CsError::from)?;
+            }
+            return Err(LoginFailure(e).into());
+        }
+    };
     let accounts = state.accounts.clone();
     let login_for_store = login.clone();
     let account = web::block(move || account_for(&*accounts, &login_for_store))
