@@ -375,6 +375,7 @@ mod tests {
             "busy",
             "has not read yet",
             "cannot reach its database",
+            "cannot sign decisions right now",
             "internal problem",
         ];
         let errors = crate::confirm::status::every_error();
