@@ -216,6 +216,79 @@ pub async fn readyz<E: std::fmt::Display + Send + 'static>(
     e.error_response()
 }
 
+/// Who may read `GET /metrics` (the `metrics` setting of either server).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsAccess {
+    /// Anyone who can reach the server (behind a network that keeps
+    /// strangers out).
+    #[default]
+    Open,
+    /// Only a request with `Authorization: Bearer <token>`, the token being
+    /// the contents of `metrics.secret` in the data directory (generated,
+    /// 0600, at the first start).
+    Token,
+}
+
+/// The name of the metrics token's file in a data directory.
+pub const METRICS_SECRET_FILE: &str = "metrics.secret";
+
+/// The bearer token `GET /metrics` asks for ([`MetricsAccess::Token`]).
+/// Its `Debug` shows nothing of it, and its bytes are wiped when dropped.
+pub struct MetricsToken(zeroize::Zeroizing<Vec<u8>>);
+
+impl std::fmt::Debug for MetricsToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetricsToken(..)")
+    }
+}
+
+impl MetricsToken {
+    /// What `access` asks for, with the token read from (or generated into)
+    /// `data_dir`'s [`METRICS_SECRET_FILE`].
+    pub fn for_access(
+        access: MetricsAccess,
+        data_dir: &std::path::Path,
+    ) -> Result<Option<MetricsToken>, crate::keyfile::KeyFileError> {
+        match access {
+            MetricsAccess::Open => Ok(None),
+            MetricsAccess::Token => {
+                let bytes =
+                    crate::keyfile::load_or_create_secret(&data_dir.join(METRICS_SECRET_FILE))?;
+                // A file edited by hand may end with a newline.
+                let end = bytes.trim_ascii_end().len();
+                Ok(Some(MetricsToken(zeroize::Zeroizing::new(
+                    bytes[..end].to_vec(),
+                ))))
+            }
+        }
+    }
+
+    /// Whether `req` carries this token (compared in constant time).
+    pub fn allows(&self, req: &HttpRequest) -> bool {
+        parse_bearer(authorization(req))
+            .is_ok_and(|t| crate::sign::same_secret(t.as_bytes(), &self.0))
+    }
+}
+
+/// `GET /metrics` when `token` is required and `req` lacks it: 401 with a
+/// Bearer challenge (a JSON error: a scraper reads it, not a person).
+pub fn metrics_refused(token: Option<&MetricsToken>, req: &HttpRequest) -> Option<HttpResponse> {
+    let token = token?;
+    if token.allows(req) {
+        return None;
+    }
+    Some(
+        JsonError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_token",
+            "the metrics need the bearer token of metrics.secret",
+        )
+        .with_challenge("Bearer realm=\"metrics\"")
+        .error_response(),
+    )
+}
+
 /// `GET /metrics`: the Prometheus text exposition.
 pub fn metrics_response(text: String) -> HttpResponse {
     HttpResponse::Ok()

@@ -70,3 +70,56 @@ async fn a_server_refuses_a_data_directory_open_to_others() {
         "nothing was opened in it"
     );
 }
+
+/// `metrics = "token"` at either server: `GET /metrics` answers only a
+/// request carrying the bearer token the server wrote (0600) into its data
+/// directory; without it, or with another, 401 with a Bearer challenge and
+/// no metric in the body.
+#[tokio::test]
+async fn metrics_with_a_token_answer_only_its_bearer() {
+    let setup = Setup::new();
+    for config in ["cs.toml", "rs.toml"] {
+        let path = setup.dir.path().join(config);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("metrics = \"token\"\n{text}")).unwrap();
+    }
+    let _rs = setup.start_rs().await;
+    let _cs = setup.start_cs().await;
+    let http = reqwest::Client::new();
+    for (origin, data) in [(&setup.cs_url, "cs"), (&setup.rs_url, "rs")] {
+        let file = setup.dir.path().join(data).join("metrics.secret");
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", file.display());
+        let token = std::fs::read_to_string(&file).unwrap();
+        let url = format!("{origin}/metrics");
+        for auth in [None, Some("Bearer not-the-token"), Some("Basic bWU6eW91")] {
+            let mut req = http.get(&url);
+            if let Some(a) = auth {
+                req = req.header("authorization", a);
+            }
+            let res = req.send().await.unwrap();
+            assert_eq!(res.status(), 401, "{origin} {auth:?}");
+            assert_eq!(
+                res.headers().get("www-authenticate").unwrap(),
+                "Bearer realm=\"metrics\""
+            );
+            let body = res.text().await.unwrap();
+            assert!(
+                body.contains("invalid_token") && !body.contains("cheq_"),
+                "{body}"
+            );
+        }
+        let res = http
+            .get(&url)
+            .bearer_auth(token.trim())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200, "{origin}");
+        let body = res.text().await.unwrap();
+        assert!(
+            body.contains("cheq_jwks_requests_total"),
+            "{origin}: {body}"
+        );
+    }
+}

@@ -241,6 +241,10 @@ pub struct CsConfig {
     /// `text` (default) or `json` log lines.
     #[serde(default)]
     pub log_format: LogFormat,
+    /// Who may read `GET /metrics`: `open` (default) or `token` (a bearer
+    /// token, the contents of `metrics.secret` in `data_dir`).
+    #[serde(default)]
+    pub metrics: crate::httpkit::MetricsAccess,
     /// OpenID Connect providers people may sign in with, beside local accounts.
     #[serde(default)]
     pub identity_providers: Vec<IdentityProviderConfig>,

@@ -140,6 +140,7 @@ pub async fn build_state(
         providers: Arc::new(providers),
         secure_cookies: config.is_https(),
         log_key,
+        metrics_token: crate::httpkit::MetricsToken::for_access(config.metrics, &config.data_dir)?,
     }))
 }
 

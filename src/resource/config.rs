@@ -152,6 +152,10 @@ pub struct RsConfig {
     /// `text` (default) or `json` log lines.
     #[serde(default)]
     pub log_format: LogFormat,
+    /// Who may read `GET /metrics`: `open` (default) or `token` (a bearer
+    /// token, the contents of `metrics.secret` in `data_dir`).
+    #[serde(default)]
+    pub metrics: crate::httpkit::MetricsAccess,
 }
 
 impl RsConfig {

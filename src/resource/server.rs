@@ -47,6 +47,8 @@ pub struct RsState {
     pub policy: Policy,
     pub cheq_ttl: Duration,
     pub retry_after_secs: u64,
+    /// The token `GET /metrics` asks for, when one is configured.
+    pub metrics_token: Option<crate::httpkit::MetricsToken>,
 }
 
 impl RsState {
@@ -91,6 +93,11 @@ pub async fn build_state(
             what: "token secret".into(),
             source: std::io::Error::other(e.to_string()),
         })?;
+    let metrics_token = crate::httpkit::MetricsToken::for_access(config.metrics, &config.data_dir)
+        .map_err(|e| RsError::Io {
+            what: "metrics secret".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
     let metrics = crate::metrics::RsMetrics::new();
     let tools =
         Arc::new(DemoTools::new(store.executions.clone()).counting(metrics.executed.clone()));
@@ -121,6 +128,7 @@ pub async fn build_state(
         },
         cheq_ttl: Duration::seconds(config.cheq_ttl_secs),
         retry_after_secs: config.retry_after_secs,
+        metrics_token,
     }))
 }
 
@@ -481,7 +489,10 @@ async fn readyz(state: web::Data<RsState>) -> HttpResponse {
 }
 
 /// `GET /metrics` (Prometheus text format).
-async fn metrics(state: web::Data<RsState>) -> HttpResponse {
+async fn metrics(state: web::Data<RsState>, req: HttpRequest) -> HttpResponse {
+    if let Some(refused) = httpkit::metrics_refused(state.metrics_token.as_ref(), &req) {
+        return refused;
+    }
     httpkit::metrics_response(state.metrics.render())
 }
 

@@ -27,7 +27,7 @@ use crate::store::cs::Accounts;
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::http::{header, StatusCode};
 use actix_web::middleware::DefaultHeaders;
-use actix_web::{web, HttpResponse, ResponseError};
+use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use std::sync::Arc;
 
 /// The session cookie's name over plain http (loopback only, §1).
@@ -69,6 +69,8 @@ pub struct CsState {
     pub log_key: Vec<u8>,
     /// The raw API (§10), sharing `cs`.
     pub api: web::Data<crate::confirm::api::Api>,
+    /// The token `GET /metrics` asks for, when one is configured.
+    pub metrics_token: Option<crate::httpkit::MetricsToken>,
 }
 
 impl std::fmt::Debug for CsState {
@@ -219,7 +221,10 @@ async fn readyz(state: web::Data<CsState>) -> HttpResponse {
 }
 
 /// `GET /metrics` (Prometheus text format).
-async fn metrics(state: web::Data<CsState>) -> HttpResponse {
+async fn metrics(state: web::Data<CsState>, req: HttpRequest) -> HttpResponse {
+    if let Some(refused) = crate::httpkit::metrics_refused(state.metrics_token.as_ref(), &req) {
+        return refused;
+    }
     let cs = state.cs.clone();
     let text = web::block(move || cs.metrics_text())
         .await
