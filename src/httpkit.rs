@@ -216,19 +216,7 @@ pub async fn readyz<E: std::fmt::Display + Send + 'static>(
     e.error_response()
 }
 
-/// Who may read `GET /metrics` (the `metrics` setting of either server).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MetricsAccess {
-    /// Anyone who can reach the server (behind a network that keeps
-    /// strangers out).
-    #[default]
-    Open,
-    /// Only a request with `Authorization: Bearer <token>`, the token being
-    /// the contents of `metrics.secret` in the data directory (generated,
-    /// 0600, at the first start).
-    Token,
-}
+pub use crate::metrics::MetricsAccess;
 
 /// The name of the metrics token's file in a data directory.
 pub const METRICS_SECRET_FILE: &str = "metrics.secret";

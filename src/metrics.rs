@@ -218,6 +218,20 @@ impl RsMetrics {
     }
 }
 
+/// Who may read `GET /metrics` (the `metrics` setting of either server).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsAccess {
+    /// Anyone who can reach the server (behind a network that keeps
+    /// strangers out).
+    #[default]
+    Open,
+    /// Only a request with `Authorization: Bearer <token>`, the token being
+    /// the contents of `metrics.secret` in the data directory (generated,
+    /// 0600, at the first start).
+    Token,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

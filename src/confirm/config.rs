@@ -244,7 +244,7 @@ pub struct CsConfig {
     /// Who may read `GET /metrics`: `open` (default) or `token` (a bearer
     /// token, the contents of `metrics.secret` in `data_dir`).
     #[serde(default)]
-    pub metrics: crate::httpkit::MetricsAccess,
+    pub metrics: crate::metrics::MetricsAccess,
     /// OpenID Connect providers people may sign in with, beside local accounts.
     #[serde(default)]
     pub identity_providers: Vec<IdentityProviderConfig>,

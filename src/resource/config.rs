@@ -155,7 +155,7 @@ pub struct RsConfig {
     /// Who may read `GET /metrics`: `open` (default) or `token` (a bearer
     /// token, the contents of `metrics.secret` in `data_dir`).
     #[serde(default)]
-    pub metrics: crate::httpkit::MetricsAccess,
+    pub metrics: crate::metrics::MetricsAccess,
 }
 
 impl RsConfig {
