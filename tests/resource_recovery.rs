@@ -124,6 +124,29 @@ impl Fixture {
         );
     }
 
+    /// For a pending `m` whose nonce was recorded with `body` (accepted):
+    /// `other` (another document for that nonce) is a replay even though the
+    /// record is pending, `body` posted as the other decision is refused
+    /// (rule 3), and nothing runs until `body` is delivered again, which
+    /// completes it once.
+    fn settle_recorded_nonce(&self, m: &Minted, body: &str, other: &str) {
+        assert!(matches!(
+            self.rs.decide(&m.id, Decision::Accept, other.as_bytes()),
+            Err(CheqRsError::Replayed)
+        ));
+        assert!(matches!(
+            self.rs.decide(&m.id, Decision::Reject, body.as_bytes()),
+            Err(CheqRsError::Invalid { rule: 3, .. })
+        ));
+        assert_eq!(self.tools.runs(), 0);
+        let a = self
+            .rs
+            .decide(&m.id, Decision::Accept, body.as_bytes())
+            .unwrap();
+        assert_eq!(a.decision, Decision::Accept);
+        assert_eq!(self.tools.runs(), 1);
+    }
+
     /// Step 2, as `decide` writes it.
     fn mark_decided(&self, m: &Minted, body: &str) {
         let decided = CheqState::Decided {
@@ -198,23 +221,7 @@ fn crash_after_recording_the_nonce() {
         f.rs.fetch(&m.id),
         Err(CheqRsError::AlreadyDecided)
     ));
-    // Another document for that nonce is a replay, even though the record is pending.
-    assert!(matches!(
-        f.rs.decide(&m.id, Decision::Accept, other.as_bytes()),
-        Err(CheqRsError::Replayed)
-    ));
-    // The same bytes posted as the other decision are refused (rule 3).
-    assert!(matches!(
-        f.rs.decide(&m.id, Decision::Reject, body.as_bytes()),
-        Err(CheqRsError::Invalid { rule: 3, .. })
-    ));
-    assert_eq!(f.tools.runs(), 0);
-    // The re-delivery completes it.
-    let a =
-        f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
-            .unwrap();
-    assert_eq!(a.decision, Decision::Accept);
-    assert_eq!(f.tools.runs(), 1);
+    f.settle_recorded_nonce(&m, &body, &other);
     assert!(matches!(
         f.rs.result(&m.result_id).unwrap(),
         ResultView::Accepted(_)
@@ -238,20 +245,7 @@ fn a_recorded_nonce_is_completed_after_expiry_and_refused_otherwise() {
     f.record_nonce(&m, &body);
     // Past expiry and the skew of §5 rule 4.
     f.clock.advance(Duration::seconds(600 + 61));
-    assert!(matches!(
-        f.rs.decide(&m.id, Decision::Accept, other.as_bytes()),
-        Err(CheqRsError::Replayed)
-    ));
-    assert!(matches!(
-        f.rs.decide(&m.id, Decision::Reject, body.as_bytes()),
-        Err(CheqRsError::Invalid { rule: 3, .. })
-    ));
-    assert_eq!(f.tools.runs(), 0);
-    let a =
-        f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
-            .unwrap();
-    assert_eq!(a.decision, Decision::Accept);
-    assert_eq!(f.tools.runs(), 1);
+    f.settle_recorded_nonce(&m, &body, &other);
 
     // Without a recorded nonce, the same lateness is refused as expired.
     let late = f.mint();
