@@ -95,8 +95,15 @@ impl Cs {
         request: DecisionRequest,
     ) -> Result<Decided, DecideError> {
         let entry = self.entry(id)?;
-        if let Some(record) = self.earlier(&entry.resource_uri)? {
-            return Ok(earlier(record, who)?);
+        // A page kept here has not been decided here (a decision forgets
+        // it), and a decision made elsewhere on its CHEQ is found by the
+        // claim: the store is asked first only when the page must be
+        // fetched again, so that an earlier decision is shown rather than
+        // the RS's refusal to serve it.
+        if self.kept(id, &entry).is_none() {
+            if let Some(record) = self.earlier(&entry.resource_uri)? {
+                return Ok(earlier(record, who)?);
+            }
         }
         self.check_fresh(&entry.resource_uri, who)?;
         let open = self.shown(id, &entry).await?;

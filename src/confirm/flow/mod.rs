@@ -494,14 +494,17 @@ impl Cs {
         self.verified.put(&id, open);
     }
 
+    /// The page of `id` kept since it was shown, if it was shown here.
+    fn kept(&self, id: &str, entry: &ConfirmationEntry) -> Option<Arc<Open>> {
+        self.verified
+            .get(id)
+            .filter(|o| o.verified.fields().resource_uri == entry.resource_uri)
+    }
+
     /// What the page of `id` showed: from the cache, or else the stored
     /// document verified again (or fetched, when there is none).
     async fn shown(&self, id: &str, entry: &ConfirmationEntry) -> Result<Arc<Open>, CsError> {
-        let cached = self
-            .verified
-            .get(id)
-            .filter(|o| o.verified.fields().resource_uri == entry.resource_uri);
-        if let Some(open) = cached {
+        if let Some(open) = self.kept(id, entry) {
             return Ok(open);
         }
         let document = match &entry.document {
