@@ -241,13 +241,21 @@ impl MetricsToken {
         match access {
             MetricsAccess::Open => Ok(None),
             MetricsAccess::Token => {
-                let bytes =
-                    crate::keyfile::load_or_create_secret(&data_dir.join(METRICS_SECRET_FILE))?;
-                // A file edited by hand may end with a newline.
-                let end = bytes.trim_ascii_end().len();
-                Ok(Some(MetricsToken(zeroize::Zeroizing::new(
-                    bytes[..end].to_vec(),
-                ))))
+                let path = data_dir.join(METRICS_SECRET_FILE);
+                let bytes = zeroize::Zeroizing::new(crate::keyfile::load_or_create_secret(&path)?);
+                // A file edited by hand may end with a newline; what is left
+                // must still be a secret of 32 bytes or more.
+                let token = bytes.trim_ascii();
+                if token.len() < 32 {
+                    return Err(crate::keyfile::KeyFileError::Io {
+                        path: path.display().to_string(),
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            "the metrics token is shorter than 32 bytes",
+                        ),
+                    });
+                }
+                Ok(Some(MetricsToken(zeroize::Zeroizing::new(token.to_vec()))))
             }
         }
     }
@@ -351,6 +359,38 @@ pub fn blocking_threads_for(store_waits_on_network: bool) -> usize {
 mod tests {
     use super::*;
     use actix_web::body::MessageBody;
+
+    /// A hand-written metrics token may end with a newline, but what is
+    /// left must be 32 bytes or more; the token is compared whole.
+    #[test]
+    fn metrics_token_from_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(METRICS_SECRET_FILE);
+        assert!(MetricsToken::for_access(MetricsAccess::Open, dir.path())
+            .unwrap()
+            .is_none());
+        std::fs::write(&file, format!("{}\n\n\n\n\n", "s".repeat(31))).unwrap();
+        let short = MetricsToken::for_access(MetricsAccess::Token, dir.path()).unwrap_err();
+        assert!(
+            short.to_string().contains("shorter than 32 bytes"),
+            "{short}"
+        );
+        let secret = "t".repeat(40);
+        std::fs::write(&file, format!("{secret}\n")).unwrap();
+        let token = MetricsToken::for_access(MetricsAccess::Token, dir.path())
+            .unwrap()
+            .unwrap();
+        assert_eq!(format!("{token:?}"), "MetricsToken(..)");
+        let with = |value: &str| {
+            actix_web::test::TestRequest::default()
+                .insert_header((header::AUTHORIZATION, value))
+                .to_http_request()
+        };
+        assert!(token.allows(&with(&format!("Bearer {secret}"))));
+        assert!(!token.allows(&with(&format!("Bearer {secret}x"))));
+        assert!(!token.allows(&with(&format!("Bearer {}", &secret[..39]))));
+        assert!(!token.allows(&actix_web::test::TestRequest::default().to_http_request()));
+    }
 
     #[test]
     fn basic_and_bearer_headers() {

@@ -309,8 +309,16 @@ impl KeyRing {
     /// manifest, or the configured key it would be made from. When not,
     /// [`KeyRing::open`] would generate a key; a command that only reads
     /// (`cheq keys list`) asks this first.
-    pub fn exists(signing_key: &Path) -> bool {
-        signing_key.exists() || SetPaths::of(signing_key).manifest().exists()
+    pub fn exists(signing_key: &Path) -> Result<bool, KeyRingError> {
+        let present = |path: &Path| {
+            path.try_exists().map_err(|source| {
+                KeyRingError::File(KeyFileError::Io {
+                    path: path.display().to_string(),
+                    source,
+                })
+            })
+        };
+        Ok(present(signing_key)? || present(&SetPaths::of(signing_key).manifest())?)
     }
 
     /// The manifest of the key set around `signing_key` (whether or not it

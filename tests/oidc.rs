@@ -686,10 +686,11 @@ async fn state_missing_swapped_or_without_cookie_is_refused_and_nothing_is_store
     );
 }
 
-/// §2: failed callbacks are rate-limited per address, and the limit is
-/// checked before the provider is asked to redeem a code. Past the
-/// address's free failures, even a good answer is refused (429 with
-/// `Retry-After`) without being spent: once the lock ends, it signs in.
+/// §2: failed callbacks are rate-limited per address, under a key of their
+/// own, checked (and the failure counted) before the provider is asked to
+/// redeem a code. Past the address's free failures, even a good answer is
+/// refused (429 with `Retry-After`) without being spent: once the lock
+/// ends, it signs in. The password form from that address is not locked.
 #[actix_web::test]
 async fn failed_callbacks_are_limited_per_address_before_a_code_is_redeemed() {
     let w = world("", "").await;
@@ -710,6 +711,14 @@ async fn failed_callbacks_are_limited_per_address_before_a_code_is_redeemed() {
     let held = web.get(&callback).await;
     assert_eq!(held.status, 429, "the good answer waits too: {}", held.text);
     assert!(!signed_in(&web).await);
+    // A key of its own: the password form from the same address still works.
+    let other = Web::new(&env.cs_origin);
+    let form = other.get("/login").await;
+    let local = other
+        .local_login("alice", ALICE_PW, &form.hidden("csrf").unwrap())
+        .await;
+    assert_eq!(local.status, 303, "{}", local.text);
+    assert!(signed_in(&other).await);
     tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
     let ok = web.get(&callback).await;
     assert_eq!(ok.status, 303, "the code was not spent: {}", ok.text);

@@ -164,10 +164,11 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             write_out(out, &text)
         }
         KeysCommand::List(a) => {
-            // Listing writes nothing: before the first start (or `rotate`)
-            // there is no key to list, and none is made here.
+            // Listing makes no key: before the first start (or `rotate`)
+            // there is none to list. (A key from before key sets gets its
+            // manifest written, as at a server's start.)
             let (key, _, _) = key_config(&a.config.config)?;
-            if !KeyRing::exists(&key) {
+            if !KeyRing::exists(&key).map_err(|e| CliError::Server(e.to_string()))? {
                 if a.json {
                     let text = serde_json::to_string_pretty(&json!({
                         "key_set": KeyRing::manifest_for(&key).display().to_string(),

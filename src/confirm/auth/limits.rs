@@ -34,6 +34,10 @@ pub enum LimitKey {
     Address(String),
     /// One gateway id from one address: refused.
     GatewayAt { gateway: String, address: String },
+    /// Answers from identity providers that fail, from one address
+    /// (`/oidc/callback`): refused. Its own key, so that a provider's
+    /// trouble never locks an address out of the password form.
+    CallbackAt(String),
     /// One account at the login form, from anywhere: delayed.
     Account(String),
     /// One user's voice PIN, through any gateway: delayed.
@@ -46,6 +50,7 @@ impl LimitKey {
             LimitKey::AccountAt { account, address } => format!("acct@ip:{account}\0{address}"),
             LimitKey::Address(a) => format!("ip:{a}"),
             LimitKey::GatewayAt { gateway, address } => format!("gw@ip:{gateway}\0{address}"),
+            LimitKey::CallbackAt(a) => format!("oidc@ip:{a}"),
             LimitKey::Account(a) => format!("acct:{a}"),
             LimitKey::Pin(u) => format!("pin:{u}"),
         }
@@ -55,7 +60,7 @@ impl LimitKey {
     pub fn policy(&self) -> Policy {
         match self {
             LimitKey::AccountAt { .. } => Policy::ACCOUNT_AT_ADDRESS,
-            LimitKey::Address(_) => Policy::ADDRESS,
+            LimitKey::Address(_) | LimitKey::CallbackAt(_) => Policy::ADDRESS,
             LimitKey::GatewayAt { .. } => Policy::GATEWAY_AT_ADDRESS,
             LimitKey::Account(_) | LimitKey::Pin(_) => Policy::ACCOUNT,
         }
@@ -229,14 +234,8 @@ impl Limiter {
             match key {
                 // A shared key (an address, a gateway) gets back only the
                 // failure counted in advance.
-                LimitKey::Address(_) | LimitKey::GatewayAt { .. } => {
-                    self.store.update(&k, &mut |old| {
-                        old.map(|mut s| {
-                            s.failures = s.failures.saturating_sub(1);
-                            s.locked_until = s.locked_until.min(now);
-                            s
-                        })
-                    })?;
+                LimitKey::Address(_) | LimitKey::GatewayAt { .. } | LimitKey::CallbackAt(_) => {
+                    self.take_back(key, now)?;
                 }
                 LimitKey::AccountAt { .. } | LimitKey::Account(_) | LimitKey::Pin(_) => {
                     self.store.update(&k, &mut |_| None)?;
@@ -252,6 +251,20 @@ impl Limiter {
                 })?;
             }
         }
+        Ok(())
+    }
+
+    /// Takes back one failure of `key` counted in advance (the attempt did
+    /// not fail, or failed through no doing of the one who made it), and
+    /// the lock it may have set.
+    pub fn take_back(&self, key: &LimitKey, now: i64) -> Result<(), StoreError> {
+        self.store.update(&key.store_key(), &mut |old| {
+            old.map(|mut s| {
+                s.failures = s.failures.saturating_sub(1);
+                s.locked_until = s.locked_until.min(now);
+                s
+            })
+        })?;
         Ok(())
     }
 
@@ -440,6 +453,36 @@ mod tests {
                 .failures,
             3
         );
+    }
+
+    /// The callback key is its own (an address locked there is not locked
+    /// at the password form), and a failure counted in advance is taken
+    /// back with the lock it set.
+    #[test]
+    fn callback_failures_lock_their_own_key_and_are_taken_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_db, store) = sled_cs::open_dir(dir.path()).unwrap();
+        let l = Limiter::new(store.limits.clone());
+        let callback = LimitKey::CallbackAt("10.1.1.1".into());
+        let address = LimitKey::Address("10.1.1.1".into());
+        for _ in 0..21 {
+            l.fail(&callback, 100).unwrap();
+        }
+        assert!(l
+            .locked(std::slice::from_ref(&callback), 100)
+            .unwrap()
+            .is_some());
+        assert_eq!(l.locked(std::slice::from_ref(&address), 100).unwrap(), None);
+        l.take_back(&callback, 100).unwrap();
+        assert_eq!(
+            l.locked(std::slice::from_ref(&callback), 100).unwrap(),
+            None
+        );
+        let state = l.store.get(&callback.store_key()).unwrap().unwrap();
+        assert_eq!(state.failures, 20);
+        // Nothing to take back: nothing is written.
+        l.take_back(&address, 100).unwrap();
+        assert_eq!(l.store.get(&address.store_key()).unwrap(), None);
     }
 
     #[test]

@@ -96,10 +96,10 @@ impl Cs {
     ) -> Result<Decided, DecideError> {
         let entry = self.entry(id)?;
         // A page kept here has not been decided here (a decision forgets
-        // it), and a decision made elsewhere on its CHEQ is found by the
-        // claim: the store is asked first only when the page must be
-        // fetched again, so that an earlier decision is shown rather than
-        // the RS's refusal to serve it.
+        // it), and a decision made elsewhere on its CHEQ is found by its
+        // nonce before signing: the store is asked by resource URI only
+        // when the page must be fetched again, so that an earlier decision
+        // is shown rather than the RS's refusal to serve it.
         if self.kept(id, &entry).is_none() {
             if let Some(record) = self.earlier(&entry.resource_uri)? {
                 return Ok(earlier(record, who)?);
@@ -189,10 +189,13 @@ impl Cs {
         let _guard = self.locks[stripe(&record_id)]
             .lock()
             .map_err(|_| CsError::Internal("lock poisoned".into()))?;
-        // A double click, a second tab, a replayed form: the claim below
-        // finds the earlier record, and this signature is dropped unseen. So
-        // the record is not read first: every decision saves a read, and only
-        // a repeated one costs a signature.
+        // A double click, a second tab, a replayed form, a decision made on
+        // another instance: no second countersignature (§6), not even one
+        // thrown away. (Across instances deciding at the same moment, the
+        // claim below keeps the first.)
+        if let Some(record) = self.store.records.get(&key).map_err(CsError::from)? {
+            return Ok(earlier(record, who)?);
+        }
         let now = self.clock.now();
         let signer = self
             .keys

@@ -124,18 +124,15 @@ pub(super) async fn start(
     Ok(res)
 }
 
-/// Whether a failed callback is the visitor's doing (an answer that does
-/// not belong to a sign-in started in this browser, a code the provider
-/// will not redeem, a token that fails a rule), not the provider's or the
-/// CS's (unreachable, misconfigured, a store error) nor a person's choice
-/// (cancelled at the provider, an account that clashes).
+/// Whether a failed callback is the visitor's doing: an answer that does
+/// not belong to a sign-in started in this browser, or a code the provider
+/// refused to redeem. Not the provider's trouble (unreachable, a token
+/// that fails a rule), the CS's (misconfigured, a store error), nor a
+/// person's choice (cancelled at the provider, an account that clashes).
 fn counts_as_failure(e: &LoginError) -> bool {
     matches!(
         e,
-        LoginError::NoPendingLogin
-            | LoginError::StateMismatch
-            | LoginError::TokenRequest { .. }
-            | LoginError::IdToken { .. }
+        LoginError::NoPendingLogin | LoginError::StateMismatch | LoginError::TokenRequest { .. }
     )
 }
 
@@ -147,35 +144,30 @@ pub(super) async fn callback(
     q: web::Query<Callback>,
 ) -> Result<HttpResponse, WebError> {
     // Failed callbacks count against the address (§2: failed attempts are
-    // rate-limited), checked before the provider is asked to redeem a code:
-    // a stream of made-up answers neither reaches it nor costs the CS more
-    // than the check.
+    // rate-limited), under a key of their own. The failure is counted
+    // before the provider is asked to redeem a code, so that a burst of
+    // made-up answers cannot all pass the check, and taken back when the
+    // answer was good or the failure was not the visitor's doing.
     let now = state.cs.now().timestamp();
-    let by_address = LimitKey::Address(crate::confirm::api::client_address(
+    let key = LimitKey::CallbackAt(crate::confirm::api::client_address(
         &req,
         &state.api.trusted_proxies,
     ));
     if let Some(retry_after) = state
         .limiter
-        .locked(std::slice::from_ref(&by_address), now)
+        .locked(std::slice::from_ref(&key), now)
         .map_err(CsError::from)?
     {
         return Err(CsError::TooManyAttempts { retry_after }.into());
     }
+    state.limiter.fail(&key, now).map_err(CsError::from)?;
     let cookie = req.cookie(pending_cookie_name(state.secure_cookies));
     let pending = state.providers.pending(cookie.as_ref().map(|c| c.value()));
-    let (login, pending) = match state.providers.finish(pending, &q).await {
-        Ok(finished) => finished,
-        Err(e) => {
-            if counts_as_failure(&e) {
-                state
-                    .limiter
-                    .fail(&by_address, now)
-                    .map_err(CsError::from)?;
-            }
-            return Err(LoginFailure(e).into());
-        }
-    };
+    let finished = state.providers.finish(pending, &q).await;
+    if !finished.as_ref().is_err_and(counts_as_failure) {
+        state.limiter.take_back(&key, now).map_err(CsError::from)?;
+    }
+    let (login, pending) = finished.map_err(LoginFailure)?;
     let accounts = state.accounts.clone();
     let login_for_store = login.clone();
     let account = web::block(move || account_for(&*accounts, &login_for_store))
