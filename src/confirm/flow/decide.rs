@@ -100,13 +100,17 @@ impl Cs {
         // nonce before signing: the store is asked by resource URI only
         // when the page must be fetched again, so that an earlier decision
         // is shown rather than the RS's refusal to serve it.
-        if self.kept(id, &entry).is_none() {
+        let kept = self.kept(id, &entry);
+        if kept.is_none() {
             if let Some(record) = self.earlier(&entry.resource_uri)? {
                 return Ok(earlier(record, who)?);
             }
         }
         self.check_fresh(&entry.resource_uri, who)?;
-        let open = self.shown(id, &entry).await?;
+        let open = match kept {
+            Some(open) => open,
+            None => self.shown(id, &entry).await?,
+        };
         let verified = open.verified();
         if !who.is(&verified.fields().subject) {
             return Err(CsError::WrongUser {
