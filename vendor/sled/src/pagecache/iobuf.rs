@@ -933,7 +933,8 @@ pub(in crate::pagecache) fn make_stable_inner(
             // nothing to write, don't bother sealing
             // current IO buffer.
         } else {
-            maybe_seal_and_write_iobuf(iobufs, &iobuf, header, false)?;
+            // cheq: written here (see `seal_and_write_iobuf`).
+            seal_and_write_iobuf(iobufs, &iobuf, header, false, true)?;
             stable = iobufs.stable();
             // NB we have to continue here to possibly clear
             // the next io buffer, which may have dirty
@@ -1022,6 +1023,20 @@ pub(in crate::pagecache) fn maybe_seal_and_write_iobuf(
     iobuf: &Arc<IoBuf>,
     header: Header,
     from_reserve: bool,
+) -> Result<()> {
+    seal_and_write_iobuf(iobufs, iobuf, header, from_reserve, false)
+}
+
+// cheq: `write_here` writes a buffer this call seals on the calling thread
+// rather than on the I/O thread pool. `make_stable_inner` passes it: its
+// caller waits for that very write anyway, and handing it to a `sled-io`
+// thread cost two thread switches per flush (issue 13, "Ninth pass").
+fn seal_and_write_iobuf(
+    iobufs: &Arc<IoBufs>,
+    iobuf: &Arc<IoBuf>,
+    header: Header,
+    from_reserve: bool,
+    write_here: bool,
 ) -> Result<()> {
     if header::is_sealed(header) {
         // this buffer is already sealed. nothing to do here.
@@ -1178,6 +1193,20 @@ pub(in crate::pagecache) fn maybe_seal_and_write_iobuf(
             "asynchronously writing iobuf with lsn {} to log from maybe_seal",
             lsn
         );
+        if write_here {
+            // cheq: as the pool's job below, on this thread.
+            if let Err(e) = iobufs.write_to_log(iobuf) {
+                error!(
+                    "hit error while writing iobuf with lsn {}: {:?}",
+                    lsn, e
+                );
+                iobufs.config.set_global_error(e);
+                let intervals = iobufs.intervals.lock();
+                drop(intervals);
+                let _notified = iobufs.interval_updated.notify_all();
+            }
+            return Ok(());
+        }
         let iobufs = iobufs.clone();
         let iobuf = iobuf.clone();
         let _result = threadpool::spawn(move || {
