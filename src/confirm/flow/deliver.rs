@@ -157,13 +157,19 @@ impl Cs {
         self.finish_blocking(record, delivery, Some(document)).await
     }
 
-    /// [`Cs::finish`] off the async worker (it flushes).
+    /// [`Cs::finish`], off the async worker when it flushes (a state still
+    /// pending, or a sealed document's evidence); a final state of a
+    /// document kept in clear is written without a flush, here (issue 13:
+    /// one hand-off between threads less per decision).
     async fn finish_blocking(
         self: &Arc<Self>,
         record: DecisionRecord,
         delivery: Delivery,
         clear: Option<String>,
     ) -> Option<DecisionRecord> {
+        if !delivery.is_pending() && !record.sealed {
+            return self.finish(record, delivery, clear.as_deref());
+        }
         let cs = self.clone();
         let span = tracing::Span::current();
         tokio::task::spawn_blocking(move || {
