@@ -13,7 +13,13 @@
 //! - SIGKILL of a CS instance holding decisions the RS could not take: the
 //!   other instance delivers them within a minute of the RS being back;
 //! - `/readyz` answers in time whatever the database does, turns 200 again
-//!   by itself, and no instance exits while the database is away.
+//!   by itself, and no instance exits while the database is away;
+//! - TLS to the database as the URL's `sslmode` and `sslrootcert` say, with
+//!   libpq's meaning (the throwaway cluster of `scripts/pg` offers TLS with a
+//!   certificate for `localhost` from a CA of its own, so the other tests
+//!   here run over `prefer`, encrypted): the demo runs over `verify-full`,
+//!   every connection of its servers encrypted, and a certificate that does
+//!   not check out is refused, whoever signed it or whatever name it bears.
 
 mod common;
 
@@ -518,8 +524,8 @@ impl OwnPostgres {
         };
         let out = pg.script("start");
         let base = out
-            .trim()
-            .strip_prefix("export CHEQ_TEST_DATABASE_URL=")
+            .lines()
+            .find_map(|l| l.strip_prefix("export CHEQ_TEST_DATABASE_URL="))
             .unwrap()
             .to_owned();
         let url = cheq::store::pg::fresh_database(&base, "readyz").unwrap();
@@ -652,6 +658,114 @@ fn readyz_follows_the_database_and_no_instance_exits_while_it_is_away() {
     });
 }
 
+/// `db` (a URL of the throwaway cluster) at `host`, with `sslmode` and,
+/// when given, `sslrootcert`.
+fn tls_url(db: &str, host: &str, mode: &str, root: Option<&str>) -> String {
+    let mut url = url::Url::parse(db).unwrap();
+    url.set_host(Some(host)).unwrap();
+    url.query_pairs_mut().append_pair("sslmode", mode);
+    if let Some(root) = root {
+        url.query_pairs_mut().append_pair("sslrootcert", root);
+    }
+    url.to_string()
+}
+
+/// The CA of the throwaway cluster (`scripts/pg` prints where it is).
+fn cluster_ca() -> String {
+    std::env::var("CHEQ_TEST_DATABASE_CA")
+        .expect("CHEQ_TEST_DATABASE_CA is not set: run the tests with scripts/test")
+}
+
+/// A CA that signed nothing of the cluster's.
+fn unrelated_ca() -> String {
+    format!(
+        "{}/tests/fixtures/unrelated-ca.pem",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// Every `sslmode`, as libpq means it, against a server whose certificate
+/// names `localhost` (not 127.0.0.1) and is signed by the cluster's own CA.
+#[test]
+fn postgresql_connections_are_encrypted_and_checked_as_sslmode_says() {
+    let db = database("tls_modes");
+    let ca = cluster_ca();
+    let other = unrelated_ca();
+    let encrypted = |url: &str| cheq::store::pg::Pg::new(url, 1).and_then(|pg| pg.encrypted());
+    // A bundle whose first root is not the one that signed.
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle.pem");
+    std::fs::write(
+        &bundle,
+        std::fs::read_to_string(&other).unwrap() + &std::fs::read_to_string(&ca).unwrap(),
+    )
+    .unwrap();
+    let bundle = bundle.display().to_string();
+    // Connected, and encrypted or not as the mode says.
+    for (url, want) in [
+        (tls_url(&db, "localhost", "verify-full", Some(&ca)), true),
+        (
+            tls_url(&db, "localhost", "verify-full", Some(&bundle)),
+            true,
+        ),
+        (tls_url(&db, "127.0.0.1", "verify-ca", Some(&ca)), true),
+        (tls_url(&db, "127.0.0.1", "require", None), true),
+        (tls_url(&db, "127.0.0.1", "require", Some(&ca)), true),
+        (tls_url(&db, "127.0.0.1", "prefer", None), true),
+        (db.clone(), true),
+        (tls_url(&db, "127.0.0.1", "disable", None), false),
+    ] {
+        assert_eq!(encrypted(&url).unwrap(), want, "{url}");
+    }
+    // Refused: no connection at all, with the reason.
+    for (url, why) in [
+        // The certificate names localhost, not the address asked for.
+        (
+            tls_url(&db, "127.0.0.1", "verify-full", Some(&ca)),
+            "certificate",
+        ),
+        // Another CA: the chain does not check out, in any mode that checks it.
+        (
+            tls_url(&db, "localhost", "verify-full", Some(&other)),
+            "certificate",
+        ),
+        (
+            tls_url(&db, "127.0.0.1", "verify-ca", Some(&other)),
+            "certificate",
+        ),
+        (
+            tls_url(&db, "127.0.0.1", "require", Some(&other)),
+            "certificate",
+        ),
+        // Without sslrootcert the system's roots are asked, and they do not
+        // know the cluster's CA.
+        (
+            tls_url(&db, "localhost", "verify-full", None),
+            "certificate",
+        ),
+    ] {
+        let e = encrypted(&url).expect_err(&url);
+        assert!(
+            matches!(e, cheq::store::StoreError::Unavailable { .. }),
+            "{url}: {e:?}"
+        );
+        assert!(e.to_string().contains(why), "{url}: {e}");
+    }
+    // A mode libpq does not have, and a root file that is not there: refused
+    // before any connection, by name.
+    let e = cheq::store::pg::Pg::new(&tls_url(&db, "localhost", "verify_full", None), 1)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("verify_full"), "{e}");
+    let e = cheq::store::pg::Pg::new(
+        &tls_url(&db, "localhost", "verify-full", Some("/nonexistent/ca.pem")),
+        1,
+    )
+    .err()
+    .unwrap();
+    assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+}
+
 /// `cheq` with `args` and `envs`: (success, stdout and stderr).
 fn cheq_cli(args: &[&str], envs: &[(&str, &str)]) -> (bool, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_cheq"))
@@ -702,6 +816,16 @@ fn cheq_migrate_applies_the_schema_of_the_server_a_configuration_names() {
         !ok && out.contains("migrate") && !out.contains("panicked"),
         "{out}"
     );
+    // A database whose certificate does not check out: refused, said so.
+    let forged = tls_url(&db, "localhost", "verify-full", Some(&unrelated_ca()));
+    let (ok, out) = cheq_cli(
+        &["migrate", "--config", &cs],
+        &[("CHEQ_DATABASE_URL", forged.as_str())],
+    );
+    assert!(
+        !ok && out.contains("certificate") && !out.contains("panicked"),
+        "{out}"
+    );
     let (ok, out) = cheq_cli(
         &["migrate", "--config", &cs],
         &[("CHEQ_DATABASE_URL", "mysql://root:hunter2@h/db")],
@@ -716,6 +840,9 @@ fn cheq_migrate_applies_the_schema_of_the_server_a_configuration_names() {
 fn the_demo_runs_on_postgresql() {
     let dir = tempfile::tempdir().unwrap();
     let db = database("demo");
+    // Over TLS, the server's certificate checked against the cluster's CA
+    // and for its name.
+    let db_tls = tls_url(&db, "localhost", "verify-full", Some(&cluster_ca()));
     let (cs_port, rs_port) = (free_port(), free_port());
     let data = dir.path().join("demo");
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -731,7 +858,7 @@ fn the_demo_runs_on_postgresql() {
                 "--rs-port",
                 &rs_port.to_string(),
                 "--database-url",
-                &db,
+                &db_tls,
             ],
             &[("CHEQ_DEMO_PASSWORD", ALICE_PW)],
             &dir.path().join("demo.log"),
@@ -742,6 +869,16 @@ fn the_demo_runs_on_postgresql() {
             let base = format!("http://127.0.0.1:{port}");
             assert_eq!(timed_get(&base, "/readyz").await.0, 200, "{}", demo.log());
         }
+        // Every connection of the demo's servers is encrypted (this
+        // query's own, plain, left out).
+        let of_demo = "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+                       WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()";
+        let encrypted = query_count(&db, &format!("{of_demo} AND s.ssl"), &[]).await;
+        let plain = query_count(&db, &format!("{of_demo} AND NOT s.ssl"), &[]).await;
+        assert!(
+            encrypted >= 2 && plain == 0,
+            "{encrypted} encrypted, {plain} plain"
+        );
         // alice lives in the database, and no sled database was opened.
         let accounts = query_count(&db, "SELECT count(*) FROM cs_accounts", &[]).await;
         assert_eq!(accounts, 1);

@@ -14,6 +14,8 @@
 //!   a second pool whose sessions run with `synchronous_commit = off`
 //!   ([`Pg::call_lazy`]): one round trip, visible to every instance at once,
 //!   on disk a moment later.
+//! - Connections use TLS as the URL's `sslmode` and `sslrootcert` say, with
+//!   libpq's meaning of each ([`tls`]).
 //! - [`migrate`] applies the versioned schema of one server ([`cs::MIGRATIONS`],
 //!   [`rs::MIGRATIONS`]) under a transaction-level advisory lock, so that
 //!   instances starting at once apply each step once; the tables of the CS
@@ -26,6 +28,7 @@
 pub mod cs;
 mod nonce_batch;
 pub mod rs;
+pub mod tls;
 
 use super::StoreError;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
@@ -168,10 +171,13 @@ impl Pg {
     /// A pool of at most `max_size` connections to the database at `url`.
     /// Nothing is connected yet: the first call (or [`Pg::ping`]) connects.
     pub fn new(url: &str, max_size: usize) -> Result<Pg, StoreError> {
+        let (url, settings) = tls::split(url)?;
+        let tls = tls::connector(&settings)?;
         let mut config: tokio_postgres::Config =
             url.parse().map_err(|e: tokio_postgres::Error| {
                 backend("database_url", UrlError(e.to_string()).to_string())
             })?;
+        tls::warn_if_unchecked(&settings, config.get_hosts());
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -197,13 +203,13 @@ impl Pg {
                 source,
             })?;
         let build = |config: tokio_postgres::Config, size: usize| {
-            let manager = Manager::from_config(
-                config,
-                NoTls,
-                ManagerConfig {
-                    recycling_method: RecyclingMethod::Fast,
-                },
-            );
+            let manager_config = ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            };
+            let manager = match &tls {
+                Some(tls) => Manager::from_config(config, tls.clone(), manager_config),
+                None => Manager::from_config(config, NoTls, manager_config),
+            };
             Pool::builder(manager)
                 .max_size(size.max(1))
                 .runtime(Runtime::Tokio1)
@@ -335,6 +341,22 @@ impl Pg {
             let c = client(&pool, op).await?;
             let n = c.execute(sql, &[&bound]).await.map_err(db_error(op))?;
             Ok(usize::try_from(n).unwrap_or(usize::MAX))
+        })
+    }
+
+    /// Whether this pool's connections are encrypted, as the database sees
+    /// the one this call is given (`pg_stat_ssl`).
+    pub fn encrypted(&self) -> Result<bool, StoreError> {
+        self.call("tls", |pool| async move {
+            let c = client(&pool, "tls").await?;
+            let row = c
+                .query_one(
+                    "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                    &[],
+                )
+                .await
+                .map_err(db_error("tls"))?;
+            Ok(row.get::<_, bool>(0))
         })
     }
 

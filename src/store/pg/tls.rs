@@ -1,0 +1,306 @@
+//! TLS to PostgreSQL, with libpq's meaning of `sslmode` and `sslrootcert`
+//! in the database URL, so that a URL an operator already uses with `psql`
+//! means the same here (issue 13's leftover: the connections were plain
+//! whatever the URL said).
+//!
+//! | `sslmode` | encrypted | server's certificate checked |
+//! |---|---|---|
+//! | `disable` | never | — |
+//! | `prefer` (the default, as in libpq) | when the server offers it | no |
+//! | `require` | always | no; with `sslrootcert`, its chain, as `verify-ca` |
+//! | `verify-ca` | always | its chain, against `sslrootcert` or the system's roots |
+//! | `verify-full` | always | its chain and that it names the URL's host |
+//!
+//! tokio-postgres reads `sslmode` as `disable`, `prefer` or `require` only and
+//! refuses `sslrootcert`: both are taken out of the URL here, and the URL
+//! handed on says `require` for the three modes that always encrypt. The
+//! certificate checks are the connector's ([`native_tls`], OpenSSL on Linux,
+//! the same library reqwest already uses), built once per pool.
+
+use super::{backend, StoreError};
+use std::path::{Path, PathBuf};
+
+/// libpq's `sslmode`, the modes that tokio-postgres supports and the three
+/// that always encrypt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SslMode {
+    Disable,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl SslMode {
+    fn parse(value: &str) -> Result<SslMode, StoreError> {
+        Ok(match value {
+            "disable" => SslMode::Disable,
+            "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            other => {
+                return Err(backend(
+                    "database_url",
+                    format!(
+                        "sslmode={other:?} is not one of disable, prefer, require, verify-ca, \
+                         verify-full"
+                    ),
+                ))
+            }
+        })
+    }
+
+    /// What tokio-postgres is told.
+    fn driver_value(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => "require",
+        }
+    }
+
+    /// The name in the URL.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+}
+
+/// What a database URL says about TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    pub mode: SslMode,
+    /// The PEM file of the certificates that may sign the server's chain:
+    /// the only roots then, as in libpq.
+    pub root_cert: Option<PathBuf>,
+}
+
+/// Splits `url` into the URL tokio-postgres reads and its TLS settings. A
+/// connection string that is not a URL (`host=… dbname=…`) is handed on
+/// whole, with tokio-postgres's own `sslmode` (libpq's extra modes and
+/// `sslrootcert` need the URL form there).
+pub fn split(url: &str) -> Result<(String, TlsSettings), StoreError> {
+    let is_url = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    let parsed = if is_url {
+        url::Url::parse(url).ok()
+    } else {
+        None
+    };
+    let Some(mut parsed) = parsed else {
+        // tokio-postgres reads it (and says what is wrong, if anything).
+        let mode = match url
+            .parse::<tokio_postgres::Config>()
+            .map(|c| c.get_ssl_mode())
+        {
+            Ok(tokio_postgres::config::SslMode::Disable) => SslMode::Disable,
+            Ok(tokio_postgres::config::SslMode::Require) => SslMode::Require,
+            _ => SslMode::Prefer,
+        };
+        return Ok((
+            url.to_owned(),
+            TlsSettings {
+                mode,
+                root_cert: None,
+            },
+        ));
+    };
+    let mut mode = SslMode::Prefer;
+    let mut root_cert = None;
+    let mut kept: Vec<(String, String)> = Vec::new();
+    for (key, value) in parsed.query_pairs() {
+        match key.as_ref() {
+            "sslmode" => mode = SslMode::parse(&value)?,
+            "sslrootcert" => root_cert = Some(PathBuf::from(value.as_ref())),
+            _ => kept.push((key.into_owned(), value.into_owned())),
+        }
+    }
+    {
+        let mut query = parsed.query_pairs_mut();
+        query.clear();
+        for (key, value) in &kept {
+            query.append_pair(key, value);
+        }
+        query.append_pair("sslmode", mode.driver_value());
+    }
+    Ok((parsed.to_string(), TlsSettings { mode, root_cert }))
+}
+
+/// Logs the TLS mode, and warns when a database reached over the network
+/// (not loopback, not a Unix socket) is trusted without a certificate check.
+pub fn warn_if_unchecked(settings: &TlsSettings, hosts: &[tokio_postgres::config::Host]) {
+    let checked = match settings.mode {
+        SslMode::VerifyFull | SslMode::VerifyCa => true,
+        SslMode::Require => settings.root_cert.is_some(),
+        SslMode::Prefer | SslMode::Disable => false,
+    };
+    let remote = hosts.iter().any(|h| match h {
+        tokio_postgres::config::Host::Tcp(name) => {
+            name != "localhost"
+                && !name
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }
+        #[cfg(unix)]
+        tokio_postgres::config::Host::Unix(_) => false,
+    });
+    if remote && !checked {
+        log::warn!(
+            "PostgreSQL is reached over the network with sslmode={} and no checked certificate: \
+             anyone on the path can read or change what is stored; use sslmode=verify-full \
+             with sslrootcert",
+            settings.mode.as_str()
+        );
+    } else {
+        log::info!("PostgreSQL connections: sslmode={}", settings.mode.as_str());
+    }
+}
+
+/// The connector for `settings` (`None`: plain connections).
+pub fn connector(
+    settings: &TlsSettings,
+) -> Result<Option<postgres_native_tls::MakeTlsConnector>, StoreError> {
+    if settings.mode == SslMode::Disable {
+        return Ok(None);
+    }
+    let mut builder = native_tls::TlsConnector::builder();
+    builder.min_protocol_version(Some(native_tls::Protocol::Tlsv12));
+    let checks_chain = match settings.mode {
+        SslMode::VerifyCa | SslMode::VerifyFull => true,
+        SslMode::Require => settings.root_cert.is_some(),
+        SslMode::Prefer | SslMode::Disable => false,
+    };
+    if let Some(path) = &settings.root_cert {
+        builder.disable_built_in_roots(true);
+        for cert in root_certificates(path)? {
+            builder.add_root_certificate(cert);
+        }
+    }
+    builder.danger_accept_invalid_certs(!checks_chain);
+    builder.danger_accept_invalid_hostnames(settings.mode != SslMode::VerifyFull);
+    let connector = builder
+        .build()
+        .map_err(|e| backend("database TLS", e.to_string()))?;
+    Ok(Some(postgres_native_tls::MakeTlsConnector::new(connector)))
+}
+
+/// Every certificate of the PEM file at `path` (a bundle may hold several).
+fn root_certificates(path: &Path) -> Result<Vec<native_tls::Certificate>, StoreError> {
+    let err = |reason: String| {
+        backend(
+            "database_url",
+            format!("sslrootcert {}: {reason}", path.display()),
+        )
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    const END: &str = "-----END CERTIFICATE-----";
+    let mut certs = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(start) = rest.find("-----BEGIN CERTIFICATE-----") {
+        let block = &rest[start..];
+        let end = block
+            .find(END)
+            .ok_or_else(|| err("a certificate has no END line".into()))?
+            + END.len();
+        let cert = native_tls::Certificate::from_pem(&block.as_bytes()[..end])
+            .map_err(|e| err(e.to_string()))?;
+        certs.push(cert);
+        rest = &block[end..];
+    }
+    if certs.is_empty() {
+        return Err(err("holds no PEM certificate".into()));
+    }
+    Ok(certs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libpq_parameters_are_taken_out_of_the_url() {
+        let (url, tls) = split(
+            "postgres://cheq:pw@db.example:5432/cheq?sslmode=verify-full&sslrootcert=/etc/ca.pem&application_name=x",
+        )
+        .unwrap();
+        assert_eq!(tls.mode, SslMode::VerifyFull);
+        assert_eq!(tls.root_cert.as_deref(), Some(Path::new("/etc/ca.pem")));
+        assert_eq!(
+            url,
+            "postgres://cheq:pw@db.example:5432/cheq?application_name=x&sslmode=require"
+        );
+        let config: tokio_postgres::Config = url.parse().unwrap();
+        assert_eq!(
+            config.get_ssl_mode(),
+            tokio_postgres::config::SslMode::Require
+        );
+    }
+
+    #[test]
+    fn the_default_is_prefer_as_in_libpq() {
+        let (url, tls) = split("postgres://cheq@127.0.0.1:5432/cheq").unwrap();
+        assert_eq!(tls.mode, SslMode::Prefer);
+        assert_eq!(tls.root_cert, None);
+        assert!(url.ends_with("?sslmode=prefer"), "{url}");
+        for (value, mode, driver) in [
+            ("disable", SslMode::Disable, "disable"),
+            ("require", SslMode::Require, "require"),
+            ("verify-ca", SslMode::VerifyCa, "require"),
+        ] {
+            let (url, tls) = split(&format!("postgresql://h/db?sslmode={value}")).unwrap();
+            assert_eq!(tls.mode, mode);
+            assert!(url.ends_with(&format!("sslmode={driver}")), "{url}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_mode_or_an_unreadable_root_file_is_refused_by_name() {
+        let e = split("postgres://h/db?sslmode=verify_full").unwrap_err();
+        assert!(e.to_string().contains("verify_full"), "{e}");
+        let settings = TlsSettings {
+            mode: SslMode::VerifyFull,
+            root_cert: Some(PathBuf::from("/nonexistent/ca.pem")),
+        };
+        let e = connector(&settings).err().unwrap();
+        assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let settings = TlsSettings {
+            mode: SslMode::VerifyCa,
+            root_cert: Some(empty),
+        };
+        let e = connector(&settings).err().unwrap();
+        assert!(e.to_string().contains("no PEM certificate"), "{e}");
+    }
+
+    #[test]
+    fn every_certificate_of_a_bundle_is_a_root() {
+        let one = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/unrelated-ca.pem"
+        ))
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("bundle.pem");
+        std::fs::write(&bundle, format!("# two roots\n{one}\n{one}")).unwrap();
+        assert_eq!(root_certificates(&bundle).unwrap().len(), 2);
+        // A bundle cut short is refused, not read in part.
+        std::fs::write(&bundle, format!("{one}{}", &one[..one.len() / 2])).unwrap();
+        let e = root_certificates(&bundle).err().unwrap();
+        assert!(e.to_string().contains("END"), "{e}");
+    }
+
+    #[test]
+    fn a_connection_string_keeps_the_drivers_own_modes() {
+        let (url, tls) = split("host=127.0.0.1 dbname=cheq sslmode=disable").unwrap();
+        assert_eq!(url, "host=127.0.0.1 dbname=cheq sslmode=disable");
+        assert_eq!(tls.mode, SslMode::Disable);
+        assert!(connector(&tls).unwrap().is_none());
+    }
+}
