@@ -223,13 +223,8 @@ pub const METRICS_SECRET_FILE: &str = "metrics.secret";
 
 /// The bearer token `GET /metrics` asks for ([`MetricsAccess::Token`]).
 /// Its `Debug` shows nothing of it, and its bytes are wiped when dropped.
-pub struct MetricsToken(zeroize::Zeroizing<Vec<u8>>);
-
-impl std::fmt::Debug for MetricsToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("MetricsToken(..)")
-    }
-}
+#[derive(Debug)]
+pub struct MetricsToken(crate::keyfile::BearerSecret);
 
 impl MetricsToken {
     /// What `access` asks for, with the token read from (or generated into)
@@ -240,30 +235,15 @@ impl MetricsToken {
     ) -> Result<Option<MetricsToken>, crate::keyfile::KeyFileError> {
         match access {
             MetricsAccess::Open => Ok(None),
-            MetricsAccess::Token => {
-                let path = data_dir.join(METRICS_SECRET_FILE);
-                let bytes = zeroize::Zeroizing::new(crate::keyfile::load_or_create_secret(&path)?);
-                // A file edited by hand may end with a newline; what is left
-                // must still be a secret of 32 bytes or more.
-                let token = bytes.trim_ascii();
-                if token.len() < 32 {
-                    return Err(crate::keyfile::KeyFileError::Io {
-                        path: path.display().to_string(),
-                        source: std::io::Error::new(
-                            std::io::ErrorKind::InvalidData,
-                            "the metrics token is shorter than 32 bytes",
-                        ),
-                    });
-                }
-                Ok(Some(MetricsToken(zeroize::Zeroizing::new(token.to_vec()))))
-            }
+            MetricsAccess::Token => Ok(Some(MetricsToken(
+                crate::keyfile::BearerSecret::load_or_create(&data_dir.join(METRICS_SECRET_FILE))?,
+            ))),
         }
     }
 
     /// Whether `req` carries this token (compared in constant time).
     pub fn allows(&self, req: &HttpRequest) -> bool {
-        parse_bearer(authorization(req))
-            .is_ok_and(|t| crate::sign::same_secret(t.as_bytes(), &self.0))
+        parse_bearer(authorization(req)).is_ok_and(|t| self.0.matches(t.as_bytes()))
     }
 }
 
@@ -380,7 +360,7 @@ mod tests {
         let token = MetricsToken::for_access(MetricsAccess::Token, dir.path())
             .unwrap()
             .unwrap();
-        assert_eq!(format!("{token:?}"), "MetricsToken(..)");
+        assert_eq!(format!("{token:?}"), "MetricsToken(BearerSecret(..))");
         let with = |value: &str| {
             actix_web::test::TestRequest::default()
                 .insert_header((header::AUTHORIZATION, value))

@@ -184,6 +184,39 @@ pub fn load_or_create_secret(path: &Path) -> Result<Vec<u8>, KeyFileError> {
     }
 }
 
+/// A bearer secret read from (or generated into) a file: what a client
+/// must present whole (`GET /metrics` of either server, the MCP bridge).
+/// Its `Debug` shows nothing of it, and its bytes are wiped when dropped.
+pub struct BearerSecret(zeroize::Zeroizing<Vec<u8>>);
+
+impl std::fmt::Debug for BearerSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BearerSecret(..)")
+    }
+}
+
+impl BearerSecret {
+    /// The secret of the file at `path`, made (0600, 32 random bytes in
+    /// base64url) when there is none. A file edited by hand may end with a
+    /// newline; what is left must still be 32 bytes or more.
+    pub fn load_or_create(path: &Path) -> Result<BearerSecret, KeyFileError> {
+        let bytes = zeroize::Zeroizing::new(load_or_create_secret(path)?);
+        let token = bytes.trim_ascii();
+        if token.len() < 32 {
+            return Err(io(path)(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the token is shorter than 32 bytes",
+            )));
+        }
+        Ok(BearerSecret(zeroize::Zeroizing::new(token.to_vec())))
+    }
+
+    /// Whether `presented` is this secret (compared in constant time).
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        crate::sign::same_secret(presented, &self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

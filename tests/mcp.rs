@@ -6,7 +6,9 @@
 //! `tests/browser/mcp.test.mjs`). Both MCP revisions the SDK speaks are
 //! covered: 2025-11-25 (`URLElicitationRequiredError` and
 //! `notifications/elicitation/complete`) and 2026-07-28 (`input_required`
-//! with a sealed `requestState`).
+//! with a sealed `requestState`). A bridge given `--token-file` serves only
+//! its bearer, to the SDK as to a raw request, and the CLI refuses to serve
+//! beyond loopback without one.
 
 mod common;
 
@@ -27,20 +29,27 @@ struct BridgeProc {
 }
 
 async fn start_bridge(env: &Env, dir: &std::path::Path) -> BridgeProc {
+    start_bridge_with(env, dir, &[]).await
+}
+
+/// The same, with `extra` arguments to `cheq mcp`.
+async fn start_bridge_with(env: &Env, dir: &std::path::Path, extra: &[&str]) -> BridgeProc {
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let log = dir.join(format!("mcp-{port}.log"));
+    let mut args = vec![
+        "mcp",
+        "--rs",
+        &env.rs_url,
+        "--listen",
+        &listen,
+        "--client-id",
+        "agent",
+    ];
+    args.extend_from_slice(extra);
     let proc = Proc::spawn_with(
         "cheq mcp",
-        &[
-            "mcp",
-            "--rs",
-            &env.rs_url,
-            "--listen",
-            &listen,
-            "--client-id",
-            "agent",
-        ],
+        &args,
         &[("CHEQ_AGENT_SECRET", AGENT_SECRET)],
         &log,
     );
@@ -67,12 +76,17 @@ struct Py {
 
 impl Py {
     fn start(args: &[&str]) -> Py {
+        Py::start_with(args, &[])
+    }
+
+    fn start_with(args: &[&str], envs: &[(&str, &str)]) -> Py {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py");
         let mut child = Command::new("python3")
             .arg(script)
             .args(args)
             .env("CHEQ_AGENT_ID", "agent")
             .env("CHEQ_AGENT_SECRET", AGENT_SECRET)
+            .envs(envs.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -644,5 +658,135 @@ async fn origin_and_host_are_checked() {
     );
     let rebound = post(None, Some("evil.example")).await.unwrap().status();
     assert!(rebound.is_client_error(), "{rebound}");
+    env.stop().await;
+}
+
+/// `--token-file`: the bridge serves only `Authorization: Bearer <token>`
+/// (RFC 6750), under any `Host`; anything else is 401 with a Bearer
+/// challenge before MCP is reached. The SDK, given the token, works as
+/// without one. Beyond loopback, no token means no start.
+#[actix_web::test]
+async fn a_bridge_with_a_token_serves_only_its_bearer() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::start(Options::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mcp.token");
+    let bridge =
+        start_bridge_with(&env, dir.path(), &["--token-file", file.to_str().unwrap()]).await;
+    // Made at the first start, 0600, 32 random bytes in base64url.
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let token = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(token.len(), 43, "{token}");
+
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let post = |authorization: Option<String>, extra: Option<(&'static str, &'static str)>| {
+        let mut req = http_client()
+            .post(&bridge.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "server/discover")
+            .json(&body);
+        if let Some(a) = authorization {
+            req = req.header("authorization", a);
+        }
+        if let Some((name, value)) = extra {
+            req = req.header(name, value);
+        }
+        req.send()
+    };
+    // Refused, each with the challenge and a JSON error.
+    let missing = post(None, None).await.unwrap();
+    assert_eq!(missing.status(), 401);
+    assert_eq!(
+        missing.headers()["www-authenticate"],
+        "Bearer realm=\"mcp\""
+    );
+    let error: Value = missing.json().await.unwrap();
+    assert_eq!(error["error"], "invalid_token", "{error}");
+    for wrong in [
+        format!("Bearer {}x", token),
+        format!("Bearer {}", &token[..42]),
+        "Bearer ".to_owned(),
+        format!("Basic {token}"),
+        token.clone(),
+    ] {
+        let res = post(Some(wrong.clone()), None).await.unwrap();
+        assert_eq!(res.status(), 401, "{wrong}");
+        assert_eq!(
+            res.headers()["www-authenticate"],
+            "Bearer realm=\"mcp\", error=\"invalid_token\"",
+            "{wrong}"
+        );
+    }
+    // The token, in either case of the scheme and under any Host.
+    for (authorization, extra) in [
+        (format!("Bearer {token}"), None),
+        (format!("bearer {token}"), None),
+        (
+            format!("Bearer {token}"),
+            Some(("host", "bridge.internal:443")),
+        ),
+    ] {
+        let res = post(Some(authorization), extra).await.unwrap();
+        assert_eq!(res.status(), 200, "{extra:?}");
+    }
+    // A browser page is refused even with it.
+    let page = post(
+        Some(format!("Bearer {token}")),
+        Some(("origin", "http://evil.example")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(page.status(), 403);
+
+    // The SDK, given the token, lists and calls the tools.
+    let mut py = Py::start_with(
+        &[&bridge.url, MODERN],
+        &[("CHEQ_MCP_TOKEN", token.as_str())],
+    );
+    py.send(json!({"op": "list"}));
+    let tools = py.next("tools")["tools"].clone();
+    assert_eq!(tools.as_array().map(Vec::len), Some(2), "{tools}");
+    py.send(json!({"op": "call", "tool": "book_flight", "args": cheap_flight()}));
+    let done = py.next("result")["result"].clone();
+    assert_eq!(done["structuredContent"]["status"], "done", "{done}");
+    drop(py);
+
+    // Beyond loopback: no start without a token, and a token file that is
+    // too short is refused by name.
+    let cli = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cheq"))
+            .args(args)
+            .env("CHEQ_AGENT_SECRET", AGENT_SECRET)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, text) = cli(&["mcp", "--rs", &env.rs_url, "--listen", "0.0.0.0:0"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("--token-file") && !text.contains("panicked"),
+        "{text}"
+    );
+    let short = dir.path().join("short.token");
+    std::fs::write(&short, "too short\n").unwrap();
+    let (code, text) = cli(&[
+        "mcp",
+        "--rs",
+        &env.rs_url,
+        "--listen",
+        "127.0.0.1:0",
+        "--token-file",
+        short.to_str().unwrap(),
+    ]);
+    assert_ne!(code, Some(0), "{text}");
+    assert!(text.contains("shorter than 32 bytes"), "{text}");
     env.stop().await;
 }

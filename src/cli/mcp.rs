@@ -27,6 +27,11 @@ pub struct Args {
     /// Serve over standard input and output.
     #[arg(long)]
     pub stdio: bool,
+    /// Over HTTP, serve only requests carrying `Authorization: Bearer` with
+    /// the contents of FILE (made, 0600, with a random token when missing).
+    /// Needed to listen on any address that is not loopback.
+    #[arg(long, value_name = "FILE", conflicts_with = "stdio")]
+    pub token_file: Option<std::path::PathBuf>,
     /// The agent's OAuth client id at the RS. Its secret comes from
     /// `CHEQ_AGENT_SECRET` (the demo's when unset).
     #[arg(long, default_value = DEMO_AGENT_ID)]
@@ -59,8 +64,30 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let addr = args
         .listen
         .ok_or_else(|| CliError::Usage("give --listen ADDR or --stdio".into()))?;
-    rt.block_on(server::serve_http(bridge, addr, |bound| {
-        let _ = writeln!(out, "MCP endpoint: http://{bound}/mcp");
+    let token = match &args.token_file {
+        Some(path) => Some(Arc::new(
+            crate::keyfile::BearerSecret::load_or_create(path)
+                .map_err(|e| CliError::Server(format!("--token-file {e}")))?,
+        )),
+        None if !addr.ip().is_loopback() => {
+            return Err(CliError::Usage(format!(
+                "--listen {addr}: an address beyond loopback needs --token-file FILE (anyone \
+                 who reaches the bridge calls the RS's tools as its agent)"
+            )))
+        }
+        None => None,
+    };
+    let guarded = token.is_some();
+    rt.block_on(server::serve_http(bridge, addr, token, |bound| {
+        let _ = writeln!(
+            out,
+            "MCP endpoint: http://{bound}/mcp{}",
+            if guarded {
+                " (Authorization: Bearer <the token file's contents>)"
+            } else {
+                ""
+            }
+        );
         let _ = out.flush();
     }))
     .map_err(|e| CliError::Server(e.to_string()))

@@ -5,6 +5,13 @@
 //! is served statelessly by that revision. Served over Streamable HTTP at
 //! `/mcp` ([`serve_http`]) or over standard input and output ([`serve_stdio`]).
 //!
+//! Over HTTP, a bridge given a bearer secret (`cheq mcp --token-file`) serves
+//! only requests carrying `Authorization: Bearer <secret>` (RFC 6750), under
+//! any `Host`; any other gets 401 with a Bearer challenge before MCP sees it.
+//! Without one it serves loopback only (the CLI refuses any other address),
+//! under its own loopback names (DNS rebinding). A request with a browser's
+//! `Origin` is refused either way.
+//!
 //! A call that needs confirmation is answered:
 //! - at 2025-11-25: with a `URLElicitationRequiredError` (-32042) naming an
 //!   opaque `elicitationId`, then `notifications/elicitation/complete` for it
@@ -309,6 +316,7 @@ impl ServerHandler for McpBridge {
 pub async fn serve_http(
     bridge: Arc<Bridge>,
     addr: SocketAddr,
+    token: Option<Arc<crate::keyfile::BearerSecret>>,
     bound: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
     use bytes::Bytes;
@@ -334,9 +342,17 @@ pub async fn serve_http(
     if local.is_ipv6() {
         allowed.push(format!("[{}]:{}", local.ip(), local.port()));
     }
-    let config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(allowed)
-        // No browser page of any origin may drive the bridge (DNS rebinding).
+    let config = StreamableHttpServerConfig::default();
+    // Without a token, only the bridge's own loopback names (DNS
+    // rebinding); with one, any name the clients reach it by, since a page
+    // that rebinds a name still has no token to send.
+    let config = if token.is_some() {
+        config.disable_allowed_hosts()
+    } else {
+        config.with_allowed_hosts(allowed)
+    };
+    let config = config
+        // No browser page of any origin may drive the bridge.
         .enforce_origin_validation()
         .with_stateless_protocol_metadata_required(true);
     let service = StreamableHttpService::new(
@@ -348,19 +364,33 @@ pub async fn serve_http(
     loop {
         let (stream, _) = listener.accept().await?;
         let service = service.clone();
+        let token = token.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(
                 move |req: hyper::Request<hyper::body::Incoming>| {
                     let mut service = service.clone();
+                    let token = token.clone();
                     async move {
+                        let refuse = |status: u16, body: Value, challenge: Option<&str>| {
+                            let mut resp = hyper::Response::builder()
+                                .status(status)
+                                .header("content-type", "application/json")
+                                .header("cache-control", "no-store");
+                            if let Some(c) = challenge {
+                                resp = resp.header("www-authenticate", c);
+                            }
+                            resp.body(Full::new(Bytes::from(body.to_string())).boxed())
+                                .unwrap_or_default()
+                        };
                         if req.uri().path() != "/mcp" {
                             let body = json!({"error": "not_found", "error_description": "the MCP endpoint is /mcp"});
-                            let resp = hyper::Response::builder()
-                                .status(404)
-                                .header("content-type", "application/json")
-                                .body(Full::new(Bytes::from(body.to_string())).boxed())
-                                .unwrap_or_default();
-                            return Ok::<_, std::convert::Infallible>(resp);
+                            return Ok::<_, std::convert::Infallible>(refuse(404, body, None));
+                        }
+                        if let Some(token) = &token {
+                            if let Err(challenge) = bearer_check(token, req.headers()) {
+                                let body = json!({"error": "invalid_token", "error_description": "the MCP endpoint needs the bearer token of the bridge's --token-file"});
+                                return Ok(refuse(401, body, Some(challenge)));
+                            }
                         }
                         service.call(req).await
                     }
@@ -370,6 +400,29 @@ pub async fn serve_http(
                 .serve_connection(TokioIo::new(stream), svc)
                 .await;
         });
+    }
+}
+
+/// Whether `headers` carry `token` as `Authorization: Bearer` (RFC 6750:
+/// the scheme in any case, the token compared in constant time); else the
+/// challenge to answer with, naming the error when a token was presented.
+fn bearer_check(
+    token: &crate::keyfile::BearerSecret,
+    headers: &hyper::HeaderMap,
+) -> Result<(), &'static str> {
+    let mut values = headers.get_all(hyper::header::AUTHORIZATION).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return Err("Bearer realm=\"mcp\"");
+    };
+    let presented = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim());
+    match presented {
+        Some(t) if token.matches(t.as_bytes()) => Ok(()),
+        _ => Err("Bearer realm=\"mcp\", error=\"invalid_token\""),
     }
 }
 

@@ -4,7 +4,8 @@ line, one JSON event per output line. Everything the client receives from
 the bridge (results, errors, elicitations, notifications) is printed, so the
 test can check what reached the client.
 
-Usage: client.py URL MODE   (MODE: legacy | 2026-07-28 | auto)
+Usage: client.py URL MODE   (MODE: legacy | 2026-07-28 | auto; with
+                             CHEQ_MCP_TOKEN set, sent as a bearer token)
    or: client.py --stdio MODE CHEQ_BIN RS_URL
 
 Commands:
@@ -29,6 +30,7 @@ import os
 import sys
 
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
@@ -146,7 +148,17 @@ async def main():
             env={k: v for k, v in os.environ.items() if k == "CHEQ_AGENT_SECRET"},
         )
     else:
-        server, mode = sys.argv[1], sys.argv[2]
+        url, mode = sys.argv[1], sys.argv[2]
+        token = os.environ.get("CHEQ_MCP_TOKEN")
+        if token is None:
+            server = url
+        else:
+            # The bridge's --token-file: sent on every request of the SDK's
+            # own HTTP client.
+            server = streamable_http_client(
+                url,
+                http_client=create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}),
+            )
     async with Client(
         server,
         mode=mode,
