@@ -192,8 +192,9 @@ pub async fn healthz() -> HttpResponse {
 }
 
 /// `GET /readyz`: 200 when the store answers (within the store's own
-/// bound, 3 s for PostgreSQL), else 503 with the reason; `/healthz` stays a
-/// liveness check that never touches the store.
+/// bound, 3 s for PostgreSQL) with a schema this binary knows, else 503
+/// with the reason; `/healthz` stays a liveness check that never touches
+/// the store.
 pub async fn readyz<E: std::fmt::Display + Send + 'static>(
     check: impl FnOnce() -> Result<(), E> + Send + 'static,
 ) -> HttpResponse {
@@ -210,7 +211,7 @@ pub async fn readyz<E: std::fmt::Display + Send + 'static>(
     let mut e = JsonError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "not_ready",
-        format!("the database does not answer: {problem}"),
+        format!("the database is not ready for this instance: {problem}"),
     );
     e.retry_after = Some(1);
     e.error_response()

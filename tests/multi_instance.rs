@@ -13,7 +13,8 @@
 //! - SIGKILL of a CS instance holding decisions the RS could not take: the
 //!   other instance delivers them within a minute of the RS being back;
 //! - `/readyz` answers in time whatever the database does, turns 200 again
-//!   by itself, and no instance exits while the database is away;
+//!   by itself, and no instance exits while the database is away; an
+//!   instance whose schema a newer cheq migrated says it is not ready;
 //! - TLS to the database as the URL's `sslmode` and `sslrootcert` say, with
 //!   libpq's meaning (the throwaway cluster of `scripts/pg` offers TLS with a
 //!   certificate for `localhost` from a CA of its own, so the other tests
@@ -653,6 +654,44 @@ fn readyz_follows_the_database_and_no_instance_exits_while_it_is_away() {
         let pack = invoke_flight(&setup.rs_url).await;
         let (_, page) = b.open("/", &pack.resource_uri, "alice", ALICE_PW).await;
         assert_eq!(page.status, 200, "{}", page.text);
+
+        // A newer cheq migrates the database (a rolling upgrade): these
+        // instances, which do not know that schema, say they are not ready,
+        // by name, until it is theirs again.
+        let (client, conn) = tokio_postgres::connect(&db, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        for component in ["cs", "rs"] {
+            client
+                .execute(
+                    "INSERT INTO cheq_migrations (component, version, name) VALUES ($1, 99, 'future')",
+                    &[&component],
+                )
+                .await
+                .unwrap();
+        }
+        for base in bases {
+            let res = http_client()
+                .get(format!("{base}/readyz"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 503, "{base}");
+            let body: Value = res.json().await.unwrap();
+            let said = body["error_description"].as_str().unwrap_or_default();
+            assert!(
+                said.contains("schema is at version 99, newer than this instance knows"),
+                "{base}: {body}"
+            );
+        }
+        client
+            .execute("DELETE FROM cheq_migrations WHERE version = 99", &[])
+            .await
+            .unwrap();
+        for base in bases {
+            assert_eq!(timed_get(base, "/readyz").await.0, 200, "{base}");
+        }
         rs.kill();
         cs.kill();
     });

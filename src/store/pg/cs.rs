@@ -14,7 +14,7 @@
 
 use super::{backend, client, corrupt, db_error, decode, encode, Migration, Pg};
 use crate::store::cs::*;
-use crate::store::{packed, Readiness, StoreError};
+use crate::store::{packed, StoreError};
 use std::sync::Arc;
 
 /// The CS schema, step by step (never edit a step once released: add one).
@@ -116,13 +116,7 @@ pub fn open_migrated(pg: &Pg) -> CsStore {
         accounts: Arc::new(PgAccounts(pg.clone())),
         sessions: Arc::new(PgSessions(pg.clone())),
         limits: Arc::new(PgLimits(pg.clone())),
-        readiness: Arc::new(pg.clone()),
-    }
-}
-
-impl Readiness for Pg {
-    fn ready(&self) -> Result<(), StoreError> {
-        self.ping()
+        readiness: Arc::new(super::SchemaReadiness::new(pg, "cs", MIGRATIONS)),
     }
 }
 

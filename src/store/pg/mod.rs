@@ -386,6 +386,60 @@ impl Pg {
     }
 }
 
+/// The readiness of one server's stores on PostgreSQL (`/readyz`): the
+/// database answers within [`PING_TIMEOUT`], and its schema of `component`
+/// is not newer than this binary knows. An instance left on the old
+/// version while a newer one migrated the database then answers 503, so
+/// that a load balancer drains it during a rolling upgrade, instead of
+/// serving requests its statements may no longer fit.
+#[derive(Debug, Clone)]
+pub struct SchemaReadiness {
+    pg: Pg,
+    component: &'static str,
+    known: i32,
+}
+
+impl SchemaReadiness {
+    pub fn new(pg: &Pg, component: &'static str, steps: &'static [Migration]) -> Self {
+        SchemaReadiness {
+            pg: pg.clone(),
+            component,
+            known: steps.iter().map(|s| s.version).max().unwrap_or(0),
+        }
+    }
+}
+
+impl super::Readiness for SchemaReadiness {
+    fn ready(&self) -> Result<(), StoreError> {
+        let component = self.component;
+        let newest = self
+            .pg
+            .call_within("ready", PING_TIMEOUT, move |pool| async move {
+                let c = client(&pool, "ready").await?;
+                let s = c
+                    .prepare_cached("SELECT max(version) FROM cheq_migrations WHERE component = $1")
+                    .await
+                    .map_err(db_error("ready"))?;
+                let row = c
+                    .query_one(&s, &[&component])
+                    .await
+                    .map_err(db_error("ready"))?;
+                Ok(row.get::<_, Option<i32>>(0))
+            })?;
+        match newest {
+            Some(newer) if newer > self.known => Err(backend(
+                "ready",
+                format!(
+                    "the database's {component} schema is at version {newer}, newer than this \
+                     instance knows ({}): run the newer cheq here",
+                    self.known
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// One versioned step of a schema.
 #[derive(Debug)]
 pub struct Migration {

@@ -64,7 +64,8 @@ pub fn open(pg: &Pg) -> Result<RsStore, StoreError> {
         nonces: Arc::new(PgNonces::new(pg)),
         records: Arc::new(PgCheqs(pg.clone())),
         executions: Arc::new(PgExecutions(pg.clone())),
-        readiness: Arc::new(pg.clone()) as Arc<dyn Readiness>,
+        readiness: Arc::new(super::SchemaReadiness::new(pg, "rs", MIGRATIONS))
+            as Arc<dyn Readiness>,
     })
 }
 
