@@ -706,7 +706,19 @@ async fn a_bridge_with_a_token_serves_only_its_bearer() {
         "Bearer realm=\"mcp\""
     );
     let error: Value = missing.json().await.unwrap();
-    assert_eq!(error["error"], "invalid_token", "{error}");
+    assert_eq!(error["error"], "unauthorized", "{error}");
+    // Two Authorization headers, one of them right: 400.
+    let twice = http_client()
+        .post(&bridge.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {token}"))
+        .header("authorization", "Bearer other")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(twice.status(), 400);
     for wrong in [
         format!("Bearer {}x", token),
         format!("Bearer {}", &token[..42]),

@@ -776,10 +776,14 @@ fn postgresql_connections_are_encrypted_and_checked_as_sslmode_says() {
             tls_url(&db, "127.0.0.1", "require", Some(&other)),
             "certificate",
         ),
-        // Without sslrootcert the system's roots are asked, and they do not
-        // know the cluster's CA.
+        // Without sslrootcert, or with `system`, the system's roots are
+        // asked, and they do not know the cluster's CA.
         (
             tls_url(&db, "localhost", "verify-full", None),
+            "certificate",
+        ),
+        (
+            tls_url(&db, "localhost", "verify-full", Some("system")),
             "certificate",
         ),
     ] {
@@ -796,6 +800,14 @@ fn postgresql_connections_are_encrypted_and_checked_as_sslmode_says() {
         .err()
         .unwrap();
     assert!(e.to_string().contains("verify_full"), "{e}");
+    // The system's roots without the host check: any public CA's
+    // certificate would pass, so it is refused (as libpq 16 does).
+    for root in [None, Some("system")] {
+        let e = cheq::store::pg::Pg::new(&tls_url(&db, "127.0.0.1", "verify-ca", root), 1)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("verify-ca needs sslrootcert"), "{e}");
+    }
     let e = cheq::store::pg::Pg::new(
         &tls_url(&db, "localhost", "verify-full", Some("/nonexistent/ca.pem")),
         1,

@@ -69,7 +69,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             crate::keyfile::BearerSecret::load_or_create(path)
                 .map_err(|e| CliError::Server(format!("--token-file {e}")))?,
         )),
-        None if !addr.ip().is_loopback() => {
+        None if !addr.ip().to_canonical().is_loopback() => {
             return Err(CliError::Usage(format!(
                 "--listen {addr}: an address beyond loopback needs --token-file FILE (anyone \
                  who reaches the bridge calls the RS's tools as its agent)"
@@ -78,6 +78,12 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         None => None,
     };
     let guarded = token.is_some();
+    if guarded && !addr.ip().to_canonical().is_loopback() {
+        log::warn!(
+            "the MCP bridge serves plain HTTP on {addr}: put a TLS proxy in front of it, or its \
+             bearer token crosses the network in clear (RFC 6750 §5.3)"
+        );
+    }
     rt.block_on(server::serve_http(bridge, addr, token, |bound| {
         let _ = writeln!(
             out,

@@ -371,6 +371,7 @@ pub async fn serve_http(
                     let mut service = service.clone();
                     let token = token.clone();
                     async move {
+                        let mut req = req;
                         let refuse = |status: u16, body: Value, challenge: Option<&str>| {
                             let mut resp = hyper::Response::builder()
                                 .status(status)
@@ -387,10 +388,31 @@ pub async fn serve_http(
                             return Ok::<_, std::convert::Infallible>(refuse(404, body, None));
                         }
                         if let Some(token) = &token {
-                            if let Err(challenge) = bearer_check(token, req.headers()) {
-                                let body = json!({"error": "invalid_token", "error_description": "the MCP endpoint needs the bearer token of the bridge's --token-file"});
-                                return Ok(refuse(401, body, Some(challenge)));
+                            match bearer_check(token, req.headers()) {
+                                Ok(()) => {}
+                                Err(Refusal::Several) => {
+                                    let body = json!({"error": "invalid_request", "error_description": "one Authorization header, please"});
+                                    return Ok(refuse(
+                                        400,
+                                        body,
+                                        Some("Bearer realm=\"mcp\", error=\"invalid_request\""),
+                                    ));
+                                }
+                                Err(Refusal::Missing) => {
+                                    let body = json!({"error": "unauthorized", "error_description": "the MCP endpoint needs the bearer token of the bridge's --token-file"});
+                                    return Ok(refuse(401, body, Some("Bearer realm=\"mcp\"")));
+                                }
+                                Err(Refusal::Wrong) => {
+                                    let body = json!({"error": "invalid_token", "error_description": "that is not the bearer token of the bridge's --token-file"});
+                                    return Ok(refuse(
+                                        401,
+                                        body,
+                                        Some("Bearer realm=\"mcp\", error=\"invalid_token\""),
+                                    ));
+                                }
                             }
+                            // Checked: MCP has no use for it, so it goes no further.
+                            req.headers_mut().remove(hyper::header::AUTHORIZATION);
                         }
                         service.call(req).await
                     }
@@ -403,16 +425,28 @@ pub async fn serve_http(
     }
 }
 
+/// Why a request was not let through to MCP.
+#[derive(Debug, PartialEq, Eq)]
+enum Refusal {
+    /// No `Authorization` header (RFC 6750 §3.1: no error code).
+    Missing,
+    /// More than one.
+    Several,
+    /// Another scheme, or another token.
+    Wrong,
+}
+
 /// Whether `headers` carry `token` as `Authorization: Bearer` (RFC 6750:
-/// the scheme in any case, the token compared in constant time); else the
-/// challenge to answer with, naming the error when a token was presented.
+/// the scheme in any case, the token compared in constant time).
 fn bearer_check(
     token: &crate::keyfile::BearerSecret,
     headers: &hyper::HeaderMap,
-) -> Result<(), &'static str> {
+) -> Result<(), Refusal> {
     let mut values = headers.get_all(hyper::header::AUTHORIZATION).iter();
-    let (Some(value), None) = (values.next(), values.next()) else {
-        return Err("Bearer realm=\"mcp\"");
+    let value = match (values.next(), values.next()) {
+        (None, _) => return Err(Refusal::Missing),
+        (Some(_), Some(_)) => return Err(Refusal::Several),
+        (Some(value), None) => value,
     };
     let presented = value
         .to_str()
@@ -422,7 +456,7 @@ fn bearer_check(
         .map(|(_, t)| t.trim());
     match presented {
         Some(t) if token.matches(t.as_bytes()) => Ok(()),
-        _ => Err("Bearer realm=\"mcp\", error=\"invalid_token\""),
+        _ => Err(Refusal::Wrong),
     }
 }
 

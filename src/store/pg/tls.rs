@@ -8,9 +8,12 @@
 //! | `disable` | never | — |
 //! | `prefer` (the default, as in libpq) | when the server offers it | no |
 //! | `require` | always | no; with `sslrootcert`, its chain, as `verify-ca` |
-//! | `verify-ca` | always | its chain, against `sslrootcert` or the system's roots |
-//! | `verify-full` | always | its chain and that it names the URL's host |
+//! | `verify-ca` | always | its chain, against `sslrootcert` (which it needs) |
+//! | `verify-full` | always | its chain, against `sslrootcert` or else the system's roots (`sslrootcert=system` says so), and that it names the URL's host |
 //!
+//! As in libpq since PostgreSQL 16, the system's roots are trusted with
+//! `verify-full` only: any public CA signs certificates for some name, so
+//! without the host check they would let anyone holding one through.
 //! tokio-postgres reads `sslmode` as `disable`, `prefer` or `require` only and
 //! refuses `sslrootcert`: both are taken out of the URL here, and the URL
 //! handed on says `require` for the three modes that always encrypt. The
@@ -77,9 +80,13 @@ impl SslMode {
 pub struct TlsSettings {
     pub mode: SslMode,
     /// The PEM file of the certificates that may sign the server's chain:
-    /// the only roots then, as in libpq.
+    /// the only roots then, as in libpq. `None`: the system's roots, for
+    /// `verify-full` only.
     pub root_cert: Option<PathBuf>,
 }
+
+/// `sslrootcert`'s value that names the system's roots (libpq 16).
+const SYSTEM_ROOTS: &str = "system";
 
 /// Splits `url` into the URL tokio-postgres reads and its TLS settings. A
 /// connection string that is not a URL (`host=… dbname=…`) is handed on
@@ -110,24 +117,48 @@ pub fn split(url: &str) -> Result<(String, TlsSettings), StoreError> {
             },
         ));
     };
+    // The other parameters are kept byte for byte: tokio-postgres decodes
+    // them with percent-decoding alone (a `+` stays a `+`), which a form
+    // encoder's round trip would not respect.
     let mut mode = SslMode::Prefer;
-    let mut root_cert = None;
-    let mut kept: Vec<(String, String)> = Vec::new();
-    for (key, value) in parsed.query_pairs() {
-        match key.as_ref() {
-            "sslmode" => mode = SslMode::parse(&value)?,
-            "sslrootcert" => root_cert = Some(PathBuf::from(value.as_ref())),
-            _ => kept.push((key.into_owned(), value.into_owned())),
+    let mut root_cert: Option<String> = None;
+    let mut kept: Vec<&str> = Vec::new();
+    let query = parsed.query().unwrap_or_default().to_owned();
+    for segment in query.split('&').filter(|s| !s.is_empty()) {
+        let (key, value) = segment.split_once('=').unwrap_or((segment, ""));
+        let decoded = |text: &str| {
+            percent_encoding::percent_decode_str(text)
+                .decode_utf8()
+                .map(|v| v.into_owned())
+                .map_err(|_| backend("database_url", "a TLS parameter is not UTF-8"))
+        };
+        match decoded(key)?.as_str() {
+            "sslmode" => mode = SslMode::parse(&decoded(value)?)?,
+            "sslrootcert" => root_cert = Some(decoded(value)?),
+            _ => kept.push(segment),
         }
     }
-    {
-        let mut query = parsed.query_pairs_mut();
-        query.clear();
-        for (key, value) in &kept {
-            query.append_pair(key, value);
-        }
-        query.append_pair("sslmode", mode.driver_value());
-    }
+    let root_cert =
+        match root_cert.as_deref() {
+            None | Some(SYSTEM_ROOTS) if mode == SslMode::VerifyCa => {
+                return Err(backend(
+                    "database_url",
+                    "sslmode=verify-ca needs sslrootcert=FILE, the CA that signs the database's \
+                 certificate (the system's roots are trusted with verify-full only, which also \
+                 checks the host name)",
+                ))
+            }
+            Some(SYSTEM_ROOTS) if mode != SslMode::VerifyFull => return Err(backend(
+                "database_url",
+                "sslrootcert=system needs sslmode=verify-full (without the host name check, any \
+                 certificate a public CA issued would pass)",
+            )),
+            None | Some(SYSTEM_ROOTS) => None,
+            Some(file) => Some(PathBuf::from(file)),
+        };
+    let sslmode = format!("sslmode={}", mode.driver_value());
+    kept.push(&sslmode);
+    parsed.set_query(Some(&kept.join("&")));
     Ok((parsed.to_string(), TlsSettings { mode, root_cert }))
 }
 
@@ -170,6 +201,7 @@ pub fn connector(
     }
     let mut builder = native_tls::TlsConnector::builder();
     builder.min_protocol_version(Some(native_tls::Protocol::Tlsv12));
+    // verify-ca always has a root file (`split` refuses it without one).
     let checks_chain = match settings.mode {
         SslMode::VerifyCa | SslMode::VerifyFull => true,
         SslMode::Require => settings.root_cert.is_some(),
@@ -242,6 +274,48 @@ mod tests {
     }
 
     #[test]
+    fn other_parameters_are_kept_byte_for_byte() {
+        let (url, tls) = split(
+            "postgres://u:p%20w@h/db?options=-c%20statement_timeout%3D5000&password=a+b%20c&sslrootcert=%2Fetc%2Fca%20x.pem&sslmode=verify-full",
+        )
+        .unwrap();
+        assert_eq!(
+            url,
+            "postgres://u:p%20w@h/db?options=-c%20statement_timeout%3D5000&password=a+b%20c&sslmode=require"
+        );
+        assert_eq!(tls.root_cert.as_deref(), Some(Path::new("/etc/ca x.pem")));
+        let config: tokio_postgres::Config = url.parse().unwrap();
+        assert_eq!(config.get_options(), Some("-c statement_timeout=5000"));
+        assert_eq!(config.get_password(), Some(&b"a+b c"[..]));
+    }
+
+    #[test]
+    fn the_systems_roots_only_with_the_host_checked() {
+        for url in [
+            "postgres://h/db?sslmode=verify-ca",
+            "postgres://h/db?sslmode=verify-ca&sslrootcert=system",
+        ] {
+            let e = split(url).unwrap_err();
+            assert!(e.to_string().contains("verify-ca needs sslrootcert"), "{e}");
+        }
+        for mode in ["require", "prefer"] {
+            let e = split(&format!(
+                "postgres://h/db?sslmode={mode}&sslrootcert=system"
+            ))
+            .unwrap_err();
+            assert!(e.to_string().contains("needs sslmode=verify-full"), "{e}");
+        }
+        for url in [
+            "postgres://h/db?sslmode=verify-full",
+            "postgres://h/db?sslmode=verify-full&sslrootcert=system",
+        ] {
+            let (_, tls) = split(url).unwrap();
+            assert_eq!(tls.root_cert, None, "{url}");
+            assert!(connector(&tls).unwrap().is_some());
+        }
+    }
+
+    #[test]
     fn the_default_is_prefer_as_in_libpq() {
         let (url, tls) = split("postgres://cheq@127.0.0.1:5432/cheq").unwrap();
         assert_eq!(tls.mode, SslMode::Prefer);
@@ -250,7 +324,7 @@ mod tests {
         for (value, mode, driver) in [
             ("disable", SslMode::Disable, "disable"),
             ("require", SslMode::Require, "require"),
-            ("verify-ca", SslMode::VerifyCa, "require"),
+            ("verify-ca&sslrootcert=ca.pem", SslMode::VerifyCa, "require"),
         ] {
             let (url, tls) = split(&format!("postgresql://h/db?sslmode={value}")).unwrap();
             assert_eq!(tls.mode, mode);

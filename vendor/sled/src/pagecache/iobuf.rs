@@ -1190,8 +1190,9 @@ fn seal_and_write_iobuf(
     if header::n_writers(sealed) == 0 {
         iobufs.config.global_error()?;
         trace!(
-            "asynchronously writing iobuf with lsn {} to log from maybe_seal",
-            lsn
+            "writing iobuf with lsn {} to log from maybe_seal (here: {})",
+            lsn,
+            write_here
         );
         if write_here {
             // cheq: as the pool's job below, on this thread.
