@@ -615,6 +615,21 @@ async fn stdio_in_both_revisions() {
     env.stop().await;
 }
 
+/// A `server/discover` POST (2026-07-28) to the bridge at `url`, as a
+/// client sends it, before any test-specific header.
+fn discover_request(url: &str) -> reqwest::RequestBuilder {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    http_client()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "server/discover")
+        .json(&body)
+}
+
 /// Streamable HTTP security (MCP transports): a request carrying a browser
 /// `Origin`, or a `Host` that is not the bridge's loopback address (DNS
 /// rebinding), is refused before any MCP processing; other paths are 404.
@@ -623,17 +638,8 @@ async fn origin_and_host_are_checked() {
     let env = Env::start(Options::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let bridge = start_bridge(&env, dir.path()).await;
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {}}}});
     let post = |origin: Option<&str>, host: Option<&str>| {
-        let mut req = http_client()
-            .post(&bridge.url)
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "server/discover")
-            .json(&body);
+        let mut req = discover_request(&bridge.url);
         if let Some(o) = origin {
             req = req.header("origin", o);
         }
@@ -679,17 +685,8 @@ async fn a_bridge_with_a_token_serves_only_its_bearer() {
     let token = std::fs::read_to_string(&file).unwrap();
     assert_eq!(token.len(), 43, "{token}");
 
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {}}}});
     let post = |authorization: Option<String>, extra: Option<(&'static str, &'static str)>| {
-        let mut req = http_client()
-            .post(&bridge.url)
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "server/discover")
-            .json(&body);
+        let mut req = discover_request(&bridge.url);
         if let Some(a) = authorization {
             req = req.header("authorization", a);
         }
@@ -708,13 +705,9 @@ async fn a_bridge_with_a_token_serves_only_its_bearer() {
     let error: Value = missing.json().await.unwrap();
     assert_eq!(error["error"], "unauthorized", "{error}");
     // Two Authorization headers, one of them right: 400.
-    let twice = http_client()
-        .post(&bridge.url)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
+    let twice = discover_request(&bridge.url)
         .header("authorization", format!("Bearer {token}"))
         .header("authorization", "Bearer other")
-        .json(&body)
         .send()
         .await
         .unwrap();
