@@ -350,7 +350,12 @@ mod tests {
         assert!(MetricsToken::for_access(MetricsAccess::Open, dir.path())
             .unwrap()
             .is_none());
+        use std::os::unix::fs::PermissionsExt;
+        let private = |file: &std::path::Path| {
+            std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600)).unwrap()
+        };
         std::fs::write(&file, format!("{}\n\n\n\n\n", "s".repeat(31))).unwrap();
+        private(&file);
         let short = MetricsToken::for_access(MetricsAccess::Token, dir.path()).unwrap_err();
         assert!(
             short.to_string().contains("shorter than 32 bytes"),
@@ -358,6 +363,11 @@ mod tests {
         );
         let secret = "t".repeat(40);
         std::fs::write(&file, format!("{secret}\n")).unwrap();
+        // Written by hand with the usual 0644: refused until made private.
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let open = MetricsToken::for_access(MetricsAccess::Token, dir.path()).unwrap_err();
+        assert!(open.to_string().contains("chmod 600"), "{open}");
+        private(&file);
         let token = MetricsToken::for_access(MetricsAccess::Token, dir.path())
             .unwrap()
             .unwrap();

@@ -24,6 +24,8 @@ pub enum KeyFileError {
     },
     #[error("{path} is open to others (mode {mode:o}): its keys, hashes and decisions must be its owner's alone; run `chmod 700 {path}`")]
     OpenToOthers { path: String, mode: u32 },
+    #[error("{path} is open to others (mode {mode:o}): a secret others may read is no secret; run `chmod 600 {path}`")]
+    SecretOpenToOthers { path: String, mode: u32 },
 }
 
 /// Makes every file and folder this process creates its owner's alone
@@ -201,6 +203,23 @@ impl BearerSecret {
     /// newline; what is left must still be 32 bytes or more.
     pub fn load_or_create(path: &Path) -> Result<BearerSecret, KeyFileError> {
         let bytes = zeroize::Zeroizing::new(load_or_create_secret(path)?);
+        // A token others may read is not a secret (one written by hand with
+        // the usual 0644, say): refused, as ssh refuses such a key.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(path)
+                .map_err(io(path))?
+                .permissions()
+                .mode()
+                & 0o777;
+            if mode & 0o077 != 0 {
+                return Err(KeyFileError::SecretOpenToOthers {
+                    path: path.display().to_string(),
+                    mode,
+                });
+            }
+        }
         let token = bytes.trim_ascii();
         if token.len() < 32 {
             return Err(io(path)(std::io::Error::new(
