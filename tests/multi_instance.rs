@@ -756,6 +756,21 @@ fn postgresql_connections_are_encrypted_and_checked_as_sslmode_says() {
     ] {
         assert_eq!(encrypted(&url).unwrap(), want, "{url}");
     }
+    // Over the cluster's Unix socket (in the directory of its CA), sslmode
+    // does not apply, as in libpq: connected, not encrypted.
+    let port = url::Url::parse(&db).unwrap().port().unwrap();
+    let socket_dir = std::path::Path::new(&ca)
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
+    let over_socket = format!(
+        "postgres://cheq@{}:{port}{}?sslmode=verify-full&sslrootcert={}",
+        socket_dir.replace('/', "%2F"),
+        url::Url::parse(&db).unwrap().path(),
+        ca.replace('/', "%2F"),
+    );
+    assert!(!encrypted(&over_socket).unwrap(), "{over_socket}");
     // Refused: no connection at all, with the reason.
     for (url, why) in [
         // The certificate names localhost, not the address asked for.

@@ -178,6 +178,17 @@ impl Pg {
                 backend("database_url", UrlError(e.to_string()).to_string())
             })?;
         tls::warn_if_unchecked(&settings, config.get_hosts());
+        // A Unix socket never leaves the machine, and PostgreSQL offers no
+        // TLS on one: as libpq does, sslmode is not applied there.
+        #[cfg(unix)]
+        if !config.get_hosts().is_empty()
+            && config
+                .get_hosts()
+                .iter()
+                .all(|h| matches!(h, tokio_postgres::config::Host::Unix(_)))
+        {
+            config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+        }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }

@@ -11,6 +11,9 @@
 //! | `verify-ca` | always | its chain, against `sslrootcert` (which it needs) |
 //! | `verify-full` | always | its chain, against `sslrootcert` or else the system's roots (`sslrootcert=system` says so), and that it names the URL's host |
 //!
+//! Over a Unix socket `sslmode` does not apply, as in libpq (`Pg::new`): the
+//! socket never leaves the machine, and PostgreSQL offers no TLS there.
+//!
 //! As in libpq since PostgreSQL 16, the system's roots are trusted with
 //! `verify-full` only: any public CA signs certificates for some name, so
 //! without the host check they would let anyone holding one through.
