@@ -780,37 +780,31 @@ async fn a_bridge_with_a_token_serves_only_its_bearer() {
         text.contains("--token-file") && !text.contains("panicked"),
         "{text}"
     );
-    // A token file others may read is refused, whatever it holds.
-    let open = dir.path().join("open.token");
-    std::fs::write(&open, format!("{token}\n")).unwrap();
-    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let (code, text) = cli(&[
-        "mcp",
-        "--rs",
-        &env.rs_url,
-        "--listen",
-        "127.0.0.1:0",
-        "--token-file",
-        open.to_str().unwrap(),
-    ]);
-    assert_ne!(code, Some(0), "{text}");
-    assert!(
-        text.contains("open.token") && text.contains("644"),
-        "{text}"
-    );
-    let short = dir.path().join("short.token");
-    std::fs::write(&short, "too short\n").unwrap();
-    std::fs::set_permissions(&short, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let (code, text) = cli(&[
-        "mcp",
-        "--rs",
-        &env.rs_url,
-        "--listen",
-        "127.0.0.1:0",
-        "--token-file",
-        short.to_str().unwrap(),
-    ]);
-    assert_ne!(code, Some(0), "{text}");
-    assert!(text.contains("shorter than 32 bytes"), "{text}");
+    // A token file others may read, whatever it holds, and one too short:
+    // refused, each by name.
+    for (name, contents, mode, said) in [
+        ("open.token", format!("{token}\n"), 0o644, "chmod 600"),
+        (
+            "short.token",
+            "too short\n".to_owned(),
+            0o600,
+            "shorter than 32 bytes",
+        ),
+    ] {
+        let file = dir.path().join(name);
+        std::fs::write(&file, contents).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+        let (code, text) = cli(&[
+            "mcp",
+            "--rs",
+            &env.rs_url,
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+            file.to_str().unwrap(),
+        ]);
+        assert_ne!(code, Some(0), "{text}");
+        assert!(text.contains(name) && text.contains(said), "{text}");
+    }
     env.stop().await;
 }
