@@ -50,22 +50,30 @@ pub fn ensure_private_dir(dir: &Path) -> Result<(), KeyFileError> {
         }
         builder.create(dir).map_err(io(dir))?;
     }
+    if let Some(mode) = open_to_others(dir)? {
+        return Err(KeyFileError::OpenToOthers {
+            path: dir.display().to_string(),
+            mode,
+        });
+    }
+    Ok(())
+}
+
+/// The mode of `path` when its group or others have any access to it.
+fn open_to_others(path: &Path) -> Result<Option<u32>, KeyFileError> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(dir)
-            .map_err(io(dir))?
+        let mode = std::fs::metadata(path)
+            .map_err(io(path))?
             .permissions()
             .mode()
             & 0o777;
         if mode & 0o077 != 0 {
-            return Err(KeyFileError::OpenToOthers {
-                path: dir.display().to_string(),
-                mode,
-            });
+            return Ok(Some(mode));
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> KeyFileError + '_ {
@@ -205,20 +213,11 @@ impl BearerSecret {
         let bytes = zeroize::Zeroizing::new(load_or_create_secret(path)?);
         // A token others may read is not a secret (one written by hand with
         // the usual 0644, say): refused, as ssh refuses such a key.
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(path)
-                .map_err(io(path))?
-                .permissions()
-                .mode()
-                & 0o777;
-            if mode & 0o077 != 0 {
-                return Err(KeyFileError::SecretOpenToOthers {
-                    path: path.display().to_string(),
-                    mode,
-                });
-            }
+        if let Some(mode) = open_to_others(path)? {
+            return Err(KeyFileError::SecretOpenToOthers {
+                path: path.display().to_string(),
+                mode,
+            });
         }
         let token = bytes.trim_ascii();
         if token.len() < 32 {
