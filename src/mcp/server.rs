@@ -388,28 +388,11 @@ pub async fn serve_http(
                             return Ok::<_, std::convert::Infallible>(refuse(404, body, None));
                         }
                         if let Some(token) = &token {
-                            match bearer_check(token, req.headers()) {
-                                Ok(()) => {}
-                                Err(Refusal::Several) => {
-                                    let body = json!({"error": "invalid_request", "error_description": "one Authorization header, please"});
-                                    return Ok(refuse(
-                                        400,
-                                        body,
-                                        Some("Bearer realm=\"mcp\", error=\"invalid_request\""),
-                                    ));
-                                }
-                                Err(Refusal::Missing) => {
-                                    let body = json!({"error": "unauthorized", "error_description": "the MCP endpoint needs the bearer token of the bridge's --token-file"});
-                                    return Ok(refuse(401, body, Some("Bearer realm=\"mcp\"")));
-                                }
-                                Err(Refusal::Wrong) => {
-                                    let body = json!({"error": "invalid_token", "error_description": "that is not the bearer token of the bridge's --token-file"});
-                                    return Ok(refuse(
-                                        401,
-                                        body,
-                                        Some("Bearer realm=\"mcp\", error=\"invalid_token\""),
-                                    ));
-                                }
+                            if let Err(refusal) = bearer_check(token, req.headers()) {
+                                let (status, error, description, challenge) = refusal.answer();
+                                let body =
+                                    json!({"error": error, "error_description": description});
+                                return Ok(refuse(status, body, Some(challenge)));
                             }
                             // Checked: MCP has no use for it, so it goes no further.
                             req.headers_mut().remove(hyper::header::AUTHORIZATION);
@@ -434,6 +417,33 @@ enum Refusal {
     Several,
     /// Another scheme, or another token.
     Wrong,
+}
+
+impl Refusal {
+    /// Its status, JSON error and description, and Bearer challenge (RFC
+    /// 6750 §3: an error code only when a token was offered).
+    fn answer(&self) -> (u16, &'static str, &'static str, &'static str) {
+        match self {
+            Refusal::Missing => (
+                401,
+                "unauthorized",
+                "the MCP endpoint needs the bearer token of the bridge's --token-file",
+                "Bearer realm=\"mcp\"",
+            ),
+            Refusal::Several => (
+                400,
+                "invalid_request",
+                "one Authorization header, please",
+                "Bearer realm=\"mcp\", error=\"invalid_request\"",
+            ),
+            Refusal::Wrong => (
+                401,
+                "invalid_token",
+                "that is not the bearer token of the bridge's --token-file",
+                "Bearer realm=\"mcp\", error=\"invalid_token\"",
+            ),
+        }
+    }
 }
 
 /// Whether `headers` carry `token` as `Authorization: Bearer` (RFC 6750:
