@@ -5,8 +5,21 @@
 //! flows it held the demo flat and below the system allocator, which kept
 //! growing; mimalloc held about 2.4 times the system allocator's memory
 //! (BENCHMARKS.md, issue 13).
+//!
+//! tokio's blocking pool is asked for its sharded queue (`TOKIO_UNSTABLE_
+//! SHARDED_BLOCKING_QUEUE`, read when each runtime is built) unless the
+//! variable is set already (`0` turns it off): store calls and signatures
+//! run on that pool, and its one mutex was the most contended lock of a
+//! server under load (BENCHMARKS.md, "Tenth pass").
+
+/// tokio's switch for its sharded blocking queue.
+const SHARDED_BLOCKING_QUEUE: &str = "TOKIO_UNSTABLE_SHARDED_BLOCKING_QUEUE";
 
 fn main() {
+    // Before any thread or runtime exists.
+    if std::env::var_os(SHARDED_BLOCKING_QUEUE).is_none() {
+        std::env::set_var(SHARDED_BLOCKING_QUEUE, "1");
+    }
     std::process::exit(cheq::cli::main());
 }
 
