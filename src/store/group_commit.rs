@@ -27,10 +27,15 @@ pub enum Failed<E> {
 }
 
 /// Flushes shared by concurrent writers of one database.
+///
+/// A writer needing flush number `n` waits on `ended[n % 2]`: when flush `n`
+/// ends, its writers are released, and one writer of flush `n + 1` (if any)
+/// is woken to lead it; the others of `n + 1` sleep on until it ends. (With
+/// one condition variable, every writer was woken twice: issue 13.)
 #[derive(Debug, Default)]
 pub struct GroupCommit {
     state: Mutex<State>,
-    ended: Condvar,
+    ended: [Condvar; 2],
 }
 
 #[derive(Debug, Default)]
@@ -47,6 +52,8 @@ struct State {
     waiting: usize,
     /// Why the last failed flush failed.
     error: Option<String>,
+    /// How many times a waiting writer was woken (for tests).
+    wakeups: u64,
 }
 
 impl GroupCommit {
@@ -71,11 +78,11 @@ impl GroupCommit {
         let needed = state.started + 1;
         while state.running && state.ended < needed {
             state.waiting += 1;
-            state = self
-                .ended
+            state = self.ended[parity(needed)]
                 .wait(state)
                 .unwrap_or_else(PoisonError::into_inner);
             state.waiting -= 1;
+            state.wakeups += 1;
         }
         if state.ended >= needed {
             // A flush that started after this call has ended.
@@ -104,7 +111,10 @@ impl GroupCommit {
             Ok(()) => state.succeeded = number,
             Err(e) => state.error = Some(e.to_string()),
         }
-        self.ended.notify_all();
+        drop(state);
+        // Every writer of this flush; one of the next, to lead it.
+        self.ended[parity(number)].notify_all();
+        self.ended[parity(number + 1)].notify_one();
         result.map_err(Failed::Own)
     }
 
@@ -112,6 +122,16 @@ impl GroupCommit {
     pub fn waiting(&self) -> usize {
         self.lock().waiting
     }
+
+    /// How many times a waiting writer was woken so far (for tests).
+    pub fn wakeups(&self) -> u64 {
+        self.lock().wakeups
+    }
+}
+
+/// Which of the two condition variables the writers of flush `n` wait on.
+fn parity(n: u64) -> usize {
+    usize::from(n % 2 == 1)
 }
 
 #[cfg(test)]
@@ -177,6 +197,44 @@ mod tests {
         // The first flush started before the others wrote: it cannot stand
         // for them; exactly one more does.
         assert_eq!(runs.load(Ordering::SeqCst), 2);
+    }
+
+    /// When a flush ends, of the writers waiting for the next one only the
+    /// one that leads it wakes; the others sleep until it ends.
+    #[test]
+    fn the_end_of_a_flush_wakes_only_the_leader_of_the_next() {
+        let group = Arc::new(GroupCommit::new());
+        let (entered, running) = mpsc::channel();
+        let (release, gate) = mpsc::channel::<()>();
+        let gate = Arc::new(std::sync::Mutex::new(gate));
+        let writer = || {
+            let (group, entered, gate) = (group.clone(), entered.clone(), gate.clone());
+            std::thread::spawn(move || {
+                group.flush(|| {
+                    entered.send(()).unwrap();
+                    gate.lock().unwrap().recv().unwrap();
+                    Ok::<_, String>(())
+                })
+            })
+        };
+        let mut writers = vec![writer()];
+        running.recv().unwrap();
+        writers.extend((0..7).map(|_| writer()));
+        while group.waiting() < 7 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        release.send(()).unwrap();
+        // The second flush runs, led by one of the seven.
+        running.recv().unwrap();
+        // Time for any other writer woken by the first flush's end to run.
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(group.wakeups(), 1);
+        assert_eq!(group.waiting(), 6);
+        release.send(()).unwrap();
+        for w in writers {
+            assert_eq!(w.join().unwrap(), Ok(()));
+        }
+        assert_eq!(group.wakeups(), 7);
     }
 
     #[test]
