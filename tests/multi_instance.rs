@@ -892,6 +892,26 @@ fn cheq_migrate_applies_the_schema_of_the_server_a_configuration_names() {
         !ok && out.contains("certificate") && !out.contains("panicked"),
         "{out}"
     );
+    // libpq's PGSSLMODE and PGSSLROOTCERT stand for what the URL leaves
+    // out: the certificate is checked against the root they name.
+    let mut on_localhost = url::Url::parse(&db).unwrap();
+    on_localhost.set_host(Some("localhost")).unwrap();
+    let on_localhost = on_localhost.to_string();
+    for (root, checks_out) in [(unrelated_ca(), false), (cluster_ca(), true)] {
+        let (ok, out) = cheq_cli(
+            &["migrate", "--config", &cs],
+            &[
+                ("CHEQ_DATABASE_URL", on_localhost.as_str()),
+                ("PGSSLMODE", "verify-full"),
+                ("PGSSLROOTCERT", root.as_str()),
+            ],
+        );
+        if checks_out {
+            assert!(ok && out.contains("(0 steps applied now)"), "{out}");
+        } else {
+            assert!(!ok && out.contains("certificate"), "{out}");
+        }
+    }
     let (ok, out) = cheq_cli(
         &["migrate", "--config", &cs],
         &[("CHEQ_DATABASE_URL", "mysql://root:hunter2@h/db")],

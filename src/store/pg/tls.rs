@@ -14,6 +14,9 @@
 //! Over a Unix socket `sslmode` does not apply, as in libpq (`Pg::new`): the
 //! socket never leaves the machine, and PostgreSQL offers no TLS there.
 //!
+//! As in libpq, the environment's `PGSSLMODE` and `PGSSLROOTCERT` stand for
+//! a parameter the URL leaves out (the URL wins when it names one).
+//!
 //! As in libpq since PostgreSQL 16, the system's roots are trusted with
 //! `verify-full` only: any public CA signs certificates for some name, so
 //! without the host check they would let anyone holding one through.
@@ -38,7 +41,8 @@ pub enum SslMode {
 }
 
 impl SslMode {
-    fn parse(value: &str) -> Result<SslMode, StoreError> {
+    /// `value` as `name` (`sslmode`, or `PGSSLMODE`) gives it.
+    fn parse(name: &str, value: &str) -> Result<SslMode, StoreError> {
         Ok(match value {
             "disable" => SslMode::Disable,
             "prefer" => SslMode::Prefer,
@@ -49,7 +53,7 @@ impl SslMode {
                 return Err(backend(
                     "database_url",
                     format!(
-                        "sslmode={other:?} is not one of disable, prefer, require, verify-ca, \
+                        "{name}={other:?} is not one of disable, prefer, require, verify-ca, \
                          verify-full"
                     ),
                 ))
@@ -91,11 +95,21 @@ pub struct TlsSettings {
 /// `sslrootcert`'s value that names the system's roots (libpq 16).
 const SYSTEM_ROOTS: &str = "system";
 
-/// Splits `url` into the URL tokio-postgres reads and its TLS settings. A
-/// connection string that is not a URL (`host=… dbname=…`) is handed on
-/// whole, with tokio-postgres's own `sslmode` (libpq's extra modes and
-/// `sslrootcert` need the URL form there).
+/// Splits `url` into the URL tokio-postgres reads and its TLS settings,
+/// with `PGSSLMODE` and `PGSSLROOTCERT` from the environment for what the
+/// URL leaves out. A connection string that is not a URL (`host=…
+/// dbname=…`) is handed on whole, with tokio-postgres's own `sslmode`
+/// (libpq's extra modes, `sslrootcert` and the environment's defaults need
+/// the URL form).
 pub fn split(url: &str) -> Result<(String, TlsSettings), StoreError> {
+    split_with(url, |name| std::env::var(name).ok())
+}
+
+/// [`split`], with the environment's variables read through `env`.
+pub fn split_with(
+    url: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<(String, TlsSettings), StoreError> {
     let is_url = url.starts_with("postgres://") || url.starts_with("postgresql://");
     let parsed = if is_url {
         url::Url::parse(url).ok()
@@ -123,7 +137,7 @@ pub fn split(url: &str) -> Result<(String, TlsSettings), StoreError> {
     // The other parameters are kept byte for byte: tokio-postgres decodes
     // them with percent-decoding alone (a `+` stays a `+`), which a form
     // encoder's round trip would not respect.
-    let mut mode = SslMode::Prefer;
+    let mut mode: Option<SslMode> = None;
     let mut root_cert: Option<String> = None;
     let mut kept: Vec<&str> = Vec::new();
     let query = parsed.query().unwrap_or_default().to_owned();
@@ -136,18 +150,26 @@ pub fn split(url: &str) -> Result<(String, TlsSettings), StoreError> {
                 .map_err(|_| backend("database_url", "a TLS parameter is not UTF-8"))
         };
         match decoded(key)?.as_str() {
-            "sslmode" => mode = SslMode::parse(&decoded(value)?)?,
+            "sslmode" => mode = Some(SslMode::parse("sslmode", &decoded(value)?)?),
             "sslrootcert" => root_cert = Some(decoded(value)?),
             _ => kept.push(segment),
         }
     }
+    // libpq's defaults from the environment; an empty value is no value.
+    let env = |name: &str| env(name).filter(|v| !v.is_empty());
+    let mode = match (mode, env("PGSSLMODE")) {
+        (Some(mode), _) => mode,
+        (None, Some(value)) => SslMode::parse("PGSSLMODE", &value)?,
+        (None, None) => SslMode::Prefer,
+    };
+    let root_cert = root_cert.or_else(|| env("PGSSLROOTCERT"));
     let root_cert =
         match root_cert.as_deref() {
             None | Some(SYSTEM_ROOTS) if mode == SslMode::VerifyCa => {
                 return Err(backend(
                     "database_url",
-                    "sslmode=verify-ca needs sslrootcert=FILE, the CA that signs the database's \
-                 certificate (the system's roots are trusted with verify-full only, which also \
+                    "sslmode=verify-ca needs sslrootcert=FILE (or PGSSLROOTCERT), the CA that signs \
+                 the database's certificate (the system's roots are trusted with verify-full only, which also \
                  checks the host name)",
                 ))
             }
@@ -165,9 +187,20 @@ pub fn split(url: &str) -> Result<(String, TlsSettings), StoreError> {
     Ok((parsed.to_string(), TlsSettings { mode, root_cert }))
 }
 
-/// Logs the TLS mode, and warns when a database reached over the network
-/// (not loopback, not a Unix socket) is trusted without a certificate check.
+/// Logs the TLS mode, or [`unchecked_warning`]'s warning.
 pub fn warn_if_unchecked(settings: &TlsSettings, hosts: &[tokio_postgres::config::Host]) {
+    match unchecked_warning(settings, hosts) {
+        Some(warning) => log::warn!("{warning}"),
+        None => log::info!("PostgreSQL connections: sslmode={}", settings.mode.as_str()),
+    }
+}
+
+/// A warning when a database reached over the network (not loopback, not a
+/// Unix socket) is trusted without a certificate check.
+pub fn unchecked_warning(
+    settings: &TlsSettings,
+    hosts: &[tokio_postgres::config::Host],
+) -> Option<String> {
     let checked = match settings.mode {
         SslMode::VerifyFull | SslMode::VerifyCa => true,
         SslMode::Require => settings.root_cert.is_some(),
@@ -177,22 +210,22 @@ pub fn warn_if_unchecked(settings: &TlsSettings, hosts: &[tokio_postgres::config
         tokio_postgres::config::Host::Tcp(name) => {
             name != "localhost"
                 && !name
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
                     .parse::<std::net::IpAddr>()
-                    .is_ok_and(|ip| ip.is_loopback())
+                    .is_ok_and(|ip| ip.to_canonical().is_loopback())
         }
         #[cfg(unix)]
         tokio_postgres::config::Host::Unix(_) => false,
     });
-    if remote && !checked {
-        log::warn!(
+    (remote && !checked).then(|| {
+        format!(
             "PostgreSQL is reached over the network with sslmode={} and no checked certificate: \
              anyone on the path can read or change what is stored; use sslmode=verify-full \
              with sslrootcert",
             settings.mode.as_str()
-        );
-    } else {
-        log::info!("PostgreSQL connections: sslmode={}", settings.mode.as_str());
-    }
+        )
+    })
 }
 
 /// The connector for `settings` (`None`: plain connections).
@@ -256,6 +289,11 @@ fn root_certificates(path: &Path) -> Result<Vec<native_tls::Certificate>, StoreE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`super::split`] without the environment of whoever runs the tests.
+    fn split(url: &str) -> Result<(String, TlsSettings), StoreError> {
+        split_with(url, |_| None)
+    }
 
     #[test]
     fn libpq_parameters_are_taken_out_of_the_url() {
@@ -371,6 +409,101 @@ mod tests {
         std::fs::write(&bundle, format!("{one}{}", &one[..one.len() / 2])).unwrap();
         let e = root_certificates(&bundle).err().unwrap();
         assert!(e.to_string().contains("END"), "{e}");
+    }
+
+    #[test]
+    fn the_environment_stands_for_what_the_url_leaves_out() {
+        let env = |mode: &'static str, root: &'static str| {
+            move |name: &str| match name {
+                "PGSSLMODE" => Some(mode.to_owned()),
+                "PGSSLROOTCERT" => Some(root.to_owned()),
+                _ => None,
+            }
+        };
+        // Both from the environment.
+        let (url, tls) = split_with("postgres://h/db", env("verify-ca", "/etc/ca.pem")).unwrap();
+        assert_eq!(tls.mode, SslMode::VerifyCa);
+        assert_eq!(tls.root_cert.as_deref(), Some(Path::new("/etc/ca.pem")));
+        assert!(url.ends_with("?sslmode=require"), "{url}");
+        // The URL wins for what it names.
+        let (_, tls) = split_with(
+            "postgres://h/db?sslmode=disable&sslrootcert=/own.pem",
+            env("verify-full", "/etc/ca.pem"),
+        )
+        .unwrap();
+        assert_eq!(tls.mode, SslMode::Disable);
+        assert_eq!(tls.root_cert.as_deref(), Some(Path::new("/own.pem")));
+        // Empty values are no values: libpq's default.
+        let (_, tls) = split_with("postgres://h/db", env("", "")).unwrap();
+        assert_eq!(
+            tls,
+            TlsSettings {
+                mode: SslMode::Prefer,
+                root_cert: None
+            }
+        );
+        // Refused as the URL's own values would be, naming the variable.
+        let e = split_with("postgres://h/db", env("verify_full", "")).unwrap_err();
+        assert!(e.to_string().contains("PGSSLMODE=\"verify_full\""), "{e}");
+        let e = split_with("postgres://h/db", env("verify-ca", "")).unwrap_err();
+        assert!(e.to_string().contains("PGSSLROOTCERT"), "{e}");
+        let e = split_with("postgres://h/db?sslmode=require", env("", "system")).unwrap_err();
+        assert!(e.to_string().contains("needs sslmode=verify-full"), "{e}");
+    }
+
+    #[test]
+    fn an_unchecked_database_beyond_loopback_is_warned_of() {
+        use tokio_postgres::config::Host;
+        let tcp = |name: &str| vec![Host::Tcp(name.to_owned())];
+        let settings = |mode, root: Option<&str>| TlsSettings {
+            mode,
+            root_cert: root.map(PathBuf::from),
+        };
+        for mode in [SslMode::Disable, SslMode::Prefer, SslMode::Require] {
+            let warning = unchecked_warning(&settings(mode, None), &tcp("db.example")).unwrap();
+            assert!(
+                warning.contains(&format!("sslmode={}", mode.as_str())),
+                "{warning}"
+            );
+            assert!(unchecked_warning(&settings(mode, None), &tcp("10.0.0.5")).is_some());
+            // Loopback, in every spelling, is not the network.
+            for name in [
+                "localhost",
+                "127.0.0.1",
+                "127.8.9.1",
+                "::1",
+                "[::1]",
+                "::ffff:127.0.0.1",
+            ] {
+                assert_eq!(
+                    unchecked_warning(&settings(mode, None), &tcp(name)),
+                    None,
+                    "{name}"
+                );
+            }
+            #[cfg(unix)]
+            assert_eq!(
+                unchecked_warning(&settings(mode, None), &[Host::Unix("/run/pg".into())]),
+                None
+            );
+        }
+        // One remote host among others is enough.
+        let mixed = vec![
+            Host::Tcp("localhost".into()),
+            Host::Tcp("db.example".into()),
+        ];
+        assert!(unchecked_warning(&settings(SslMode::Prefer, None), &mixed).is_some());
+        // A checked certificate: no warning.
+        for (mode, root) in [
+            (SslMode::Require, Some("/etc/ca.pem")),
+            (SslMode::VerifyCa, Some("/etc/ca.pem")),
+            (SslMode::VerifyFull, None),
+        ] {
+            assert_eq!(
+                unchecked_warning(&settings(mode, root), &tcp("db.example")),
+                None
+            );
+        }
     }
 
     #[test]
