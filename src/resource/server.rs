@@ -265,6 +265,21 @@ pub async fn run(config: RsConfig) -> Result<(), RsError> {
     })
 }
 
+/// Runs reads of the store: on the worker itself with sled, whose reads are
+/// look-ups in memory or in the page cache (a hand-off to a blocking thread
+/// and back cost more than the read: issue 13); off it with PostgreSQL,
+/// whose calls may wait on the network up to their time limit, which would
+/// hold every other connection of the worker.
+async fn read<T: Send + 'static>(
+    state: &RsState,
+    f: impl FnOnce() -> Result<T, CheqRsError> + Send + 'static,
+) -> Result<T, ApiError> {
+    match state.backend {
+        crate::store::Backend::Sled => f().map_err(ApiError::from),
+        crate::store::Backend::Postgres => blocking(f).await,
+    }
+}
+
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, CheqRsError> + Send + 'static,
 ) -> Result<T, ApiError> {
@@ -385,10 +400,9 @@ async fn get_confirmation(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     state.tokens.check(authorization(&req), ClientRole::Cs)?;
-    // Two reads and no write: on the worker, as the CS's reads are (a hand-
-    // off to a blocking thread and back cost more than a read; issue 13).
-    // On PostgreSQL the servers run more workers for that wait.
-    let document = state.cheq.fetch(&id)?;
+    let cheq = state.cheq.clone();
+    let id = id.into_inner();
+    let document = read(&state, move || cheq.fetch(&id)).await?;
     Ok(HttpResponse::Ok()
         .content_type("application/jose+json")
         .insert_header((header::CACHE_CONTROL, "no-store"))
@@ -500,8 +514,9 @@ async fn get_result(
     state: web::Data<RsState>,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    // Reads only: on the worker, as `get_confirmation`.
-    let view = state.cheq.result(&id)?;
+    let cheq = state.cheq.clone();
+    let id = id.into_inner();
+    let view = read(&state, move || cheq.result(&id)).await?;
     let mut res = if view == ResultView::Pending {
         let mut r = HttpResponse::Accepted();
         r.insert_header((header::RETRY_AFTER, state.retry_after_secs.to_string()));

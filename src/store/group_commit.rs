@@ -101,21 +101,30 @@ impl GroupCommit {
         // for this writer and every waiting one.
         state.running = true;
         state.started += 1;
-        let number = state.started;
+        let leading = Leading {
+            group: self,
+            number: state.started,
+            ended: false,
+        };
         drop(state);
         let result = flush();
+        leading.end(result.as_ref().map(drop).map_err(ToString::to_string));
+        result.map_err(Failed::Own)
+    }
+
+    /// Ends flush `number` with `result`, and wakes every writer of it and
+    /// one of the next, to lead it.
+    fn end(&self, number: u64, result: Result<(), String>) {
         let mut state = self.lock();
         state.running = false;
         state.ended = number;
-        match &result {
+        match result {
             Ok(()) => state.succeeded = number,
-            Err(e) => state.error = Some(e.to_string()),
+            Err(e) => state.error = Some(e),
         }
         drop(state);
-        // Every writer of this flush; one of the next, to lead it.
         self.ended[parity(number)].notify_all();
         self.ended[parity(number + 1)].notify_one();
-        result.map_err(Failed::Own)
     }
 
     /// How many writers wait for a flush now (for tests).
@@ -126,6 +135,31 @@ impl GroupCommit {
     /// How many times a waiting writer was woken so far (for tests).
     pub fn wakeups(&self) -> u64 {
         self.lock().wakeups
+    }
+}
+
+/// The flush this writer leads: ended by [`Leading::end`], or as failed if
+/// the flush panicked, so that the writers waiting for it (and every later
+/// one) are not left waiting for ever.
+struct Leading<'a> {
+    group: &'a GroupCommit,
+    number: u64,
+    ended: bool,
+}
+
+impl Leading<'_> {
+    fn end(mut self, result: Result<(), String>) {
+        self.ended = true;
+        self.group.end(self.number, result);
+    }
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.group
+                .end(self.number, Err("the flush panicked".to_owned()));
+        }
     }
 }
 
@@ -235,6 +269,43 @@ mod tests {
             assert_eq!(w.join().unwrap(), Ok(()));
         }
         assert_eq!(group.wakeups(), 7);
+    }
+
+    /// A flush that panics fails the writers waiting for it, and the next
+    /// writer still gets a flush of its own.
+    #[test]
+    fn a_panicking_flush_leaves_no_writer_waiting() {
+        let group = Arc::new(GroupCommit::new());
+        let (entered, running) = mpsc::channel();
+        let (release, gate) = mpsc::channel::<()>();
+        let leader = {
+            let group = group.clone();
+            std::thread::spawn(move || {
+                let _ = group.flush(|| -> Result<(), String> {
+                    entered.send(()).unwrap();
+                    gate.recv().unwrap();
+                    panic!("the disk went away");
+                });
+            })
+        };
+        running.recv().unwrap();
+        let (done, waited) = mpsc::channel();
+        {
+            let group = group.clone();
+            std::thread::spawn(move || done.send(group.flush(|| Ok::<_, String>(()))));
+        }
+        while group.waiting() < 1 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        release.send(()).unwrap();
+        assert!(leader.join().is_err(), "the leader's flush panicked");
+        // The waiter needed the flush after the one that panicked: it leads
+        // its own, which succeeds.
+        let waited = waited
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the waiter was left waiting");
+        assert_eq!(waited, Ok(()));
+        assert_eq!(group.flush(|| Ok::<_, String>(())), Ok(()));
     }
 
     #[test]

@@ -172,23 +172,28 @@ impl Pg {
     /// Nothing is connected yet: the first call (or [`Pg::ping`]) connects.
     pub fn new(url: &str, max_size: usize) -> Result<Pg, StoreError> {
         let (url, settings) = tls::split(url)?;
-        let tls = tls::connector(&settings)?;
         let mut config: tokio_postgres::Config =
             url.parse().map_err(|e: tokio_postgres::Error| {
                 backend("database_url", UrlError(e.to_string()).to_string())
             })?;
-        tls::warn_if_unchecked(&settings, config.get_hosts());
+        tls::warn_if_unchecked(&settings, &config);
         // A Unix socket never leaves the machine, and PostgreSQL offers no
-        // TLS on one: as libpq does, sslmode is not applied there.
+        // TLS on one: as libpq does, sslmode is not applied there (and no
+        // root file is read).
         #[cfg(unix)]
-        if !config.get_hosts().is_empty()
+        let unix_only = !config.get_hosts().is_empty()
             && config
                 .get_hosts()
                 .iter()
-                .all(|h| matches!(h, tokio_postgres::config::Host::Unix(_)))
-        {
+                .all(|h| matches!(h, tokio_postgres::config::Host::Unix(_)));
+        #[cfg(not(unix))]
+        let unix_only = false;
+        let tls = if unix_only {
             config.ssl_mode(tokio_postgres::config::SslMode::Disable);
-        }
+            None
+        } else {
+            tls::connector(&settings)?
+        };
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }

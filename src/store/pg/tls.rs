@@ -100,9 +100,23 @@ const SYSTEM_ROOTS: &str = "system";
 /// URL leaves out. A connection string that is not a URL (`host=…
 /// dbname=…`) is handed on whole, with tokio-postgres's own `sslmode`
 /// (libpq's extra modes, `sslrootcert` and the environment's defaults need
-/// the URL form).
+/// the URL form: with either variable set, such a string is refused rather
+/// than connected with less than they ask for).
 pub fn split(url: &str) -> Result<(String, TlsSettings), StoreError> {
-    split_with(url, |name| std::env::var(name).ok())
+    let read = |name: &str| match std::env::var(name) {
+        Ok(value) => Ok(Some(value)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(backend(
+            "database_url",
+            format!("the environment's {name} is not UTF-8"),
+        )),
+    };
+    let (mode, root) = (read("PGSSLMODE")?, read("PGSSLROOTCERT")?);
+    split_with(url, |name| match name {
+        "PGSSLMODE" => mode.clone(),
+        "PGSSLROOTCERT" => root.clone(),
+        _ => None,
+    })
 }
 
 /// [`split`], with the environment's variables read through `env`.
@@ -110,6 +124,8 @@ pub fn split_with(
     url: &str,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<(String, TlsSettings), StoreError> {
+    // libpq's defaults from the environment; an empty value is no value.
+    let env = |name: &str| env(name).filter(|v| !v.is_empty());
     let is_url = url.starts_with("postgres://") || url.starts_with("postgresql://");
     let parsed = if is_url {
         url::Url::parse(url).ok()
@@ -117,6 +133,19 @@ pub fn split_with(
         None
     };
     let Some(mut parsed) = parsed else {
+        if let Some(name) = ["PGSSLMODE", "PGSSLROOTCERT"]
+            .into_iter()
+            .find(|name| env(name).is_some())
+        {
+            return Err(backend(
+                "database_url",
+                format!(
+                    "{name} is set, and applies to a database URL of the form \
+                     postgres://user@host:port/db only: write database_url so, with sslmode \
+                     and sslrootcert in it if you like, or unset {name}"
+                ),
+            ));
+        }
         // tokio-postgres reads it (and says what is wrong, if anything).
         let mode = match url
             .parse::<tokio_postgres::Config>()
@@ -155,14 +184,14 @@ pub fn split_with(
             _ => kept.push(segment),
         }
     }
-    // libpq's defaults from the environment; an empty value is no value.
-    let env = |name: &str| env(name).filter(|v| !v.is_empty());
+    let root_cert = root_cert.or_else(|| env("PGSSLROOTCERT"));
     let mode = match (mode, env("PGSSLMODE")) {
         (Some(mode), _) => mode,
         (None, Some(value)) => SslMode::parse("PGSSLMODE", &value)?,
+        // As in libpq 16: the system's roots make verify-full the default.
+        (None, None) if root_cert.as_deref() == Some(SYSTEM_ROOTS) => SslMode::VerifyFull,
         (None, None) => SslMode::Prefer,
     };
-    let root_cert = root_cert.or_else(|| env("PGSSLROOTCERT"));
     let root_cert =
         match root_cert.as_deref() {
             None | Some(SYSTEM_ROOTS) if mode == SslMode::VerifyCa => {
@@ -188,36 +217,39 @@ pub fn split_with(
 }
 
 /// Logs the TLS mode, or [`unchecked_warning`]'s warning.
-pub fn warn_if_unchecked(settings: &TlsSettings, hosts: &[tokio_postgres::config::Host]) {
-    match unchecked_warning(settings, hosts) {
+pub fn warn_if_unchecked(settings: &TlsSettings, config: &tokio_postgres::Config) {
+    match unchecked_warning(settings, config.get_hosts(), config.get_hostaddrs()) {
         Some(warning) => log::warn!("{warning}"),
         None => log::info!("PostgreSQL connections: sslmode={}", settings.mode.as_str()),
     }
 }
 
 /// A warning when a database reached over the network (not loopback, not a
-/// Unix socket) is trusted without a certificate check.
+/// Unix socket; by host name or by `hostaddr`) is trusted without a
+/// certificate check.
 pub fn unchecked_warning(
     settings: &TlsSettings,
     hosts: &[tokio_postgres::config::Host],
+    hostaddrs: &[std::net::IpAddr],
 ) -> Option<String> {
     let checked = match settings.mode {
         SslMode::VerifyFull | SslMode::VerifyCa => true,
         SslMode::Require => settings.root_cert.is_some(),
         SslMode::Prefer | SslMode::Disable => false,
     };
-    let remote = hosts.iter().any(|h| match h {
-        tokio_postgres::config::Host::Tcp(name) => {
-            name != "localhost"
-                && !name
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .parse::<std::net::IpAddr>()
-                    .is_ok_and(|ip| ip.to_canonical().is_loopback())
-        }
-        #[cfg(unix)]
-        tokio_postgres::config::Host::Unix(_) => false,
-    });
+    let remote = hostaddrs.iter().any(|ip| !ip.to_canonical().is_loopback())
+        || hosts.iter().any(|h| match h {
+            tokio_postgres::config::Host::Tcp(name) => {
+                name != "localhost"
+                    && !name
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.to_canonical().is_loopback())
+            }
+            #[cfg(unix)]
+            tokio_postgres::config::Host::Unix(_) => false,
+        });
     (remote && !checked).then(|| {
         format!(
             "PostgreSQL is reached over the network with sslmode={} and no checked certificate: \
@@ -449,6 +481,25 @@ mod tests {
         assert!(e.to_string().contains("PGSSLROOTCERT"), "{e}");
         let e = split_with("postgres://h/db?sslmode=require", env("", "system")).unwrap_err();
         assert!(e.to_string().contains("needs sslmode=verify-full"), "{e}");
+        // As in libpq 16, the system's roots alone make verify-full the mode.
+        for (url, root) in [
+            ("postgres://h/db?sslrootcert=system", ""),
+            ("postgres://h/db", "system"),
+        ] {
+            let (_, tls) = split_with(url, env("", root)).unwrap();
+            assert_eq!(tls.mode, SslMode::VerifyFull, "{url} {root}");
+            assert_eq!(tls.root_cert, None);
+        }
+        // A connection string of keys and values cannot say libpq's modes:
+        // with either variable set it is refused, not connected with less.
+        for (mode, root, name) in [
+            ("verify-full", "", "PGSSLMODE"),
+            ("", "/ca.pem", "PGSSLROOTCERT"),
+        ] {
+            let e = split_with("host=h dbname=db", env(mode, root)).unwrap_err();
+            assert!(e.to_string().contains(&format!("{name} is set")), "{e}");
+        }
+        assert!(split_with("host=h dbname=db", env("", "")).is_ok());
     }
 
     #[test]
@@ -460,12 +511,13 @@ mod tests {
             root_cert: root.map(PathBuf::from),
         };
         for mode in [SslMode::Disable, SslMode::Prefer, SslMode::Require] {
-            let warning = unchecked_warning(&settings(mode, None), &tcp("db.example")).unwrap();
+            let warning =
+                unchecked_warning(&settings(mode, None), &tcp("db.example"), &[]).unwrap();
             assert!(
                 warning.contains(&format!("sslmode={}", mode.as_str())),
                 "{warning}"
             );
-            assert!(unchecked_warning(&settings(mode, None), &tcp("10.0.0.5")).is_some());
+            assert!(unchecked_warning(&settings(mode, None), &tcp("10.0.0.5"), &[]).is_some());
             // Loopback, in every spelling, is not the network.
             for name in [
                 "localhost",
@@ -476,14 +528,14 @@ mod tests {
                 "::ffff:127.0.0.1",
             ] {
                 assert_eq!(
-                    unchecked_warning(&settings(mode, None), &tcp(name)),
+                    unchecked_warning(&settings(mode, None), &tcp(name), &[]),
                     None,
                     "{name}"
                 );
             }
             #[cfg(unix)]
             assert_eq!(
-                unchecked_warning(&settings(mode, None), &[Host::Unix("/run/pg".into())]),
+                unchecked_warning(&settings(mode, None), &[Host::Unix("/run/pg".into())], &[]),
                 None
             );
         }
@@ -492,7 +544,16 @@ mod tests {
             Host::Tcp("localhost".into()),
             Host::Tcp("db.example".into()),
         ];
-        assert!(unchecked_warning(&settings(SslMode::Prefer, None), &mixed).is_some());
+        assert!(unchecked_warning(&settings(SslMode::Prefer, None), &mixed, &[]).is_some());
+        // A name of loopback with a remote `hostaddr` is the network.
+        let remote_addr = ["10.0.0.5".parse().unwrap()];
+        let local_addr = ["127.0.0.1".parse().unwrap()];
+        let prefer = settings(SslMode::Prefer, None);
+        assert!(unchecked_warning(&prefer, &tcp("localhost"), &remote_addr).is_some());
+        assert_eq!(
+            unchecked_warning(&prefer, &tcp("localhost"), &local_addr),
+            None
+        );
         // A checked certificate: no warning.
         for (mode, root) in [
             (SslMode::Require, Some("/etc/ca.pem")),
@@ -500,7 +561,7 @@ mod tests {
             (SslMode::VerifyFull, None),
         ] {
             assert_eq!(
-                unchecked_warning(&settings(mode, root), &tcp("db.example")),
+                unchecked_warning(&settings(mode, root), &tcp("db.example"), &[]),
                 None
             );
         }
