@@ -175,6 +175,36 @@ mod tests {
     use std::sync::{mpsc, Arc};
     use std::time::Duration;
 
+    /// A writer whose flush runs, then waits until the returned sender says
+    /// go, then ends as `outcome` says. Returns once that flush is running.
+    fn gated_leader(
+        group: &Arc<GroupCommit>,
+        outcome: impl FnOnce() -> Result<(), String> + Send + 'static,
+    ) -> (
+        std::thread::JoinHandle<Result<(), Failed<String>>>,
+        mpsc::Sender<()>,
+    ) {
+        let (entered, running) = mpsc::channel();
+        let (release, gate) = mpsc::channel::<()>();
+        let group = group.clone();
+        let leader = std::thread::spawn(move || {
+            group.flush(|| {
+                entered.send(()).unwrap();
+                gate.recv().unwrap();
+                outcome()
+            })
+        });
+        running.recv().unwrap();
+        (leader, release)
+    }
+
+    /// Returns once `n` writers wait for a flush.
+    fn until_waiting(group: &GroupCommit, n: usize) {
+        while group.waiting() < n {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     #[test]
     fn a_lone_writer_flushes_once_each_time() {
         let group = GroupCommit::new();
@@ -195,20 +225,13 @@ mod tests {
     fn writers_during_a_flush_share_the_next_one() {
         let group = Arc::new(GroupCommit::new());
         let runs = Arc::new(AtomicUsize::new(0));
-        let (entered, first_running) = mpsc::channel();
-        let (release, gate) = mpsc::channel::<()>();
-        let first = {
-            let (group, runs) = (group.clone(), runs.clone());
-            std::thread::spawn(move || {
-                group.flush(|| {
-                    runs.fetch_add(1, Ordering::SeqCst);
-                    entered.send(()).unwrap();
-                    gate.recv().unwrap();
-                    Ok::<_, String>(())
-                })
+        let (first, release) = {
+            let runs = runs.clone();
+            gated_leader(&group, move || {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok(())
             })
         };
-        first_running.recv().unwrap();
         let others: Vec<_> = (0..7)
             .map(|_| {
                 let (group, runs) = (group.clone(), runs.clone());
@@ -220,9 +243,7 @@ mod tests {
                 })
             })
             .collect();
-        while group.waiting() < 7 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        until_waiting(&group, 7);
         release.send(()).unwrap();
         assert_eq!(first.join().unwrap(), Ok(()));
         for o in others {
@@ -254,9 +275,7 @@ mod tests {
         let mut writers = vec![writer()];
         running.recv().unwrap();
         writers.extend((0..7).map(|_| writer()));
-        while group.waiting() < 7 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        until_waiting(&group, 7);
         release.send(()).unwrap();
         // The second flush runs, led by one of the seven.
         running.recv().unwrap();
@@ -276,27 +295,13 @@ mod tests {
     #[test]
     fn a_panicking_flush_leaves_no_writer_waiting() {
         let group = Arc::new(GroupCommit::new());
-        let (entered, running) = mpsc::channel();
-        let (release, gate) = mpsc::channel::<()>();
-        let leader = {
-            let group = group.clone();
-            std::thread::spawn(move || {
-                let _ = group.flush(|| -> Result<(), String> {
-                    entered.send(()).unwrap();
-                    gate.recv().unwrap();
-                    panic!("the disk went away");
-                });
-            })
-        };
-        running.recv().unwrap();
+        let (leader, release) = gated_leader(&group, || panic!("the disk went away"));
         let (done, waited) = mpsc::channel();
         {
             let group = group.clone();
             std::thread::spawn(move || done.send(group.flush(|| Ok::<_, String>(()))));
         }
-        while group.waiting() < 1 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        until_waiting(&group, 1);
         release.send(()).unwrap();
         assert!(leader.join().is_err(), "the leader's flush panicked");
         // The waiter needed the flush after the one that panicked: it leads
@@ -321,19 +326,7 @@ mod tests {
     #[test]
     fn writers_waiting_for_a_failed_flush_hear_of_it() {
         let group = Arc::new(GroupCommit::new());
-        let (entered, first_running) = mpsc::channel();
-        let (release, gate) = mpsc::channel::<()>();
-        let first = {
-            let group = group.clone();
-            std::thread::spawn(move || {
-                group.flush(|| {
-                    entered.send(()).unwrap();
-                    gate.recv().unwrap();
-                    Ok::<_, String>(())
-                })
-            })
-        };
-        first_running.recv().unwrap();
+        let (first, release) = gated_leader(&group, || Ok(()));
         // Two writers arrive: one leads the next flush, which fails; the
         // other waits for it (or leads it), and fails too.
         let (entered2, second_running) = mpsc::channel();
@@ -351,15 +344,11 @@ mod tests {
                 })
             })
             .collect();
-        while group.waiting() < 2 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        until_waiting(&group, 2);
         release.send(()).unwrap();
         assert_eq!(first.join().unwrap(), Ok(()));
         second_running.recv().unwrap();
-        while group.waiting() < 1 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        until_waiting(&group, 1);
         release2.send(()).unwrap();
         let mut results: Vec<_> = others.into_iter().map(|o| o.join().unwrap()).collect();
         results.sort_by_key(|r| matches!(r, Err(Failed::Shared(_))));
