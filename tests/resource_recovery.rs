@@ -8,21 +8,23 @@
 use cheq::cheq::Cheq;
 use cheq::keyring::KeyRing;
 use cheq::peerkeys::PeerKeys;
-use cheq::resource::cheq_rs::{CheqRs, MintRequest, Minted, Operation, ResultView, MAX_TTL_SECS};
+use cheq::resource::cheq_rs::{
+    CheqRs, Effect, MintRequest, Minted, Operation, ResultView, MAX_TTL_SECS,
+};
 use cheq::resource::tools::DemoTools;
 use cheq::resource::CheqRsError;
 use cheq::sign::{
     b64, countersign, verify_resource, Channel, Context, Decision, DecisionInput, Jwks, SigningKey,
     TrustStore,
 };
-use cheq::store::rs::{CheqState, RsStore, Transition};
-use cheq::store::{NonceEntry, RecordOutcome};
+use cheq::store::rs::{CheqRecord, CheqRecords, CheqState, RsStore, Transition};
+use cheq::store::{NonceEntry, NonceStore, RecordOutcome, StoreError};
 use cheq::time::{Clock, ManualClock};
 use chrono::{Duration, Utc};
 use indexmap::IndexMap;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -36,6 +38,16 @@ struct Fixture {
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let (_db, store) = cheq::store::sled_rs::open_dir(dir.path()).unwrap();
+    fixture_on(dir, store, |_, tools| tools)
+}
+
+/// A fixture on `store` in `dir`, whose RS runs the operation `op` makes of
+/// the demo tools (themselves by default).
+fn fixture_on(
+    dir: tempfile::TempDir,
+    store: RsStore,
+    op: impl FnOnce(&RsStore, Arc<DemoTools>) -> Arc<dyn Operation>,
+) -> Fixture {
     let cs = SigningKey::from_seed("cs", &[1; 32]).unwrap();
     let cs_keys = PeerKeys::Fixed(Arc::new(Jwks::new(vec![cs.public_key()]).unwrap()));
     let clock = Arc::new(ManualClock::new(Utc::now()));
@@ -49,7 +61,7 @@ fn fixture() -> Fixture {
         "http://127.0.0.1:8",
         "http://127.0.0.1:9/confirm",
         clock.clone(),
-        tools.clone(),
+        op(&store, tools.clone()),
     )
     .unwrap();
     Fixture {
@@ -372,4 +384,334 @@ fn ttl_is_bounded() {
         Duration::seconds(MAX_TTL_SECS)
     );
     assert!(b64::decode(&fields.nonce).unwrap().len() >= 16);
+}
+
+// ---- when a decision's writes are made durable (§6) ----
+
+/// What the RS asked of its store and of its operation, in order.
+type Log = Arc<Mutex<Vec<String>>>;
+
+fn note(log: &Log, what: impl Into<String>) {
+    log.lock().unwrap().push(what.into());
+}
+
+fn durability(durable: bool) -> &'static str {
+    if durable {
+        "durable"
+    } else {
+        "unflushed"
+    }
+}
+
+/// The nonce store, noting each record and whether it was durable.
+struct SpyNonces(Arc<dyn NonceStore>, Log);
+
+impl NonceStore for SpyNonces {
+    fn record(&self, nonce: &str, entry: &NonceEntry) -> Result<RecordOutcome, StoreError> {
+        note(&self.1, "nonce durable");
+        self.0.record(nonce, entry)
+    }
+    fn record_unflushed(
+        &self,
+        nonce: &str,
+        entry: &NonceEntry,
+    ) -> Result<RecordOutcome, StoreError> {
+        note(&self.1, "nonce unflushed");
+        self.0.record_unflushed(nonce, entry)
+    }
+    fn get(&self, nonce: &str) -> Result<Option<NonceEntry>, StoreError> {
+        self.0.get(nonce)
+    }
+    fn collect_expired(&self, now: i64) -> Result<usize, StoreError> {
+        self.0.collect_expired(now)
+    }
+}
+
+/// The CHEQ records, noting each move and whether it was durable.
+struct SpyRecords(Arc<dyn CheqRecords>, Log);
+
+fn state_name(state: &CheqState) -> &'static str {
+    match state {
+        CheqState::Pending => "pending",
+        CheqState::Decided { .. } => "decided",
+        CheqState::Done { .. } => "done",
+    }
+}
+
+impl CheqRecords for SpyRecords {
+    fn create(&self, record: &CheqRecord) -> Result<bool, StoreError> {
+        self.0.create(record)
+    }
+    fn get(&self, id: &str) -> Result<Option<CheqRecord>, StoreError> {
+        self.0.get(id)
+    }
+    fn by_result(&self, result_id: &str) -> Result<Option<CheqRecord>, StoreError> {
+        self.0.by_result(result_id)
+    }
+    fn advance(
+        &self,
+        id: &str,
+        from: &CheqState,
+        to: &CheqState,
+        durable: bool,
+    ) -> Result<Transition, StoreError> {
+        note(
+            &self.1,
+            format!("{} {}", state_name(to), durability(durable)),
+        );
+        self.0.advance(id, from, to, durable)
+    }
+    fn advance_record(
+        &self,
+        record: &CheqRecord,
+        to: &CheqState,
+        durable: bool,
+    ) -> Result<Transition, StoreError> {
+        note(
+            &self.1,
+            format!("{} {}", state_name(to), durability(durable)),
+        );
+        self.0.advance_record(record, to, durable)
+    }
+    fn collect_expired(&self, cutoff: i64) -> Result<usize, StoreError> {
+        self.0.collect_expired(cutoff)
+    }
+}
+
+/// The demo tools, with the effect said to be kept where `effect` says,
+/// failing when `fail`, and noting each run.
+struct SpyOperation {
+    tools: Arc<DemoTools>,
+    effect: Effect,
+    fail: bool,
+    log: Log,
+}
+
+impl Operation for SpyOperation {
+    fn effect(&self) -> Effect {
+        self.effect
+    }
+    fn execute(
+        &self,
+        key: &str,
+        action: &Value,
+        collected: &IndexMap<String, String>,
+    ) -> Result<Value, String> {
+        note(&self.log, "execute");
+        if self.fail {
+            return Err("the operation failed".into());
+        }
+        self.tools.execute(key, action, collected)
+    }
+}
+
+/// A fixture whose store and operation note what the RS asks of them.
+fn spied(effect: Effect, fail: bool) -> (Fixture, Log) {
+    let dir = tempfile::tempdir().unwrap();
+    let (_db, store) = cheq::store::sled_rs::open_dir(dir.path()).unwrap();
+    let log = Log::default();
+    let store = RsStore {
+        nonces: Arc::new(SpyNonces(store.nonces.clone(), log.clone())),
+        records: Arc::new(SpyRecords(store.records.clone(), log.clone())),
+        ..store
+    };
+    let spy_log = log.clone();
+    let f = fixture_on(dir, store, move |_, tools| {
+        Arc::new(SpyOperation {
+            tools,
+            effect,
+            fail,
+            log: spy_log,
+        })
+    });
+    (f, log)
+}
+
+fn taken(log: &Log) -> Vec<String> {
+    std::mem::take(&mut *log.lock().unwrap())
+}
+
+/// An operation whose effect is outside the RS's store runs only once the
+/// nonce is on disk.
+#[test]
+fn an_effect_kept_elsewhere_runs_after_the_nonce_is_durable() {
+    let (f, log) = spied(Effect::Elsewhere, false);
+    let m = f.mint();
+    let body = f.decide_doc(&m, Decision::Accept, 0);
+    f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
+        .unwrap();
+    assert_eq!(
+        taken(&log),
+        [
+            "nonce durable",
+            "decided unflushed",
+            "execute",
+            "done durable"
+        ]
+    );
+}
+
+/// An operation that keeps its effect in the RS's store has the nonce, the
+/// effect and the final state made durable by one flush, the final state's,
+/// before the answer.
+#[test]
+fn an_effect_in_the_store_is_made_durable_with_the_final_state() {
+    let (f, log) = spied(Effect::InStore, false);
+    let m = f.mint();
+    let body = f.decide_doc(&m, Decision::Accept, 0);
+    f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
+        .unwrap();
+    assert_eq!(
+        taken(&log),
+        [
+            "nonce unflushed",
+            "decided unflushed",
+            "execute",
+            "done durable"
+        ]
+    );
+    assert_eq!(f.tools.runs(), 1);
+    // A rejection runs nothing and is made durable the same way.
+    let m = f.mint();
+    let body = f.decide_doc(&m, Decision::Reject, 0);
+    f.rs.decide(&m.id, Decision::Reject, body.as_bytes())
+        .unwrap();
+    assert_eq!(
+        taken(&log),
+        ["nonce unflushed", "decided unflushed", "done durable"]
+    );
+}
+
+/// When the steps end before the final state's durable write, the nonce is
+/// made durable before the answer all the same (§6): after a failed
+/// operation, and before a replay's refusal.
+#[test]
+fn a_decision_ended_early_makes_its_nonce_durable_before_the_answer() {
+    let (f, log) = spied(Effect::InStore, true);
+    let m = f.mint();
+    let body = f.decide_doc(&m, Decision::Accept, 0);
+    assert!(matches!(
+        f.rs.decide(&m.id, Decision::Accept, body.as_bytes()),
+        Err(CheqRsError::Operation(_))
+    ));
+    assert_eq!(
+        taken(&log),
+        [
+            "nonce unflushed",
+            "decided unflushed",
+            "execute",
+            "nonce durable"
+        ]
+    );
+
+    // Another document for a nonce recorded while the record is pending.
+    let m = f.mint();
+    let body = f.decide_doc(&m, Decision::Accept, 0);
+    let other = f.decide_doc(&m, Decision::Accept, 1);
+    f.record_nonce(&m, &body);
+    taken(&log);
+    assert!(matches!(
+        f.rs.decide(&m.id, Decision::Accept, other.as_bytes()),
+        Err(CheqRsError::Replayed)
+    ));
+    assert_eq!(taken(&log), ["nonce unflushed", "nonce durable"]);
+}
+
+const CHILD_DIR_VAR: &str = "CHEQ_TEST_DECIDE_DIR";
+
+/// A decision whose operation keeps its effect in the store (the demo
+/// tools: one flush per decision) is on disk, nonce, effect and final state,
+/// when `decide` answers: a process killed with SIGKILL right after keeps it
+/// all. The database is opened without sled's background flush, so only the
+/// RS's own flush can have written it.
+#[test]
+fn a_decision_answered_survives_sigkill() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let open = |dir: &std::path::Path| {
+        sled::Config::new()
+            .path(dir)
+            .flush_every_ms(None)
+            .open()
+            .unwrap()
+    };
+    if let Some(dir) = std::env::var_os(CHILD_DIR_VAR) {
+        // Child: decide, report the ids, and wait to be killed.
+        let dir = std::path::PathBuf::from(dir);
+        let store = cheq::store::sled_rs::open(&open(&dir)).unwrap();
+        let f = fixture_on(tempfile::tempdir().unwrap(), store, |_, tools| tools);
+        let m = f.mint();
+        let body = f.decide_doc(&m, Decision::Accept, 0);
+        f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
+            .unwrap();
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "DECIDED {}", m.id).unwrap();
+        stdout.flush().unwrap();
+        drop(stdout);
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_decision_answered_survives_sigkill",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DIR_VAR, dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let id = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            // libtest may print "test … ... " on the same line first.
+            Ok(Ok(line)) => {
+                if let Some((_, id)) = line.split_once("DECIDED ") {
+                    break id.trim().to_owned();
+                }
+            }
+            Ok(Err(e)) => panic!("reading the child's stdout: {e}"),
+            Err(e) => {
+                let _ = child.kill();
+                panic!("the child never decided: {e}");
+            }
+        }
+    };
+    child.kill().unwrap(); // SIGKILL on Unix
+    let status = child.wait().unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(9), "{status:?}");
+    }
+
+    let store = cheq::store::sled_rs::open(&open(dir.path())).unwrap();
+    let record = store.records.get(&id).unwrap().expect("the record");
+    let CheqState::Done { result, .. } = &record.state else {
+        panic!("the final state was lost: {:?}", record.state);
+    };
+    assert!(
+        store.nonces.get(&record.nonce).unwrap().is_some(),
+        "the nonce was lost"
+    );
+    assert_eq!(
+        store.executions.get(&id).unwrap().as_ref(),
+        result.as_ref(),
+        "the effect was lost"
+    );
 }

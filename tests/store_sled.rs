@@ -45,6 +45,35 @@ fn fresh_then_same_as_before_then_conflict() {
     fresh_same_conflict(&*pg_store("nonce_fresh"));
 }
 
+/// `record_unflushed` answers as `record` does, and its entry is what the
+/// index and collection know (only its flush is left to the caller).
+#[test]
+fn an_unflushed_record_answers_as_a_durable_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let accept = entry(1, 1_000, b"accept");
+    assert_eq!(
+        store.record_unflushed("n1", &accept).unwrap(),
+        RecordOutcome::Fresh
+    );
+    assert_eq!(store.get("n1").unwrap(), Some(accept.clone()));
+    assert_eq!(
+        store.record_unflushed("n1", &accept).unwrap(),
+        RecordOutcome::SameAsBefore(accept.clone())
+    );
+    assert_eq!(
+        store.record_unflushed("n1", &entry(2, 1_000, b"")).unwrap(),
+        RecordOutcome::Conflict(accept.clone())
+    );
+    assert_eq!(
+        store.record("n1", &accept).unwrap(),
+        RecordOutcome::SameAsBefore(accept)
+    );
+    assert!(store.record_unflushed("", &entry(1, 1, b"")).is_err());
+    assert_eq!(store.collect_expired(1_001).unwrap(), 1);
+    assert_eq!(store.get("n1").unwrap(), None);
+}
+
 fn fresh_same_conflict(store: &dyn NonceStore) {
     let accept = entry(1, 1_900_000_000, b"accept");
 

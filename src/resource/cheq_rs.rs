@@ -24,7 +24,15 @@
 //! already stands for the decision and step 4's durable write covers it):
 //!
 //! 1. the nonce is recorded in the [`NonceStore`] with the SHA-256 of the exact
-//!    body bytes (§6: "records the nonce durably before it answers");
+//!    body bytes (§6: "records the nonce durably before it answers"): on disk
+//!    at once when the operation's effect is kept elsewhere
+//!    ([`Effect::Elsewhere`]); when the operation writes it to the RS's own
+//!    store ([`Effect::InStore`], the demo tools), written unflushed, and made
+//!    durable with the effect by step 4's flush (the store keeps its writes in
+//!    order, so no crash keeps the effect without the nonce): one flush per
+//!    decision instead of three. Any step that ends a decision before step 4's
+//!    write (a failed operation, a replay) flushes the nonce before the
+//!    answer;
 //! 2. the confirmation record moves from `pending` to `decided` (decision and
 //!    digest);
 //! 3. on `accept`, the [`Operation`] runs with the confirmation id as its
@@ -90,8 +98,33 @@ pub const MAX_TTL_SECS: i64 = 24 * 3600;
 /// Stripes of the per-confirmation decision lock.
 const LOCK_STRIPES: usize = 64;
 
+/// Where an [`Operation`] keeps its effect, which decides when the RS makes
+/// a decision's nonce durable (module docs, "Exactly once").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Outside the RS's store (another service, another database): the
+    /// nonce is on disk before the operation runs, so that no crash can
+    /// forget a decision whose effect happened.
+    Elsewhere,
+    /// In the RS's own store (the [`RsStore`] given to [`CheqRs::new`]),
+    /// written without a flush of its own
+    /// ([`Executions::record_unflushed`](crate::store::rs::Executions::record_unflushed)):
+    /// the nonce, the effect and the final state are then written in that
+    /// order and made durable together, by one flush with the final state,
+    /// before the answer. A crash keeps a prefix of them, which a re-delivery
+    /// completes, as it completes one cut short by a crash between durable
+    /// steps.
+    InStore,
+}
+
 /// The confirmed action. Runs once per confirmation (see the module docs).
 pub trait Operation: Send + Sync + 'static {
+    /// Where the effect is kept. [`Effect::Elsewhere`] unless the operation
+    /// writes it, unflushed, to the RS's own store.
+    fn effect(&self) -> Effect {
+        Effect::Elsewhere
+    }
+
     /// Runs `action` (the opaque value given to [`CheqRs::mint`]) with the
     /// values the user supplied (§8). MUST be idempotent per `key` (the
     /// confirmation id): called again with the same key, it must not repeat the
@@ -450,16 +483,32 @@ impl CheqRs {
             expires_at: record.expires + CLOCK_SKEW_SECS + 1,
             data: nonce_data(decision),
         };
-        match self.nonces.record(&record.nonce, &entry)? {
+        let nonce = record.nonce.clone();
+        let in_store = self.operation.effect() == Effect::InStore;
+        let recorded = if in_store {
+            self.nonces.record_unflushed(&nonce, &entry)?
+        } else {
+            self.nonces.record(&nonce, &entry)?
+        };
+        let mut flushed = false;
+        let answer = match recorded {
             RecordOutcome::Fresh | RecordOutcome::SameAsBefore(_) => {
                 log::info!("decision recorded: {decision}");
-                self.complete_verified(record, body, &verified)
+                self.complete_verified(record, body, &verified, &mut flushed)
             }
             RecordOutcome::Conflict(_) => {
                 log::info!("a replay of a decided nonce was refused");
                 Err(CheqRsError::Replayed)
             }
+        };
+        if in_store && !flushed {
+            // The steps ended before the final state's durable write (a
+            // failed operation, a refusal): the nonce is on disk before the
+            // answer all the same (§6). Recording it again finds it and
+            // flushes.
+            self.nonces.record(&nonce, &entry)?;
         }
+        answer
     }
 
     /// A delivery for a nonce already decided by a body of digest `earlier`
@@ -525,15 +574,18 @@ impl CheqRs {
         // at a time it was valid (it may be re-delivered after expiry).
         let at = now.min(expires_at(&record));
         let verified = self.verify(&record, body, None, at)?;
-        self.complete_verified(record, body, &verified)
+        self.complete_verified(record, body, &verified, &mut false)
     }
 
     /// Steps 2–4 for a body just verified (`verified` is what it says).
+    /// `flushed` turns true with step 4's durable write (everything written
+    /// before it is then durable too).
     fn complete_verified(
         &self,
         mut record: CheqRecord,
         body: &[u8],
         verified: &VerifiedDecision,
+        flushed: &mut bool,
     ) -> Result<DecisionAnswer, CheqRsError> {
         let decision = verified.decision();
         let digest = digest_b64(body);
@@ -579,6 +631,7 @@ impl CheqRs {
             result,
         };
         let moved = self.records.advance_record(&record, &done, true)?;
+        *flushed = moved == Transition::Moved;
         Ok(settled_elsewhere(moved, &digest)?.unwrap_or(DecisionAnswer { decision }))
     }
 

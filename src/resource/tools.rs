@@ -11,9 +11,11 @@
 //! 4xx JSON. Execution ([`DemoTools`]) is idempotent per key, as
 //! [`Operation`] requires: the result is stored under the key in the one
 //! atomic write of the execution log ([`Executions::record`]) that stands for
-//! the effect.
+//! the effect. That log is in the RS's own store ([`Effect::InStore`]): a
+//! confirmed run's write is made durable by the RS with the decision's final
+//! state; a run that needs no confirmation flushes its own.
 
-use super::cheq_rs::{MintRequest, Operation};
+use super::cheq_rs::{Effect, MintRequest, Operation};
 use super::error::ToolError;
 use crate::store::rs::{Execution, Executions};
 use chrono::{Duration, NaiveDate};
@@ -438,7 +440,10 @@ fn is_amount(s: &str) -> bool {
 }
 
 impl DemoTools {
-    /// The demo tools, keeping their execution log in `executions`.
+    /// The demo tools, keeping their execution log in `executions`: those
+    /// of the [`RsStore`](crate::store::rs::RsStore) given to the
+    /// [`CheqRs`](super::cheq_rs::CheqRs) that runs them, since their
+    /// [`Effect`] is [`Effect::InStore`].
     pub fn new(executions: Arc<dyn Executions>) -> Self {
         DemoTools {
             executions,
@@ -468,12 +473,52 @@ impl DemoTools {
         rand::rngs::OsRng.fill_bytes(&mut key);
         let inputs: Map<String, Value> =
             inputs.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        self.execute(
+        // Its result is the answer: durable before it is given.
+        self.run(
             &format!("direct-{}", crate::sign::b64::encode(key)),
             &json!({"tool": tool.name, "inputs": inputs}),
             &IndexMap::new(),
+            true,
         )
         .map_err(ToolError::Failed)
+    }
+
+    /// Runs `action` once per `key`. The stored result is the effect: one
+    /// atomic write, which keeps the first result under `key` and answers it
+    /// to any later run, so the log is not read first; on disk before this
+    /// returns when `durable`. A run that fails gives way to one that stored
+    /// its result before.
+    fn run(
+        &self,
+        key: &str,
+        action: &Value,
+        collected: &IndexMap<String, String>,
+        durable: bool,
+    ) -> Result<Value, String> {
+        let result = match Self::perform(action, collected) {
+            Ok(result) => result,
+            Err(e) => {
+                return match self.executions.get(key).map_err(|e| e.to_string())? {
+                    Some(done) => Ok(done),
+                    None => Err(e),
+                }
+            }
+        };
+        let stored = if durable {
+            self.executions.record(key, &result)
+        } else {
+            self.executions.record_unflushed(key, &result)
+        };
+        match stored.map_err(|e| e.to_string())? {
+            Execution::Fresh => {
+                self.runs.fetch_add(1, Ordering::SeqCst);
+                if let Some(c) = &self.executed {
+                    c.inc();
+                }
+                Ok(result)
+            }
+            Execution::Existing(earlier) => Ok(earlier),
+        }
     }
 
     fn perform(action: &Value, collected: &IndexMap<String, String>) -> Result<Value, String> {
@@ -520,39 +565,21 @@ impl DemoTools {
 }
 
 impl Operation for DemoTools {
+    /// The execution log is in the RS's own store (the server builds the
+    /// tools on `RsStore::executions`).
+    fn effect(&self) -> Effect {
+        Effect::InStore
+    }
+
+    /// Unflushed: the RS makes the result durable with the decision's final
+    /// state ([`Effect::InStore`]).
     fn execute(
         &self,
         key: &str,
         action: &Value,
         collected: &IndexMap<String, String>,
     ) -> Result<Value, String> {
-        // The stored result is the effect: one atomic write, durable, that
-        // keeps the first result under `key` and answers it to any later
-        // run, so the log is not read first. A run that fails gives way to
-        // one that stored its result before.
-        let result = match Self::perform(action, collected) {
-            Ok(result) => result,
-            Err(e) => {
-                return match self.executions.get(key).map_err(|e| e.to_string())? {
-                    Some(done) => Ok(done),
-                    None => Err(e),
-                }
-            }
-        };
-        match self
-            .executions
-            .record(key, &result)
-            .map_err(|e| e.to_string())?
-        {
-            Execution::Fresh => {
-                self.runs.fetch_add(1, Ordering::SeqCst);
-                if let Some(c) = &self.executed {
-                    c.inc();
-                }
-                Ok(result)
-            }
-            Execution::Existing(earlier) => Ok(earlier),
-        }
+        self.run(key, action, collected, false)
     }
 }
 

@@ -136,6 +136,24 @@ pub trait NonceStore: Send + Sync {
     /// [`RecordOutcome::Conflict`] (different digest).
     fn record(&self, nonce: &str, entry: &NonceEntry) -> Result<RecordOutcome, StoreError>;
 
+    /// [`record`](Self::record), except that what it writes need not be on
+    /// disk when it returns: it is once a later write to the same database
+    /// is made durable, and a crash before that loses it together with
+    /// everything written after it (sled keeps its log in order and
+    /// recovers a prefix of it; a database server commits each statement
+    /// durably anyway). For a caller that makes a later write of its own
+    /// durable before anything relies on the nonce: the RS when its
+    /// operation keeps its effect in the RS's own store
+    /// ([`crate::resource::cheq_rs::Effect::InStore`]). The default writes
+    /// durably, as `record`.
+    fn record_unflushed(
+        &self,
+        nonce: &str,
+        entry: &NonceEntry,
+    ) -> Result<RecordOutcome, StoreError> {
+        self.record(nonce, entry)
+    }
+
     /// The entry recorded for `nonce`, if any.
     fn get(&self, nonce: &str) -> Result<Option<NonceEntry>, StoreError>;
 

@@ -209,11 +209,22 @@ pub trait Executions: Send + Sync {
     /// that stands for the effect (compare-and-set). Whatever the outcome, the
     /// stored result is durable before this returns.
     fn record(&self, key: &str, result: &Value) -> Result<Execution, StoreError>;
+    /// [`record`](Self::record), except that the write need not be on disk
+    /// when this returns: it is once a later write to the same database is
+    /// made durable, and a crash before that loses it with everything written
+    /// after it (as [`NonceStore::record_unflushed`](super::NonceStore::record_unflushed)).
+    /// The default writes durably, as `record`.
+    fn record_unflushed(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
+        self.record(key, result)
+    }
 }
 
 // ---- the bundle ----
 
-/// Everything the RS keeps, from one backend.
+/// Everything the RS keeps, from one backend, in one database: a durable
+/// write through any of these stores makes every earlier write through the
+/// others durable too (sled: one database, one log, flushed as a whole; a
+/// database server: each statement commits durably).
 #[derive(Clone)]
 pub struct RsStore {
     /// The nonces of decided CHEQs (§6).

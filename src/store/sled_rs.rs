@@ -282,6 +282,22 @@ impl Executions for SledExecutions {
     }
 
     fn record(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
+        self.record_then(key, result, true)
+    }
+
+    fn record_unflushed(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
+        self.record_then(key, result, false)
+    }
+}
+
+impl SledExecutions {
+    /// [`Executions::record`] (`durable`) or [`Executions::record_unflushed`].
+    fn record_then(
+        &self,
+        key: &str,
+        result: &Value,
+        durable: bool,
+    ) -> Result<Execution, StoreError> {
         let err = |e| backend_error("record execution", e);
         let bytes = encode(result)?;
         for _ in 0..CAS_ATTEMPTS {
@@ -303,7 +319,9 @@ impl Executions for SledExecutions {
                 Err(_) => continue,
             };
             // Also for `Existing`: another thread's write may not be flushed yet.
-            self.db.flush()?;
+            if durable {
+                self.db.flush()?;
+            }
             return Ok(outcome);
         }
         Err(lost_races("record execution"))

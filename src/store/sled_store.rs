@@ -62,6 +62,10 @@
 //! thread has written but not yet flushed). Concurrent writers share flushes
 //! (`store::group_commit`, shared by every store of one database): one flush
 //! that starts after a writer's writes stands for all the writers waiting.
+//! `record_unflushed` writes the same and leaves the flush to its caller's
+//! next durable write in the database: sled writes its log in order, and
+//! recovery stops at the first entry missing from it, so a crash keeps a
+//! prefix of the writes, and a flush covers every write before it.
 //!
 //! Caveat: sled 0.34's flush uses `sync_file_range` on Linux: it survives a killed
 //! process, not a power loss with a disk write cache. `sync_file_range` writes the
@@ -145,17 +149,23 @@ impl SledNonceStore {
     fn flush(&self) -> Result<(), StoreError> {
         self.db.flush()
     }
-}
 
-impl NonceStore for SledNonceStore {
-    fn record(&self, nonce: &str, entry: &NonceEntry) -> Result<RecordOutcome, StoreError> {
+    /// [`NonceStore::record`] (`durable`) or
+    /// [`NonceStore::record_unflushed`].
+    fn record_then(
+        &self,
+        nonce: &str,
+        entry: &NonceEntry,
+        durable: bool,
+    ) -> Result<RecordOutcome, StoreError> {
+        let flush = |store: &Self| if durable { store.flush() } else { Ok(()) };
         validate(nonce, entry)?;
         let key = nonce.as_bytes();
 
         // A re-delivery is the common repeat: answer it without touching the index.
         if let Some(current) = self.nonces.get(key).map_err(|e| backend_error("get", e))? {
             let existing = decode(key, &current)?;
-            self.flush()?;
+            flush(self)?;
             return Ok(classify(entry, existing));
         }
 
@@ -174,7 +184,7 @@ impl NonceStore for SledNonceStore {
                 .map_err(|e| backend_error("compare_and_swap", e))?;
             match swap {
                 Ok(()) => {
-                    self.flush()?;
+                    flush(self)?;
                     return Ok(RecordOutcome::Fresh);
                 }
                 Err(CompareAndSwapError {
@@ -188,7 +198,7 @@ impl NonceStore for SledNonceStore {
                             .remove(index_key.as_slice())
                             .map_err(|e| backend_error("remove index", e))?;
                     }
-                    self.flush()?;
+                    flush(self)?;
                     return Ok(classify(entry, existing));
                 }
                 Err(CompareAndSwapError { current: None, .. }) => continue,
@@ -200,6 +210,20 @@ impl NonceStore for SledNonceStore {
                 "the swap failed {CAS_ATTEMPTS} times without reporting a current value"
             ),
         })
+    }
+}
+
+impl NonceStore for SledNonceStore {
+    fn record(&self, nonce: &str, entry: &NonceEntry) -> Result<RecordOutcome, StoreError> {
+        self.record_then(nonce, entry, true)
+    }
+
+    fn record_unflushed(
+        &self,
+        nonce: &str,
+        entry: &NonceEntry,
+    ) -> Result<RecordOutcome, StoreError> {
+        self.record_then(nonce, entry, false)
     }
 
     fn get(&self, nonce: &str) -> Result<Option<NonceEntry>, StoreError> {
