@@ -22,6 +22,7 @@ use oauth2::{ClientId, ClientSecret, Scope, TokenResponse, TokenUrl};
 use reqwest::header;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use thread_local::ThreadLocal;
 use tokio::sync::Mutex as AsyncMutex;
 
 /// Longest resource-signed CHEQ read: 64 KiB of payload (§4) is 87,382
@@ -96,7 +97,15 @@ pub const MAX_RS_WORDS: usize = 200;
 
 /// A client for one resource server.
 pub struct RsClient {
-    http: reqwest::Client,
+    /// One HTTP client per thread: hyper drives a connection on the runtime
+    /// that opened it, so with one client shared by the server's workers, a
+    /// request on a connection another worker opened was handed to that
+    /// worker's thread, and its answer back (issue 13: 2.6 wake-ups of
+    /// another worker per flow).
+    clients: ThreadLocal<reqwest::Client>,
+    /// The client of the thread that made this one, used when another
+    /// could not be built.
+    shared: reqwest::Client,
     oauth: BasicClient<
         oauth2::EndpointNotSet,
         oauth2::EndpointNotSet,
@@ -132,27 +141,38 @@ fn classify(e: reqwest::Error) -> FetchError {
     }
 }
 
+/// An HTTP client as the CS talks to resource servers.
+fn http_client() -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(REQUEST_TIMEOUT)
+        // No redirect is followed: a CHEQ lives at its resource URI, and
+        // a redirect could lead outside the registered prefix with our token.
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(64)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
 impl RsClient {
     /// A client for the RS whose token endpoint is `token_url`.
     pub fn new(token_url: &str, client_id: &str, client_secret: &str) -> Result<Self, String> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(REQUEST_TIMEOUT)
-            // No redirect is followed: a CHEQ lives at its resource URI, and
-            // a redirect could lead outside the registered prefix with our token.
-            .redirect(reqwest::redirect::Policy::none())
-            .pool_max_idle_per_host(64)
-            .build()
-            .map_err(|e| e.to_string())?;
+        let shared = http_client()?;
         let oauth = BasicClient::new(ClientId::new(client_id.to_owned()))
             .set_client_secret(ClientSecret::new(client_secret.to_owned()))
             .set_token_uri(TokenUrl::new(token_url.to_owned()).map_err(|e| e.to_string())?);
         Ok(RsClient {
-            http,
+            clients: ThreadLocal::new(),
+            shared,
             oauth,
             token: Mutex::new(None),
             refresh: AsyncMutex::new(None),
         })
+    }
+
+    /// This thread's HTTP client.
+    fn http(&self) -> &reqwest::Client {
+        self.clients.get_or_try(http_client).unwrap_or(&self.shared)
     }
 
     fn cached_token(&self) -> Option<String> {
@@ -210,7 +230,7 @@ impl RsClient {
     async fn request_token(&self) -> Result<(String, Duration), FetchError> {
         // The client is a handle (cloning it shares its pool); a future that
         // owns one borrows nothing, which keeps the caller's future `Send`.
-        let bounded = |request: oauth2::HttpRequest| token_http(self.http.clone(), request);
+        let bounded = |request: oauth2::HttpRequest| token_http(self.http().clone(), request);
         let answer = self
             .oauth
             .exchange_client_credentials()
@@ -255,7 +275,7 @@ impl RsClient {
     pub async fn fetch_cheq(&self, resource_uri: &str) -> Result<Vec<u8>, FetchError> {
         let res = self
             .send(|token| {
-                self.http
+                self.http()
                     .get(resource_uri)
                     .header(header::ACCEPT, "application/jose+json")
                     .bearer_auth(token)
@@ -287,7 +307,7 @@ impl RsClient {
         let url = format!("{resource_uri}{sep}{decision}");
         let res = self
             .send(|token| {
-                self.http
+                self.http()
                     .post(&url)
                     .header(header::CONTENT_TYPE, "application/jose+json")
                     .bearer_auth(token)
