@@ -27,6 +27,8 @@ pub enum ServerError {
     Keys(#[from] KeyRingError),
     #[error("resource_servers[{index}] keys: {message}")]
     Jwks { index: usize, message: String },
+    #[error("resource_servers[{index}] client (token_url, HTTP): {message}")]
+    RsClient { index: usize, message: String },
     #[error("data_dir {path}: {message}")]
     Db { path: String, message: String },
     #[error("{what}: {source}")]
@@ -68,7 +70,7 @@ pub async fn build_state(
         peers.push(peer);
         clients.push(
             RsClient::new(&rs.token_url, &rs.client_id, &rs.client_secret)
-                .map_err(|message| ServerError::Jwks { index: i, message })?,
+                .map_err(|message| ServerError::RsClient { index: i, message })?,
         );
     }
     let registry = Registry::new(
