@@ -26,6 +26,9 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, Mutex};
 
+#[path = "support/crash.rs"]
+mod crash;
+
 struct Fixture {
     _dir: tempfile::TempDir,
     store: RsStore,
@@ -118,6 +121,17 @@ impl Fixture {
             now + Duration::seconds(iat_offset),
         )
         .unwrap()
+    }
+
+    /// A new confirmation, decided as `decision` (countersigned now).
+    fn mint_and_decide(
+        &self,
+        decision: Decision,
+    ) -> (Minted, Result<cheq::cheq::DecisionAnswer, CheqRsError>) {
+        let m = self.mint();
+        let body = self.decide_doc(&m, decision, 0);
+        let answer = self.rs.decide(&m.id, decision, body.as_bytes());
+        (m, answer)
     }
 
     /// Step 1, as `decide` writes it.
@@ -536,10 +550,7 @@ fn taken(log: &Log) -> Vec<String> {
 #[test]
 fn an_effect_kept_elsewhere_runs_after_the_nonce_is_durable() {
     let (f, log) = spied(Effect::Elsewhere, false);
-    let m = f.mint();
-    let body = f.decide_doc(&m, Decision::Accept, 0);
-    f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
-        .unwrap();
+    f.mint_and_decide(Decision::Accept).1.unwrap();
     assert_eq!(
         taken(&log),
         [
@@ -557,10 +568,7 @@ fn an_effect_kept_elsewhere_runs_after_the_nonce_is_durable() {
 #[test]
 fn an_effect_in_the_store_is_made_durable_with_the_final_state() {
     let (f, log) = spied(Effect::InStore, false);
-    let m = f.mint();
-    let body = f.decide_doc(&m, Decision::Accept, 0);
-    f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
-        .unwrap();
+    f.mint_and_decide(Decision::Accept).1.unwrap();
     assert_eq!(
         taken(&log),
         [
@@ -572,10 +580,7 @@ fn an_effect_in_the_store_is_made_durable_with_the_final_state() {
     );
     assert_eq!(f.tools.runs(), 1);
     // A rejection runs nothing and is made durable the same way.
-    let m = f.mint();
-    let body = f.decide_doc(&m, Decision::Reject, 0);
-    f.rs.decide(&m.id, Decision::Reject, body.as_bytes())
-        .unwrap();
+    f.mint_and_decide(Decision::Reject).1.unwrap();
     assert_eq!(
         taken(&log),
         ["nonce unflushed", "decided unflushed", "done durable"]
@@ -588,10 +593,8 @@ fn an_effect_in_the_store_is_made_durable_with_the_final_state() {
 #[test]
 fn a_decision_ended_early_makes_its_nonce_durable_before_the_answer() {
     let (f, log) = spied(Effect::InStore, true);
-    let m = f.mint();
-    let body = f.decide_doc(&m, Decision::Accept, 0);
     assert!(matches!(
-        f.rs.decide(&m.id, Decision::Accept, body.as_bytes()),
+        f.mint_and_decide(Decision::Accept).1,
         Err(CheqRsError::Operation(_))
     ));
     assert_eq!(
@@ -626,8 +629,6 @@ const CHILD_DIR_VAR: &str = "CHEQ_TEST_DECIDE_DIR";
 /// RS's own flush can have written it.
 #[test]
 fn a_decision_answered_survives_sigkill() {
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::{Command, Stdio};
     let open = |dir: &std::path::Path| {
         sled::Config::new()
             .path(dir)
@@ -640,65 +641,19 @@ fn a_decision_answered_survives_sigkill() {
         let dir = std::path::PathBuf::from(dir);
         let store = cheq::store::sled_rs::open(&open(&dir)).unwrap();
         let f = fixture_on(tempfile::tempdir().unwrap(), store, |_, tools| tools);
-        let m = f.mint();
-        let body = f.decide_doc(&m, Decision::Accept, 0);
-        f.rs.decide(&m.id, Decision::Accept, body.as_bytes())
-            .unwrap();
-        let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "DECIDED {}", m.id).unwrap();
-        stdout.flush().unwrap();
-        drop(stdout);
-        loop {
-            std::thread::sleep(std::time::Duration::from_secs(3600));
-        }
+        let (m, answer) = f.mint_and_decide(Decision::Accept);
+        answer.unwrap();
+        crash::report_and_wait("DECIDED", &m.id);
     }
 
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_decision_answered_survives_sigkill",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_DIR_VAR, dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let id = loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match rx.recv_timeout(left) {
-            // libtest may print "test … ... " on the same line first.
-            Ok(Ok(line)) => {
-                if let Some((_, id)) = line.split_once("DECIDED ") {
-                    break id.trim().to_owned();
-                }
-            }
-            Ok(Err(e)) => panic!("reading the child's stdout: {e}"),
-            Err(e) => {
-                let _ = child.kill();
-                panic!("the child never decided: {e}");
-            }
-        }
-    };
-    child.kill().unwrap(); // SIGKILL on Unix
-    let status = child.wait().unwrap();
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(9), "{status:?}");
-    }
+    let (child, id) = crash::start(
+        "a_decision_answered_survives_sigkill",
+        CHILD_DIR_VAR,
+        dir.path(),
+        "DECIDED",
+    );
+    crash::kill(child);
 
     let store = cheq::store::sled_rs::open(&open(dir.path())).unwrap();
     let record = store.records.get(&id).unwrap().expect("the record");

@@ -1,17 +1,14 @@
 //! Tests of the sled replay store (`PROTOCOL.md` §6) on real files in temporary
 //! directories. No mocks.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Barrier};
 
 use cheq::store::{
     NonceEntry, NonceStore, RecordOutcome, SledNonceStore, StoreError, MAX_DATA_LEN,
 };
 
-/// Upper bound of every wait in these tests.
-const TIMEOUT: Duration = Duration::from_secs(30);
+#[path = "support/crash.rs"]
+mod crash;
 
 fn entry(digest: u8, expires_at: i64, data: &[u8]) -> NonceEntry {
     NonceEntry {
@@ -413,16 +410,6 @@ fn a_corrupt_record_is_reported_not_trusted() {
 const CHILD_DIR_VAR: &str = "CHEQ_STORE_CHILD_DIR";
 const KILLED_NONCE: &str = "recorded-then-killed";
 
-/// Kills the child if the parent's test fails before it does.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A nonce for which `record` returned `Fresh` is there after the process is
 /// killed with SIGKILL (no destructor, no clean shutdown).
 #[test]
@@ -434,66 +421,17 @@ fn durability_survives_sigkill() {
             .record(KILLED_NONCE, &entry(0xAB, 1_900_000_000, b"accept"))
             .unwrap();
         assert_eq!(outcome, RecordOutcome::Fresh);
-        let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "RECORDED").unwrap();
-        stdout.flush().unwrap();
-        drop(stdout);
-        loop {
-            std::thread::sleep(Duration::from_secs(3600));
-        }
+        crash::report_and_wait("RECORDED", KILLED_NONCE);
     }
 
     let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "durability_survives_sigkill",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_DIR_VAR, dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut child = KillOnDrop(child);
-
-    // Read the child's stdout on a thread so the wait for "RECORDED" is bounded.
-    let stdout = child.0.stdout.take().unwrap();
-    let (lines_tx, lines_rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match lines_rx.recv_timeout(left) {
-            // libtest may print "test … ... " on the same line first.
-            Ok(Ok(line)) if line.contains("RECORDED") => break,
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => panic!("reading the child's stdout: {e}"),
-            Err(e) => panic!("the child never printed RECORDED: {e}"),
-        }
-    }
-
-    child.0.kill().unwrap(); // SIGKILL on Unix
-    let deadline = Instant::now() + TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the killed child did not exit");
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(9), "{status:?}");
-    }
+    let (child, _) = crash::start(
+        "durability_survives_sigkill",
+        CHILD_DIR_VAR,
+        dir.path(),
+        "RECORDED",
+    );
+    crash::kill(child);
 
     let store = open(&dir);
     let recorded = entry(0xAB, 1_900_000_000, b"accept");
