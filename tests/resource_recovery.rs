@@ -54,7 +54,7 @@ fn fixture_on(
     let cs = SigningKey::from_seed("cs", &[1; 32]).unwrap();
     let cs_keys = PeerKeys::Fixed(Arc::new(Jwks::new(vec![cs.public_key()]).unwrap()));
     let clock = Arc::new(ManualClock::new(Utc::now()));
-    let tools = Arc::new(DemoTools::new(store.executions.clone()));
+    let tools = Arc::new(DemoTools::new(&store));
     let rs_keys =
         KeyRing::open(&dir.path().join("rs.jwk"), Some("rs"), "rs", clock.clone()).unwrap();
     let rs = CheqRs::new(
@@ -433,6 +433,10 @@ impl NonceStore for SpyNonces {
         note(&self.1, "nonce unflushed");
         self.0.record_unflushed(nonce, entry)
     }
+    fn flush(&self) -> Result<(), StoreError> {
+        note(&self.1, "flush");
+        self.0.flush()
+    }
     fn get(&self, nonce: &str) -> Result<Option<NonceEntry>, StoreError> {
         self.0.get(nonce)
     }
@@ -599,12 +603,7 @@ fn a_decision_ended_early_makes_its_nonce_durable_before_the_answer() {
     ));
     assert_eq!(
         taken(&log),
-        [
-            "nonce unflushed",
-            "decided unflushed",
-            "execute",
-            "nonce durable"
-        ]
+        ["nonce unflushed", "decided unflushed", "execute", "flush"]
     );
 
     // Another document for a nonce recorded while the record is pending.
@@ -617,7 +616,17 @@ fn a_decision_ended_early_makes_its_nonce_durable_before_the_answer() {
         f.rs.decide(&m.id, Decision::Accept, other.as_bytes()),
         Err(CheqRsError::Replayed)
     ));
-    assert_eq!(taken(&log), ["nonce unflushed", "nonce durable"]);
+    assert_eq!(taken(&log), ["nonce unflushed", "flush"]);
+
+    // A byte-identical re-delivery of a decided body: what it finds is on
+    // disk before the answer, however the first delivery ended.
+    let (m, answer) = f.mint_and_decide(Decision::Reject);
+    answer.unwrap();
+    taken(&log);
+    let body = f.decide_doc(&m, Decision::Reject, 0);
+    f.rs.decide(&m.id, Decision::Reject, body.as_bytes())
+        .unwrap();
+    assert_eq!(taken(&log), ["flush"]);
 }
 
 const CHILD_DIR_VAR: &str = "CHEQ_TEST_DECIDE_DIR";
@@ -625,13 +634,12 @@ const CHILD_DIR_VAR: &str = "CHEQ_TEST_DECIDE_DIR";
 /// A decision whose operation keeps its effect in the store (the demo
 /// tools: one flush per decision) is on disk, nonce, effect and final state,
 /// when `decide` answers: a process killed with SIGKILL right after keeps it
-/// all. The database is opened without sled's background flush, so only the
-/// RS's own flush can have written it.
+/// all. The database is opened as the servers open it, but without sled's
+/// background flush, so only the RS's own flush can have written it.
 #[test]
 fn a_decision_answered_survives_sigkill() {
     let open = |dir: &std::path::Path| {
-        sled::Config::new()
-            .path(dir)
+        cheq::store::sled_config(dir)
             .flush_every_ms(None)
             .open()
             .unwrap()
@@ -669,4 +677,87 @@ fn a_decision_answered_survives_sigkill() {
         result.as_ref(),
         "the effect was lost"
     );
+}
+
+/// The CHEQ records, holding a move to `done` once written, until told to go
+/// on: the window in which a final state is visible while the decision that
+/// wrote it has not answered (its flush not yet done).
+struct HeldDone {
+    inner: Arc<dyn CheqRecords>,
+    written: Mutex<std::sync::mpsc::Sender<()>>,
+    go_on: Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl CheqRecords for HeldDone {
+    fn create(&self, record: &CheqRecord) -> Result<bool, StoreError> {
+        self.inner.create(record)
+    }
+    fn get(&self, id: &str) -> Result<Option<CheqRecord>, StoreError> {
+        self.inner.get(id)
+    }
+    fn by_result(&self, result_id: &str) -> Result<Option<CheqRecord>, StoreError> {
+        self.inner.by_result(result_id)
+    }
+    fn advance(
+        &self,
+        id: &str,
+        from: &CheqState,
+        to: &CheqState,
+        durable: bool,
+    ) -> Result<Transition, StoreError> {
+        self.inner.advance(id, from, to, durable)
+    }
+    fn advance_record(
+        &self,
+        record: &CheqRecord,
+        to: &CheqState,
+        durable: bool,
+    ) -> Result<Transition, StoreError> {
+        if !matches!(to, CheqState::Done { .. }) {
+            return self.inner.advance_record(record, to, durable);
+        }
+        let moved = self.inner.advance_record(record, to, durable)?;
+        self.written.lock().unwrap().send(()).unwrap();
+        self.go_on.lock().unwrap().recv().unwrap();
+        Ok(moved)
+    }
+    fn collect_expired(&self, cutoff: i64) -> Result<usize, StoreError> {
+        self.inner.collect_expired(cutoff)
+    }
+}
+
+/// The agent reads a result only once the decision behind it is on disk: a
+/// final state written and not yet flushed reads as pending (§7), and as
+/// what it is once the decision has answered.
+#[test]
+fn a_result_is_read_only_once_its_decision_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_db, store) = cheq::store::sled_rs::open_dir(dir.path()).unwrap();
+    let (written_tx, written) = std::sync::mpsc::channel();
+    let (go_on, go_on_rx) = std::sync::mpsc::channel();
+    let store = RsStore {
+        records: Arc::new(HeldDone {
+            inner: store.records.clone(),
+            written: Mutex::new(written_tx),
+            go_on: Mutex::new(go_on_rx),
+        }),
+        ..store
+    };
+    let f = fixture_on(dir, store, |_, tools| tools);
+    let m = f.mint();
+    let body = f.decide_doc(&m, Decision::Accept, 0);
+    std::thread::scope(|s| {
+        let deciding = s.spawn(|| f.rs.decide(&m.id, Decision::Accept, body.as_bytes()));
+        written.recv().unwrap();
+        let state = f.store.records.get(&m.id).unwrap().unwrap().state;
+        let read = f.rs.result(&m.result_id);
+        go_on.send(()).unwrap();
+        deciding.join().unwrap().unwrap();
+        assert!(matches!(state, CheqState::Done { .. }), "{state:?}");
+        assert_eq!(read.unwrap(), ResultView::Pending);
+    });
+    assert!(matches!(
+        f.rs.result(&m.result_id).unwrap(),
+        ResultView::Accepted(_)
+    ));
 }

@@ -103,8 +103,8 @@ pub struct RsClient {
     /// worker's thread, and its answer back (issue 13: 2.6 wake-ups of
     /// another worker per flow).
     clients: ThreadLocal<reqwest::Client>,
-    /// The client of the thread that made this one, used when another
-    /// could not be built.
+    /// The client of the thread that made this one, also used by a thread
+    /// whose own could not be built.
     shared: reqwest::Client,
     oauth: BasicClient<
         oauth2::EndpointNotSet,
@@ -149,7 +149,8 @@ fn http_client() -> Result<reqwest::Client, String> {
         // No redirect is followed: a CHEQ lives at its resource URI, and
         // a redirect could lead outside the registered prefix with our token.
         .redirect(reqwest::redirect::Policy::none())
-        .pool_max_idle_per_host(64)
+        // Per thread: a worker rarely has more requests to one RS at once.
+        .pool_max_idle_per_host(32)
         .build()
         .map_err(|e| e.to_string())
 }
@@ -161,8 +162,10 @@ impl RsClient {
         let oauth = BasicClient::new(ClientId::new(client_id.to_owned()))
             .set_client_secret(ClientSecret::new(client_secret.to_owned()))
             .set_token_uri(TokenUrl::new(token_url.to_owned()).map_err(|e| e.to_string())?);
+        let clients = ThreadLocal::new();
+        clients.get_or(|| shared.clone());
         Ok(RsClient {
-            clients: ThreadLocal::new(),
+            clients,
             shared,
             oauth,
             token: Mutex::new(None),
@@ -172,7 +175,12 @@ impl RsClient {
 
     /// This thread's HTTP client.
     fn http(&self) -> &reqwest::Client {
-        self.clients.get_or_try(http_client).unwrap_or(&self.shared)
+        self.clients.get_or(|| {
+            http_client().unwrap_or_else(|e| {
+                log::warn!("cannot build an HTTP client for this thread ({e}); sharing one");
+                self.shared.clone()
+            })
+        })
     }
 
     fn cached_token(&self) -> Option<String> {

@@ -18,10 +18,14 @@
 //!
 //! # Exactly once, across crashes
 //!
-//! A decision goes through these steps (the nonce is durable before anything
-//! else happens; the operation's effect and the final record are durable
-//! before the answer; step 2's write need not be, since the nonce of step 1
-//! already stands for the decision and step 4's durable write covers it):
+//! A decision goes through these steps. Everything they write is durable
+//! before the answer. With an operation whose effect is kept elsewhere, the
+//! nonce is durable before anything else happens, and step 2's write need
+//! not be (the nonce stands for the decision, and step 4's durable write
+//! covers it). With an operation whose effect is in the RS's store, steps 1
+//! to 3 write unflushed and step 4's flush covers them all; the store keeps
+//! its writes in order, so a crash keeps a prefix of the steps, as between
+//! durable steps:
 //!
 //! 1. the nonce is recorded in the [`NonceStore`] with the SHA-256 of the exact
 //!    body bytes (§6: "records the nonce durably before it answers"): on disk
@@ -30,9 +34,9 @@
 //!    store ([`Effect::InStore`], the demo tools), written unflushed, and made
 //!    durable with the effect by step 4's flush (the store keeps its writes in
 //!    order, so no crash keeps the effect without the nonce): one flush per
-//!    decision instead of three. Any step that ends a decision before step 4's
-//!    write (a failed operation, a replay) flushes the nonce before the
-//!    answer;
+//!    decision instead of three. A decision that ends before step 4's write
+//!    (a failed operation, a replay), and a re-delivery, flush the store
+//!    before the answer;
 //! 2. the confirmation record moves from `pending` to `decided` (decision and
 //!    digest);
 //! 3. on `accept`, the [`Operation`] runs with the confirmation id as its
@@ -41,7 +45,10 @@
 //!    the answer sent.
 //!
 //! Steps 2 and 4 are compare-and-set moves ([`CheqRecords::advance`]): a
-//! record only moves from the state it was read in.
+//! record only moves from the state it was read in. Their writes are visible
+//! before step 4's flush ends; a decision holds its lock (below) until then,
+//! and [`CheqRs::result`] reads a decided record under that lock, so that an
+//! agent is never shown a result a crash could still take back.
 //!
 //! A crash anywhere leaves a state a re-delivery completes: the CS keeps
 //! delivering the same bytes until it gets an answer (§6), a byte-identical
@@ -79,7 +86,7 @@ use indexmap::IndexMap;
 use rand::RngCore;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, TryLockError};
 
 /// Path under the RS origin where resource URIs live.
 pub const CONFIRMATIONS_PATH: &str = "/cheq/confirmations/";
@@ -109,9 +116,9 @@ pub enum Effect {
     /// In the RS's own store (the [`RsStore`] given to [`CheqRs::new`]),
     /// written without a flush of its own
     /// ([`Executions::record_unflushed`](crate::store::rs::Executions::record_unflushed)):
-    /// the nonce, the effect and the final state are then written in that
-    /// order and made durable together, by one flush with the final state,
-    /// before the answer. A crash keeps a prefix of them, which a re-delivery
+    /// the nonce, the `decided` state, the effect and the final state are
+    /// then written in that order and made durable together, by one flush
+    /// with the final state, before the answer. A crash keeps a prefix of them, which a re-delivery
     /// completes, as it completes one cut short by a crash between durable
     /// steps.
     InStore,
@@ -484,7 +491,7 @@ impl CheqRs {
             data: nonce_data(decision),
         };
         let nonce = record.nonce.clone();
-        let in_store = self.operation.effect() == Effect::InStore;
+        let in_store = self.in_store();
         let recorded = if in_store {
             self.nonces.record_unflushed(&nonce, &entry)?
         } else {
@@ -504,11 +511,16 @@ impl CheqRs {
         if in_store && !flushed {
             // The steps ended before the final state's durable write (a
             // failed operation, a refusal): the nonce is on disk before the
-            // answer all the same (§6). Recording it again finds it and
-            // flushes.
-            self.nonces.record(&nonce, &entry)?;
+            // answer all the same (§6).
+            self.nonces.flush()?;
         }
         answer
+    }
+
+    /// Whether the operation keeps its effect in this RS's store, written
+    /// unflushed ([`Effect::InStore`]).
+    fn in_store(&self) -> bool {
+        self.operation.effect() == Effect::InStore
     }
 
     /// A delivery for a nonce already decided by a body of digest `earlier`
@@ -534,7 +546,13 @@ impl CheqRs {
             }
             .into());
         }
-        self.complete(record, body, now)
+        let answer = self.complete(record, body, now);
+        if self.in_store() {
+            // What the re-delivery finds may be visible and not yet on disk
+            // (a final state whose flush failed): it is before the answer.
+            self.nonces.flush()?;
+        }
+        answer
     }
 
     /// Verifies a decision for `record` (§5, rules 1–4, the required inputs
@@ -599,8 +617,9 @@ impl CheqRs {
                     decision: *decision,
                 })
             }
-            // Not durable on its own: the durable nonce of step 1 already
-            // stands for the decision, and step 4's durable write covers this.
+            // Not durable on its own: step 4's durable write covers this
+            // (and, with the effect kept elsewhere, the nonce of step 1,
+            // durable already, stands for the decision meanwhile).
             CheqState::Pending => {
                 let moved = self.records.advance_record(&record, &decided, false)?;
                 if let Some(answer) = settled_elsewhere(moved, &digest)? {
@@ -655,10 +674,27 @@ impl CheqRs {
 
     /// The result behind `result_id` (§7).
     pub fn result(&self, result_id: &str) -> Result<ResultView, CheqRsError> {
-        let record = self
+        let mut record = self
             .records
             .by_result(result_id)?
             .ok_or(CheqRsError::ResultNotFound)?;
+        if record.state != CheqState::Pending {
+            // A decision's writes are visible before its flush (one for all
+            // of them, with the final state: `Effect::InStore`); a decision
+            // holds its lock until they are durable, so a result read under
+            // it is one no crash can take back. While a decision holds it,
+            // the result is pending (never a wait: the RS may serve this on
+            // its async worker).
+            let _guard = match self.stripe(&record.id).try_lock() {
+                Ok(guard) => guard,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock) => return Ok(ResultView::Pending),
+            };
+            record = self
+                .records
+                .get(&record.id)?
+                .ok_or(CheqRsError::ResultNotFound)?;
+        }
         Ok(match record.state {
             CheqState::Done {
                 decision: Decision::Accept,

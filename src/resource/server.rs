@@ -99,8 +99,7 @@ pub async fn build_state(
             source: std::io::Error::other(e.to_string()),
         })?;
     let metrics = crate::metrics::RsMetrics::new();
-    let tools =
-        Arc::new(DemoTools::new(store.executions.clone()).counting(metrics.executed.clone()));
+    let tools = Arc::new(DemoTools::new(&store).counting(metrics.executed.clone()));
     let cheq = CheqRs::new(
         &store,
         keys,

@@ -17,7 +17,7 @@
 
 use super::cheq_rs::{Effect, MintRequest, Operation};
 use super::error::ToolError;
-use crate::store::rs::{Execution, Executions};
+use crate::store::rs::{Execution, Executions, RsStore};
 use chrono::{Duration, NaiveDate};
 use indexmap::IndexMap;
 use rand::RngCore;
@@ -440,13 +440,12 @@ fn is_amount(s: &str) -> bool {
 }
 
 impl DemoTools {
-    /// The demo tools, keeping their execution log in `executions`: those
-    /// of the [`RsStore`](crate::store::rs::RsStore) given to the
-    /// [`CheqRs`](super::cheq_rs::CheqRs) that runs them, since their
-    /// [`Effect`] is [`Effect::InStore`].
-    pub fn new(executions: Arc<dyn Executions>) -> Self {
+    /// The demo tools, keeping their execution log in `store`, the RS's own
+    /// store: the one given to the [`CheqRs`](super::cheq_rs::CheqRs) that
+    /// runs them, since their [`Effect`] is [`Effect::InStore`].
+    pub fn new(store: &RsStore) -> Self {
         DemoTools {
-            executions,
+            executions: store.executions.clone(),
             runs: AtomicU64::new(0),
             executed: None,
         }

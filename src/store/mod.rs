@@ -154,6 +154,15 @@ pub trait NonceStore: Send + Sync {
         self.record(nonce, entry)
     }
 
+    /// Makes every write so far through this store durable, with those of
+    /// [`record_unflushed`](Self::record_unflushed) (sled: and every other
+    /// write to its database). The default does nothing: it goes with the
+    /// default `record_unflushed`, which writes durably; a backend that
+    /// overrides one overrides both.
+    fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// The entry recorded for `nonce`, if any.
     fn get(&self, nonce: &str) -> Result<Option<NonceEntry>, StoreError>;
 

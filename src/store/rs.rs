@@ -223,8 +223,9 @@ pub trait Executions: Send + Sync {
 
 /// Everything the RS keeps, from one backend, in one database: a durable
 /// write through any of these stores makes every earlier write through the
-/// others durable too (sled: one database, one log, flushed as a whole; a
-/// database server: each statement commits durably).
+/// others durable too (sled: one database, one log, flushed as a whole;
+/// PostgreSQL: a write not asked to be durable commits asynchronously, and
+/// the next synchronous commit flushes the write-ahead log past it).
 #[derive(Clone)]
 pub struct RsStore {
     /// The nonces of decided CHEQs (§6).

@@ -145,11 +145,6 @@ impl SledNonceStore {
         Ok(Self { db, nonces, expiry })
     }
 
-    /// Makes every write so far durable (see the module docs for the caveat).
-    fn flush(&self) -> Result<(), StoreError> {
-        self.db.flush()
-    }
-
     /// [`NonceStore::record`] (`durable`) or
     /// [`NonceStore::record_unflushed`].
     fn record_then(
@@ -158,7 +153,7 @@ impl SledNonceStore {
         entry: &NonceEntry,
         durable: bool,
     ) -> Result<RecordOutcome, StoreError> {
-        let flush = |store: &Self| if durable { store.flush() } else { Ok(()) };
+        let flush = |store: &Self| if durable { store.db.flush() } else { Ok(()) };
         validate(nonce, entry)?;
         let key = nonce.as_bytes();
 
@@ -224,6 +219,12 @@ impl NonceStore for SledNonceStore {
         entry: &NonceEntry,
     ) -> Result<RecordOutcome, StoreError> {
         self.record_then(nonce, entry, false)
+    }
+
+    /// Every write to the database so far (see the module docs for the
+    /// caveat).
+    fn flush(&self) -> Result<(), StoreError> {
+        self.db.flush()
     }
 
     fn get(&self, nonce: &str) -> Result<Option<NonceEntry>, StoreError> {
