@@ -445,8 +445,17 @@ impl NonceStore for SpyNonces {
     }
 }
 
-/// The CHEQ records, noting each move and whether it was durable.
-struct SpyRecords(Arc<dyn CheqRecords>, Log);
+/// The CHEQ records, noting each move and whether it was durable; with a
+/// hold, a move to `done` is held once written until the hold says go on.
+struct SpyRecords(Arc<dyn CheqRecords>, Log, Option<Hold>);
+
+/// Says when a move to `done` is written, and waits to be told to go on:
+/// the window in which a final state is visible while the decision that
+/// wrote it has not answered.
+struct Hold {
+    written: Mutex<std::sync::mpsc::Sender<()>>,
+    go_on: Mutex<std::sync::mpsc::Receiver<()>>,
+}
 
 fn state_name(state: &CheqState) -> &'static str {
     match state {
@@ -489,7 +498,12 @@ impl CheqRecords for SpyRecords {
             &self.1,
             format!("{} {}", state_name(to), durability(durable)),
         );
-        self.0.advance_record(record, to, durable)
+        let moved = self.0.advance_record(record, to, durable)?;
+        if let (Some(hold), CheqState::Done { .. }) = (&self.2, to) {
+            hold.written.lock().unwrap().send(()).unwrap();
+            hold.go_on.lock().unwrap().recv().unwrap();
+        }
+        Ok(moved)
     }
     fn collect_expired(&self, cutoff: i64) -> Result<usize, StoreError> {
         self.0.collect_expired(cutoff)
@@ -530,7 +544,7 @@ fn spied(effect: Effect, fail: bool) -> (Fixture, Log) {
     let log = Log::default();
     let store = RsStore {
         nonces: Arc::new(SpyNonces(store.nonces.clone(), log.clone())),
-        records: Arc::new(SpyRecords(store.records.clone(), log.clone())),
+        records: Arc::new(SpyRecords(store.records.clone(), log.clone(), None)),
         ..store
     };
     let spy_log = log.clone();
@@ -679,53 +693,6 @@ fn a_decision_answered_survives_sigkill() {
     );
 }
 
-/// The CHEQ records, holding a move to `done` once written, until told to go
-/// on: the window in which a final state is visible while the decision that
-/// wrote it has not answered (its flush not yet done).
-struct HeldDone {
-    inner: Arc<dyn CheqRecords>,
-    written: Mutex<std::sync::mpsc::Sender<()>>,
-    go_on: Mutex<std::sync::mpsc::Receiver<()>>,
-}
-
-impl CheqRecords for HeldDone {
-    fn create(&self, record: &CheqRecord) -> Result<bool, StoreError> {
-        self.inner.create(record)
-    }
-    fn get(&self, id: &str) -> Result<Option<CheqRecord>, StoreError> {
-        self.inner.get(id)
-    }
-    fn by_result(&self, result_id: &str) -> Result<Option<CheqRecord>, StoreError> {
-        self.inner.by_result(result_id)
-    }
-    fn advance(
-        &self,
-        id: &str,
-        from: &CheqState,
-        to: &CheqState,
-        durable: bool,
-    ) -> Result<Transition, StoreError> {
-        self.inner.advance(id, from, to, durable)
-    }
-    fn advance_record(
-        &self,
-        record: &CheqRecord,
-        to: &CheqState,
-        durable: bool,
-    ) -> Result<Transition, StoreError> {
-        if !matches!(to, CheqState::Done { .. }) {
-            return self.inner.advance_record(record, to, durable);
-        }
-        let moved = self.inner.advance_record(record, to, durable)?;
-        self.written.lock().unwrap().send(()).unwrap();
-        self.go_on.lock().unwrap().recv().unwrap();
-        Ok(moved)
-    }
-    fn collect_expired(&self, cutoff: i64) -> Result<usize, StoreError> {
-        self.inner.collect_expired(cutoff)
-    }
-}
-
 /// The agent reads a result only once the decision behind it is on disk: a
 /// final state written and not yet flushed reads as pending (§7), and as
 /// what it is once the decision has answered.
@@ -735,12 +702,16 @@ fn a_result_is_read_only_once_its_decision_is_durable() {
     let (_db, store) = cheq::store::sled_rs::open_dir(dir.path()).unwrap();
     let (written_tx, written) = std::sync::mpsc::channel();
     let (go_on, go_on_rx) = std::sync::mpsc::channel();
+    let hold = Hold {
+        written: Mutex::new(written_tx),
+        go_on: Mutex::new(go_on_rx),
+    };
     let store = RsStore {
-        records: Arc::new(HeldDone {
-            inner: store.records.clone(),
-            written: Mutex::new(written_tx),
-            go_on: Mutex::new(go_on_rx),
-        }),
+        records: Arc::new(SpyRecords(
+            store.records.clone(),
+            Log::default(),
+            Some(hold),
+        )),
         ..store
     };
     let f = fixture_on(dir, store, |_, tools| tools);

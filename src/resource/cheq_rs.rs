@@ -118,9 +118,9 @@ pub enum Effect {
     /// ([`Executions::record_unflushed`](crate::store::rs::Executions::record_unflushed)):
     /// the nonce, the `decided` state, the effect and the final state are
     /// then written in that order and made durable together, by one flush
-    /// with the final state, before the answer. A crash keeps a prefix of them, which a re-delivery
-    /// completes, as it completes one cut short by a crash between durable
-    /// steps.
+    /// with the final state, before the answer. A crash keeps a prefix of
+    /// them, which a re-delivery completes, as it completes one cut short by
+    /// a crash between durable steps.
     InStore,
 }
 
