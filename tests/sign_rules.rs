@@ -2,9 +2,9 @@
 //! test per verification rule, each asserting the exact error variant.
 
 use cheq::sign::{
-    assemble, b64, countersign, sign_entry, sign_resource, verify_decision, verify_resource,
-    Channel, Context, CountersignError, Decision, DecisionInput, Jwks, SigningKey, TrustStore,
-    VerifyError,
+    assemble, b64, countersign, sign_entry, sign_resource, verify_decision, verify_own_decision,
+    verify_resource, Channel, Context, CountersignError, Decision, DecisionInput, Jwks,
+    ResourceSignature, SigningKey, TrustStore, VerifyError,
 };
 use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
 use serde_json::{json, Value};
@@ -1122,4 +1122,171 @@ fn required_inputs_must_be_collected_to_accept() {
         fx.verify_dec(&forged, Decision::Accept),
         Err(VerifyError::RequiredInputMissing("account".into()))
     );
+}
+
+// ---- a decision read by the RS that issued it -------------------------------
+
+/// A decision on `issued`, countersigned with `d`.
+fn decided_on(fx: &Fx, issued: &str, d: Decision) -> String {
+    let v = verify_resource(issued.as_bytes(), &fx.trust, &ctx()).unwrap();
+    countersign(&v, &fx.cs, input(d), now()).unwrap()
+}
+
+fn own(fx: &Fx, doc: &str, issued: &str) -> Result<ResourceSignature, VerifyError> {
+    verify_own_decision(
+        doc.as_bytes(),
+        issued,
+        &fx.trust,
+        Some(Decision::Accept),
+        &ctx(),
+    )
+    .map(|d| d.resource_signature())
+}
+
+#[test]
+fn an_rs_recognises_its_own_signature_in_a_decision() {
+    let fx = fx();
+    let issued = fx.resource_doc(&payload());
+    let doc = decided_on(&fx, &issued, Decision::Accept);
+    assert_eq!(own(&fx, &doc, &issued), Ok(ResourceSignature::Issued));
+    // Anyone else verifies it.
+    let d = verify_decision(doc.as_bytes(), &fx.trust, Some(Decision::Accept), &ctx()).unwrap();
+    assert_eq!(d.resource_signature(), ResourceSignature::Verified);
+}
+
+#[test]
+fn a_document_not_the_issued_one_is_verified_in_full() {
+    let fx = fx();
+    let issued = fx.resource_doc(&payload());
+    // Another genuine CHEQ of the same RS: verified, not recognised.
+    let mut other = payload();
+    other["nonce"] = "BBECAwQFBgcICQoLDA0ODw".into();
+    let doc = decided_on(&fx, &fx.resource_doc(&other), Decision::Accept);
+    assert_eq!(own(&fx, &doc, &issued), Ok(ResourceSignature::Verified));
+    // The issued document with anything after it, or cut short, vouches for nothing.
+    let doc = decided_on(&fx, &issued, Decision::Accept);
+    assert_eq!(
+        own(&fx, &doc, &format!("{issued} ")),
+        Ok(ResourceSignature::Verified)
+    );
+    assert_eq!(
+        own(&fx, &doc, &issued[..issued.len() - 1]),
+        Ok(ResourceSignature::Verified)
+    );
+}
+
+#[test]
+fn a_forged_resource_signature_fails_beside_the_issued_document() {
+    let fx = fx();
+    let issued = fx.resource_doc(&payload());
+    let (p, sigs) = parts(&issued);
+    // The payload changed under the RS's header and signature: the
+    // confirmation entry is genuine (made by the CS over the new payload),
+    // the resource one does not match the issued document, and fails.
+    let mut changed = payload();
+    changed["operation name"] = "Book two flights".into();
+    let pb = b64::encode(bytes(&changed));
+    let decided = decided_on(&fx, &issued, Decision::Accept);
+    let (_, dsigs) = parts(&decided);
+    let (ph, s) = sign_entry(&fx.cs, &header(&dsigs[1].0).to_string(), &pb);
+    let forged = assemble(&pb, &[(&sigs[0].0, &sigs[0].1), (&ph, &s)]);
+    assert_eq!(
+        own(&fx, &forged, &issued),
+        Err(VerifyError::BadSignature {
+            index: 0,
+            kid: "rs-1".into()
+        })
+    );
+    // A resource signature changed in one byte, beside the issued payload.
+    let mut bad = b64::decode(&sigs[0].1).unwrap();
+    bad[7] ^= 1;
+    let bad = b64::encode(&bad);
+    let forged = assemble(&p, &[(&sigs[0].0, &bad), (&dsigs[1].0, &dsigs[1].1)]);
+    assert_eq!(
+        own(&fx, &forged, &issued),
+        Err(VerifyError::BadSignature {
+            index: 0,
+            kid: "rs-1".into()
+        })
+    );
+}
+
+#[test]
+fn an_issued_signature_whose_key_is_no_longer_trusted_fails() {
+    let fx = fx();
+    let issued = fx.resource_doc(&payload());
+    let doc = decided_on(&fx, &issued, Decision::Accept);
+    let mut trust = TrustStore::new();
+    trust
+        .add_confirmation_server(CS_URI, Jwks::new(vec![fx.cs.public_key()]).unwrap())
+        .unwrap();
+    let newer = SigningKey::from_seed("rs-2", &[3; 32]).unwrap();
+    trust
+        .add_resource_server(RS_ORIGIN, Jwks::new(vec![newer.public_key()]).unwrap())
+        .unwrap();
+    assert!(matches!(
+        verify_own_decision(doc.as_bytes(), &issued, &trust, None, &ctx()),
+        Err(VerifyError::UntrustedResourceKey { .. })
+    ));
+}
+
+#[test]
+fn an_issued_signature_under_a_key_of_another_algorithm_fails() {
+    use josekit::jws::ES256;
+    let fx = fx();
+    let issued = fx.resource_doc(&payload());
+    let doc = decided_on(&fx, &issued, Decision::Accept);
+    // The RS's kid now names an EC key: the EdDSA header no longer fits it.
+    let pair = ES256.generate_key_pair().unwrap();
+    let mut public = pair.to_jwk_public_key();
+    public.set_key_id("rs-1");
+    let public_value: Value = serde_json::from_str(&public.to_string()).unwrap();
+    let mut trust = TrustStore::new();
+    trust
+        .add_confirmation_server(CS_URI, Jwks::new(vec![fx.cs.public_key()]).unwrap())
+        .unwrap();
+    trust
+        .add_resource_server(
+            RS_ORIGIN,
+            Jwks::from_value(&json!({"keys": [public_value]})).unwrap(),
+        )
+        .unwrap();
+    assert_eq!(
+        verify_own_decision(doc.as_bytes(), &issued, &trust, None, &ctx()).map(|_| ()),
+        Err(VerifyError::AlgorithmKeyMismatch { index: 0 })
+    );
+}
+
+#[test]
+fn every_other_rule_holds_beside_the_issued_document() {
+    let fx = fx();
+    let issued = fx.resource_doc(&payload());
+    // A rejection read as an acceptance (rule 3).
+    let doc = decided_on(&fx, &issued, Decision::Reject);
+    assert!(matches!(
+        own(&fx, &doc, &issued),
+        Err(VerifyError::DecisionMismatch { .. })
+    ));
+    // A bad confirmation signature (rule 1).
+    let doc = decided_on(&fx, &issued, Decision::Accept);
+    let (p, sigs) = parts(&doc);
+    let mut bad = b64::decode(&sigs[1].1).unwrap();
+    bad[3] ^= 1;
+    let forged = assemble(
+        &p,
+        &[(&sigs[0].0, &sigs[0].1), (&sigs[1].0, &b64::encode(&bad))],
+    );
+    assert_eq!(
+        own(&fx, &forged, &issued),
+        Err(VerifyError::BadSignature {
+            index: 1,
+            kid: "cs-1".into()
+        })
+    );
+    // Expired (rule 4).
+    let late = Context::at(now() + chrono::Duration::days(2));
+    assert!(matches!(
+        verify_own_decision(doc.as_bytes(), &issued, &fx.trust, None, &late),
+        Err(VerifyError::Expired { .. })
+    ));
 }

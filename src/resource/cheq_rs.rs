@@ -77,7 +77,9 @@ use crate::cheq::{Cheq, Decision, DecisionAnswer, UriPack};
 use crate::keyring::KeyRing;
 use crate::peerkeys::PeerKeys;
 use crate::sign::verify::CLOCK_SKEW_SECS;
-use crate::sign::{b64, verify_decision, Context, TrustStore, VerifiedDecision, VerifyError};
+use crate::sign::{
+    b64, verify_decision, verify_own_decision, Context, TrustStore, VerifiedDecision, VerifyError,
+};
 use crate::store::rs::{CheqRecord, CheqRecords, CheqState, RsStore, Transition};
 use crate::store::{NonceEntry, NonceStore, RecordOutcome, StoreError};
 use crate::time::Clock;
@@ -569,7 +571,13 @@ impl CheqRs {
             resource_uri: Some(&record.resource_uri),
             confirmation_uri: None,
         };
-        let verified = verify_decision(body, &self.trust, expected, &ctx)?;
+        // A pending record still holds the document this RS issued: its own
+        // signature in the decision is recognised, not verified again.
+        let verified = if record.document.is_empty() {
+            verify_decision(body, &self.trust, expected, &ctx)?
+        } else {
+            verify_own_decision(body, &record.document, &self.trust, expected, &ctx)?
+        };
         if verified.fields().nonce != record.nonce {
             return Err(CheqRsError::InvalidOther(
                 "the nonce is not the one this resource server issued".into(),

@@ -132,19 +132,69 @@ pub(crate) fn write_document(payload_b64: &str, sigs: &[(&str, &str)]) -> String
                 .sum::<usize>()
             + 32,
     );
-    out.push_str("{\"payload\":\"");
-    out.push_str(payload_b64);
-    out.push_str("\",\"signatures\":[");
-    for (i, (protected, signature)) in sigs.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str("{\"protected\":\"");
-        out.push_str(protected);
-        out.push_str("\",\"signature\":\"");
-        out.push_str(signature);
-        out.push_str("\"}");
-    }
-    out.push_str("]}");
+    for_each_piece(payload_b64, sigs, |piece| {
+        out.push_str(piece);
+        true
+    });
     out
+}
+
+/// Whether `doc` is exactly what [`write_document`] writes for these parts,
+/// compared piece by piece without writing it.
+pub(crate) fn is_document(doc: &str, payload_b64: &str, sigs: &[(&str, &str)]) -> bool {
+    let mut rest = doc.as_bytes();
+    for_each_piece(payload_b64, sigs, |piece| {
+        match rest.strip_prefix(piece.as_bytes()) {
+            Some(after) => {
+                rest = after;
+                true
+            }
+            None => false,
+        }
+    }) && rest.is_empty()
+}
+
+/// The pieces of a document in order, each handed to `f` until it answers
+/// false; answers whether every piece was taken.
+fn for_each_piece(
+    payload_b64: &str,
+    sigs: &[(&str, &str)],
+    mut f: impl FnMut(&str) -> bool,
+) -> bool {
+    if !(f("{\"payload\":\"") && f(payload_b64) && f("\",\"signatures\":[")) {
+        return false;
+    }
+    for (i, (protected, signature)) in sigs.iter().enumerate() {
+        if !((i == 0 || f(","))
+            && f("{\"protected\":\"")
+            && f(protected)
+            && f("\",\"signature\":\"")
+            && f(signature)
+            && f("\"}"))
+        {
+            return false;
+        }
+    }
+    f("]}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_document_is_recognised_exactly() {
+        let sigs = [("aGVhZA", "c2ln"), ("b3RoZXI", "c2lnMg")];
+        for n in 1..=2 {
+            let doc = write_document("cGF5", &sigs[..n]);
+            assert!(is_document(&doc, "cGF5", &sigs[..n]));
+            assert!(!is_document(&format!("{doc} "), "cGF5", &sigs[..n]));
+            assert!(!is_document(&doc[..doc.len() - 1], "cGF5", &sigs[..n]));
+            assert!(!is_document(&doc, "cGF6", &sigs[..n]));
+            assert!(!is_document(&doc, "cGF5", &[("aGVhZA", "c2lo")]));
+        }
+        let two = write_document("cGF5", &sigs);
+        assert!(!is_document(&two, "cGF5", &sigs[..1]));
+        assert!(!is_document("", "cGF5", &sigs[..1]));
+    }
 }

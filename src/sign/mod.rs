@@ -25,5 +25,6 @@ pub use signer::{
 };
 pub use trust::{KeySource, TrustError, TrustStore};
 pub use verify::{
-    verify_decision, verify_resource, Context, VerifiedCheq, VerifiedDecision, VerifyError,
+    verify_decision, verify_own_decision, verify_resource, Context, ResourceSignature,
+    VerifiedCheq, VerifiedDecision, VerifyError,
 };

@@ -7,6 +7,13 @@
 //! fails the whole document, whatever the others say. Rule 5 (the nonce has not
 //! been decided before) needs the replay store and is applied by the servers.
 //!
+//! A resource server reading a decision on a CHEQ it issued may hand over
+//! the document it issued ([`verify_own_decision`]): a resource signature
+//! byte-identical to its own, over the same protected header and payload,
+//! is the one its key made, so it is recognised instead of verified again
+//! (the key must still be trusted, and must still be the header's
+//! algorithm). Anything else in that place is verified in full.
+//!
 //! A [`VerifiedCheq`] or [`VerifiedDecision`] can only be made here: their
 //! fields are private and they have no public constructor, so code elsewhere
 //! cannot forge one.
@@ -20,7 +27,7 @@ use super::b64;
 use super::header::{
     string_member, ConfirmationClaims, Decision, Header, Role, TYP, UNDERSTOOD_CRIT,
 };
-use super::jws::{signing_input, RawDocument, RawSignature};
+use super::jws::{is_document, signing_input, RawDocument, RawSignature};
 use super::keys::{Algorithm, PublicKey};
 use super::trust::TrustStore;
 use crate::cheq::json::JsonError;
@@ -215,9 +222,24 @@ pub struct VerifiedDecision {
     claims: ConfirmationClaims,
     resource_kid: String,
     confirmation_kid: String,
+    resource_signature: ResourceSignature,
+}
+
+/// How a decision's resource signature was found good (§5 rule 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceSignature {
+    /// Verified with the trusted key.
+    Verified,
+    /// Byte-identical to the document the verifier issued itself
+    /// ([`verify_own_decision`]), under a key it still trusts.
+    Issued,
 }
 
 impl VerifiedDecision {
+    /// How the resource signature was found good.
+    pub fn resource_signature(&self) -> ResourceSignature {
+        self.resource_signature
+    }
     pub fn cheq(&self) -> &Cheq {
         &self.cheq
     }
@@ -278,6 +300,33 @@ pub fn verify_decision(
     expected: Option<Decision>,
     ctx: &Context<'_>,
 ) -> Result<VerifiedDecision, VerifyError> {
+    decision(doc, trust, expected, ctx, None)
+}
+
+/// [`verify_decision`] by the resource server that issued the CHEQ:
+/// `issued` is the resource-signed document it issued (its own copy, §3).
+/// A resource signature byte-identical to that one, over the same protected
+/// header and payload, is recognised rather than verified again (the module
+/// docs); every other rule, trust in its key included, is checked as
+/// always. The caller vouches that `issued` is its own: a document from
+/// anywhere else must go through [`verify_decision`].
+pub fn verify_own_decision(
+    doc: &[u8],
+    issued: &str,
+    trust: &TrustStore,
+    expected: Option<Decision>,
+    ctx: &Context<'_>,
+) -> Result<VerifiedDecision, VerifyError> {
+    decision(doc, trust, expected, ctx, Some(issued))
+}
+
+fn decision(
+    doc: &[u8],
+    trust: &TrustStore,
+    expected: Option<Decision>,
+    ctx: &Context<'_>,
+    issued: Option<&str>,
+) -> Result<VerifiedDecision, VerifyError> {
     let raw = RawDocument::parse(doc)?;
     let (cheq, fields) = read_payload(&raw, ctx)?;
     check_count(&raw, 2)?;
@@ -299,7 +348,8 @@ pub fn verify_decision(
             kid: cs_header.kid.clone(),
             confirmation_uri: fields.confirmation_uri.clone(),
         })?;
-    check_signature(0, &rs_header, &rs_key, rs, &raw.payload_b64)?;
+    let resource_signature =
+        check_resource_signature(&rs_header, &rs_key, rs, &raw.payload_b64, issued)?;
     check_signature(1, &cs_header, &cs_key, cs, &raw.payload_b64)?;
     check_rs_sig(&claims, rs)?;
     check_decision(&claims, expected)?;
@@ -310,6 +360,7 @@ pub fn verify_decision(
     Ok(VerifiedDecision {
         resource_kid: rs_header.kid,
         confirmation_kid: cs_header.kid,
+        resource_signature,
         cheq,
         fields,
         claims,
@@ -450,6 +501,27 @@ fn check_signature(
             kid: header.kid.clone(),
         })
     }
+}
+
+/// The resource signature (entry 0) of a decision: recognised when it is
+/// byte-identical to the one in `issued`, the verifier's own document;
+/// otherwise verified like any other.
+fn check_resource_signature(
+    header: &Header<'_>,
+    key: &PublicKey,
+    sig: &RawSignature<'_>,
+    payload_b64: &str,
+    issued: Option<&str>,
+) -> Result<ResourceSignature, VerifyError> {
+    let pieces = [(sig.protected_b64.as_ref(), sig.signature_b64.as_ref())];
+    if issued.is_some_and(|doc| is_document(doc, payload_b64, &pieces)) {
+        if key.algorithm() != header.alg {
+            return Err(VerifyError::AlgorithmKeyMismatch { index: 0 });
+        }
+        return Ok(ResourceSignature::Issued);
+    }
+    check_signature(0, header, key, sig, payload_b64)?;
+    Ok(ResourceSignature::Verified)
 }
 
 // ---- rule 2 ---------------------------------------------------------------
