@@ -441,3 +441,53 @@ fn durability_survives_sigkill() {
         RecordOutcome::SameAsBefore(recorded)
     );
 }
+
+/// The patched sled writes short log entries in raw zstd frames and longer
+/// ones compressed (`vendor/sled/PATCHES.md`): values of every size around
+/// the limit, compressible or not, read back the same from the log after a
+/// reopen (nothing left in the page cache).
+#[test]
+fn values_of_every_size_read_back_from_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let sizes = [
+        0, 1, 7, 100, 200, 255, 256, 257, 600, 900, 1000, 1010, 1023, 1024, 1025, 3000, 9000,
+        70_000,
+    ];
+    let mut seed = 0x9e37_79b9_u32;
+    let mut noise = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                seed as u8
+            })
+            .collect()
+    };
+    let mut expected = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        expected.push((format!("noise-{i:02}"), noise(n)));
+        expected.push((
+            format!("text-{i:02}"),
+            b"cheq ".repeat(n / 5 + 1)[..n].to_vec(),
+        ));
+    }
+    {
+        let db = cheq::store::sled_config(dir.path()).open().unwrap();
+        for (k, v) in &expected {
+            db.insert(k, v.as_slice()).unwrap();
+        }
+        // An update of each, so that the log holds deltas beside the nodes.
+        for (k, v) in &expected {
+            db.insert(k, v.as_slice()).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    let conf = std::fs::read(dir.path().join("conf")).unwrap();
+    assert!(String::from_utf8_lossy(&conf).contains("use_compression: true"));
+    let db = cheq::store::sled_config(dir.path()).open().unwrap();
+    assert_eq!(db.len(), expected.len());
+    for (k, v) in &expected {
+        assert_eq!(db.get(k).unwrap().as_deref(), Some(v.as_slice()), "{k}");
+    }
+}

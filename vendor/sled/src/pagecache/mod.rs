@@ -296,14 +296,49 @@ pub(crate) mod zstd_contexts {
         result
     }
 
-    /// `zstd::block::compress`, with a kept context.
+    /// cheq: log entries shorter than this are kept in a raw frame, not
+    /// compressed. Most are deltas carrying values the application packed
+    /// (compressed) already, and zstd's cost for an entry hardly shrinks
+    /// with its size: over a run of confirmations, entries under 1 KiB were
+    /// nine in ten of the calls and most of the time, for a fifth of what
+    /// compression saved (BENCHMARKS.md, "Twelfth pass").
+    pub(crate) const RAW_BELOW: usize = 1024;
+
+    /// `zstd::block::compress`, with a kept context; an entry shorter than
+    /// [`RAW_BELOW`] in a raw frame.
     pub(crate) fn compress(
         data: &[u8],
         level: i32,
     ) -> std::io::Result<Vec<u8>> {
+        if data.len() < RAW_BELOW {
+            return Ok(raw_frame(data));
+        }
         with(&COMPRESSORS, zstd::block::Compressor::new, |c| {
             c.compress(data, level)
         })
+    }
+
+    /// A zstd frame (RFC 8878) holding `data`, shorter than 64 KiB, in one
+    /// raw block: magic number, a single-segment frame header with the
+    /// content size in one byte (under 256) or two (less 256), then the
+    /// block header (size, raw, last) and the bytes. Any zstd decoder
+    /// reads it, so the log's format is unchanged.
+    pub(crate) fn raw_frame(data: &[u8]) -> Vec<u8> {
+        let len = data.len();
+        debug_assert!(len < 65_536);
+        let mut out = Vec::with_capacity(len + 10);
+        out.extend_from_slice(&0xFD2F_B528_u32.to_le_bytes());
+        if len < 256 {
+            out.push(0b0010_0000);
+            out.push(len as u8);
+        } else {
+            out.push(0b0110_0000);
+            out.extend_from_slice(&((len - 256) as u16).to_le_bytes());
+        }
+        let block = ((len as u32) << 3) | 1;
+        out.extend_from_slice(&block.to_le_bytes()[..3]);
+        out.extend_from_slice(data);
+        out
     }
 
     /// `zstd::block::decompress`, with a kept context.
