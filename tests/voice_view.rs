@@ -81,7 +81,7 @@ fn well_formed_xml(text: &str) -> Result<(), String> {
 #[test]
 fn the_voice_text_reads_every_fact_speakably() {
     let v = flight();
-    let t = &v.voice_text;
+    let t = &v.voice().text;
     for fact in [
         "confirmation service at https://confirm.example, not the AI agent",
         "https://api.airline.example asks you to confirm this request: Book a flight.",
@@ -101,13 +101,17 @@ fn the_voice_text_reads_every_fact_speakably() {
         "{t}"
     );
     assert!(v.warnings.is_empty(), "{:?}", v.warnings);
-    assert_ne!(v.voice_digest, v.digest, "each channel hashes its own text");
+    assert_ne!(
+        v.voice().digest,
+        v.digest,
+        "each channel hashes its own text"
+    );
 }
 
 #[test]
 fn the_ssml_is_well_formed_and_marks_characters_dates_and_money() {
     let v = flight();
-    let s = &v.voice_ssml;
+    let s = &v.voice().ssml;
     well_formed_xml(s).unwrap();
     assert!(s.contains("<speak version=\"1.1\""), "{s}");
     assert!(s.contains("xml:lang=\"en\""), "{s}");
@@ -134,10 +138,11 @@ fn values_that_look_like_markup_are_escaped() {
         json!([{"parameter name": "memo", "parameter value": "<break time=\"9s\"/> & </speak>"}]),
         "Send <b>note</b>",
     );
-    well_formed_xml(&v.voice_ssml).unwrap();
-    assert!(!v.voice_ssml.contains("<break"), "{}", v.voice_ssml);
+    well_formed_xml(&v.voice().ssml).unwrap();
+    assert!(!v.voice().ssml.contains("<break"), "{}", v.voice().ssml);
     assert!(v
-        .voice_ssml
+        .voice()
+        .ssml
         .contains("&lt;break time=&quot;9s&quot;/&gt; &amp; &lt;/speak&gt;"));
 }
 
@@ -164,9 +169,9 @@ fn deceptive_text_is_warned_about_in_both_views() {
     let payee = &v.parameters[0];
     assert_eq!(payee.value.as_deref(), Some("Acme ⟨U+202E⟩gnp.exe"));
     assert!(!v.text.contains('\u{202E}') && v.text.contains("⟨U+202E⟩"));
-    assert!(!v.voice_text.contains('\u{202E}'));
+    assert!(!v.voice().text.contains('\u{202E}'));
     // The voice view says the warning aloud before the question.
-    let t = &v.voice_text;
+    let t = &v.voice().text;
     let warning = t
         .find("Warning: the parameter payee")
         .expect("spoken warning");
@@ -176,16 +181,17 @@ fn deceptive_text_is_warned_about_in_both_views() {
         t.contains("Warning: the parameter memo mixes writing systems"),
         "{t}"
     );
-    well_formed_xml(&v.voice_ssml).unwrap();
-    assert!(v.voice_ssml.contains("Warning: the parameter payee"));
+    well_formed_xml(&v.voice().ssml).unwrap();
+    assert!(v.voice().ssml.contains("Warning: the parameter payee"));
 }
 
 /// The line of the voice text that reads the parameter `name`.
 fn line_of<'a>(v: &'a CheqView, name: &str) -> &'a str {
-    v.voice_text
+    v.voice()
+        .text
         .lines()
         .find(|l| l.starts_with(&format!("{name}:")) || l.starts_with(&format!("{name},")))
-        .unwrap_or_else(|| panic!("no line for {name:?} in\n{}", v.voice_text))
+        .unwrap_or_else(|| panic!("no line for {name:?} in\n{}", v.voice().text))
 }
 
 /// Names and descriptions in several languages that speak of money. With no
@@ -216,7 +222,7 @@ fn names_and_descriptions_never_supply_a_currency() {
     ] {
         assert_eq!(line_of(&v, name), line);
     }
-    let t = &v.voice_text;
+    let t = &v.voice().text;
     for invented in ["US dollars", "euros", "120,000"] {
         assert!(!t.contains(invented), "{invented:?} was invented:\n{t}");
     }
@@ -261,18 +267,20 @@ fn parameter_unit_names_the_currency_or_unit() {
         assert_eq!(line_of(&v, name), line);
     }
     assert!(
-        v.voice_ssml
+        v.voice()
+            .ssml
             .contains("<s>料金 (円): 120,000 Japanese yen.</s>"),
         "{}",
-        v.voice_ssml
+        v.voice().ssml
     );
     assert!(
-        v.voice_ssml
+        v.voice()
+            .ssml
             .contains("<say-as interpret-as=\"characters\">0023</say-as> kg"),
         "{}",
-        v.voice_ssml
+        v.voice().ssml
     );
-    well_formed_xml(&v.voice_ssml).unwrap();
+    well_formed_xml(&v.voice().ssml).unwrap();
     // The page's text (what `cheq_view` hashes for html) shows the value as
     // written and the unit as written, in their own lines.
     assert!(
@@ -297,8 +305,8 @@ fn parameter_unit_names_the_currency_or_unit() {
         "cheq_view for html names the page's text"
     );
     assert_eq!(
-        v.voice_digest,
-        cheq::sign::b64::sha256(v.voice_text.as_bytes())
+        v.voice().digest,
+        cheq::sign::b64::sha256(v.voice().text.as_bytes())
     );
 }
 
@@ -351,7 +359,7 @@ fn espeak_ng_speaks_the_ssml() {
     let dir = tempfile::tempdir().unwrap();
     let ssml = dir.path().join("view.ssml");
     let wav = dir.path().join("view.wav");
-    std::fs::write(&ssml, &v.voice_ssml).unwrap();
+    std::fs::write(&ssml, &v.voice().ssml).unwrap();
     let out = Command::new("espeak-ng")
         .arg("-m")
         .arg("-w")
@@ -376,7 +384,7 @@ fn espeak_ng_speaks_the_ssml() {
     assert!(
         (15.0..150.0).contains(&seconds),
         "{seconds:.1} s of audio for {} characters",
-        v.voice_text.len()
+        v.voice().text.len()
     );
     let samples = &bytes[bytes.len() - data..];
     assert!(

@@ -10,6 +10,7 @@ use super::warnings::{check, visible, Warning};
 use crate::cheq::{InputType, Parameter};
 use crate::sign::{b64, VerifiedCheq};
 use chrono::SecondsFormat;
+use std::sync::OnceLock;
 
 /// One parameter as shown.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +39,9 @@ pub struct InputView {
 }
 
 /// Everything a confirmation page or voice view shows of a verified CHEQ.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The voice reading is made the first time it is asked for (a page never
+/// asks: issue 13).
+#[derive(Debug, Clone)]
 pub struct CheqView {
     pub resource_origin: String,
     pub resource_uri: String,
@@ -55,12 +58,59 @@ pub struct CheqView {
     pub text: String,
     /// base64url SHA-256 of `text`: the `cheq_view` claim of an html decision.
     pub digest: String,
-    /// The voice reading (see [`super::voice`]) and its SSML.
-    pub voice_text: String,
-    pub voice_ssml: String,
-    /// base64url SHA-256 of `voice_text`: `cheq_view` of a voice decision.
-    pub voice_digest: String,
+    /// The origin of the CS that shows it (the voice reading names it).
+    cs_origin: String,
+    voice: OnceLock<VoiceReading>,
 }
+
+/// A view read out (see [`super::voice`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VoiceReading {
+    /// The words read out.
+    pub text: String,
+    /// The same as SSML.
+    pub ssml: String,
+    /// base64url SHA-256 of `text`: `cheq_view` of a voice decision.
+    pub digest: String,
+}
+
+/// Views are equal when what they were made of is: the voice reading
+/// follows from the rest, made or not yet.
+impl PartialEq for CheqView {
+    fn eq(&self, other: &Self) -> bool {
+        let CheqView {
+            resource_origin,
+            resource_uri,
+            operation,
+            operation_name,
+            parameters,
+            subject,
+            expires,
+            language,
+            nonce,
+            warnings,
+            text,
+            digest,
+            cs_origin,
+            voice: _,
+        } = self;
+        *resource_origin == other.resource_origin
+            && *resource_uri == other.resource_uri
+            && *operation == other.operation
+            && *operation_name == other.operation_name
+            && *parameters == other.parameters
+            && *subject == other.subject
+            && *expires == other.expires
+            && *language == other.language
+            && *nonce == other.nonce
+            && *warnings == other.warnings
+            && *text == other.text
+            && *digest == other.digest
+            && *cs_origin == other.cs_origin
+    }
+}
+
+impl Eq for CheqView {}
 
 fn param_view(index: usize, p: &Parameter) -> ParamView {
     ParamView {
@@ -138,17 +188,24 @@ impl CheqView {
             warnings,
             text: String::new(),
             digest: String::new(),
-            voice_text: String::new(),
-            voice_ssml: String::new(),
-            voice_digest: String::new(),
+            cs_origin: cs_origin.to_owned(),
+            voice: OnceLock::new(),
         };
         view.text = view_text(&view, cs_origin);
         view.digest = b64::sha256(view.text.as_bytes());
-        let (voice_text, voice_ssml) = super::voice::voice_view(&view, &view.warnings, cs_origin);
-        view.voice_digest = b64::sha256(voice_text.as_bytes());
-        view.voice_text = voice_text;
-        view.voice_ssml = voice_ssml;
         view
+    }
+
+    /// The voice reading, made on first use.
+    pub fn voice(&self) -> &VoiceReading {
+        self.voice.get_or_init(|| {
+            let (text, ssml) = super::voice::voice_view(self, &self.warnings, &self.cs_origin);
+            VoiceReading {
+                digest: b64::sha256(text.as_bytes()),
+                text,
+                ssml,
+            }
+        })
     }
 }
 

@@ -193,10 +193,13 @@ pub fn open_view(id: &str, v: &CheqView) -> OpenView {
         parameters,
         // `digest` is `cheq_view` for a voice decision: send it back as
         // "view" with the decision to bind it to what was read out.
-        voice: VoiceView {
-            text: v.voice_text.clone(),
-            ssml: v.voice_ssml.clone(),
-            digest: v.voice_digest.clone(),
+        voice: {
+            let reading = v.voice();
+            VoiceView {
+                text: reading.text.clone(),
+                ssml: reading.ssml.clone(),
+                digest: reading.digest.clone(),
+            }
         },
         warnings: v
             .warnings

@@ -60,7 +60,7 @@ impl From<CsError> for DecideError {
 /// The text shown on `channel` and its digest (`cheq_view`).
 fn shown(view: &CheqView, channel: Channel) -> (&str, &str) {
     match channel {
-        Channel::Voice => (&view.voice_text, &view.voice_digest),
+        Channel::Voice => (&view.voice().text, &view.voice().digest),
         Channel::Html | Channel::Api => (&view.text, &view.digest),
     }
 }
