@@ -19,6 +19,8 @@
 //! `server_cpu_ms` and `client_cpu_ms`: CPU time per complete flow of the
 //! servers and of this load generator, steadier than flows/s on a shared
 //! machine), also written to `CHEQ_BENCH_JSON_OUT` when set.
+//! `CHEQ_BENCH_BEFORE_FLOWS` and `CHEQ_BENCH_AFTER_FLOWS`, when set, are shell
+//! commands run just before the timed flows and just after.
 //! `CHEQ_BENCH_CS` may name several CS instances (comma-separated, on one
 //! PostgreSQL database): the browsers are spread over them, all with the one
 //! session signed in at the first.
@@ -37,6 +39,24 @@ use web::{cpu_secs, flow, login, mint};
 /// The next resource URI to confirm (the lock is released before the flow).
 fn next(queue: &std::sync::Mutex<Vec<String>>) -> Option<String> {
     queue.lock().ok().and_then(|mut q| q.pop())
+}
+
+/// Runs the shell command in the variable `name`, if set: just before the
+/// timed flows and just after (`scripts/bench instructions` zeroes and
+/// dumps callgrind's counters there, so that minting and signing in are
+/// left out, as they are from the timing).
+fn hook(name: &str) {
+    let Ok(command) = std::env::var(name) else {
+        return;
+    };
+    match std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&command)
+        .status()
+    {
+        Ok(status) if status.success() => {}
+        other => panic!("{name} ({command}) failed: {other:?}"),
+    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -77,6 +97,7 @@ fn main() {
 
         let session = Arc::new(login(&http, &cs, &password).await);
         let queue = Arc::new(std::sync::Mutex::new(uris));
+        hook("CHEQ_BENCH_BEFORE_FLOWS");
         let server_pid = std::env::var("CHEQ_BENCH_PID").ok();
         let server_cpu = server_pid.as_deref().and_then(cpu_secs);
         let client_cpu = cpu_secs("self");
@@ -106,6 +127,7 @@ fn main() {
             failures.extend(f);
         }
         let wall = started.elapsed();
+        hook("CHEQ_BENCH_AFTER_FLOWS");
         // CPU per complete flow: steadier than flows/s on a shared VM.
         let per_flow = |before: Option<f64>, after: Option<f64>| match (before, after) {
             (Some(b), Some(a)) if !latencies.is_empty() => {
