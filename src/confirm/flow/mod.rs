@@ -113,6 +113,10 @@ pub struct Cs {
     verified: Recent<Arc<Open>>,
     /// Started confirmations, as stored (they do not change once started).
     entries: Recent<ConfirmationEntry>,
+    /// The registered RS of each resource URI looked up last (the registry
+    /// does not change while the CS runs; a flow asks four or five times,
+    /// and each look-up parses the URI).
+    registered: Recent<usize>,
     locks: Vec<Mutex<()>>,
     delivery_locks: Vec<tokio::sync::Mutex<()>>,
     wake: tokio::sync::Notify,
@@ -234,6 +238,7 @@ impl Cs {
             max_auth_age: deps.max_auth_age,
             verified: Recent::new(VERIFIED_CACHE),
             entries: Recent::new(ENTRY_CACHE),
+            registered: Recent::new(ENTRY_CACHE),
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             delivery_locks: (0..LOCK_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))
@@ -299,9 +304,16 @@ impl Cs {
 
     /// §2: refuses a resource URI that is not under a registered RS.
     pub fn check_registered(&self, resource_uri: &str) -> Result<usize, CsError> {
-        self.registry
-            .find(resource_uri.trim())
-            .map_err(|e| CsError::NotRegistered(e.to_string()))
+        let resource_uri = resource_uri.trim();
+        if let Some(index) = self.registered.get(resource_uri) {
+            return Ok(index);
+        }
+        let index = self
+            .registry
+            .find(resource_uri)
+            .map_err(|e| CsError::NotRegistered(e.to_string()))?;
+        self.registered.put(resource_uri, index);
+        Ok(index)
     }
 
     /// Refuses `who` when the RS of `resource_uri` wants a fresher sign-in
