@@ -270,10 +270,6 @@ fn ordered_b64(at: DateTime<Utc>, n: usize) -> String {
     b64::encode(bytes)
 }
 
-fn digest_b64(body: &[u8]) -> String {
-    b64::encode(Sha256::digest(body))
-}
-
 impl CheqRs {
     /// The RS side of CHEQ on `store` (its `records` and `nonces`).
     ///
@@ -450,7 +446,8 @@ impl CheqRs {
         let _span =
             crate::text::confirmation_span(&crate::text::confirmation_id(&record.resource_uri))
                 .entered();
-        let digest = digest_b64(body);
+        let digest_bytes: [u8; 32] = Sha256::digest(body).into();
+        let digest = b64::encode(digest_bytes);
         let now = self.clock.now();
 
         // A byte-identical re-delivery gets the same answer (and completes the
@@ -485,8 +482,6 @@ impl CheqRs {
             }
         };
 
-        let mut digest_bytes = [0u8; 32];
-        digest_bytes.copy_from_slice(&Sha256::digest(body));
         let entry = NonceEntry {
             digest: digest_bytes,
             expires_at: record.expires + CLOCK_SKEW_SECS + 1,
@@ -503,7 +498,7 @@ impl CheqRs {
         let answer = match recorded {
             RecordOutcome::Fresh | RecordOutcome::SameAsBefore(_) => {
                 log::info!("decision recorded: {decision}");
-                self.complete_verified(record, body, &verified, &mut flushed)
+                self.complete_verified(record, &digest, &verified, &mut flushed)
             }
             RecordOutcome::Conflict(_) => {
                 log::info!("a replay of a decided nonce was refused");
@@ -548,7 +543,7 @@ impl CheqRs {
             }
             .into());
         }
-        let answer = self.complete(record, body, now);
+        let answer = self.complete(record, body, digest, now);
         if self.in_store() {
             // What the re-delivery finds may be visible and not yet on disk
             // (a final state whose flush failed): it is before the answer.
@@ -591,6 +586,7 @@ impl CheqRs {
         &self,
         record: CheqRecord,
         body: &[u8],
+        digest: &str,
         now: DateTime<Utc>,
     ) -> Result<DecisionAnswer, CheqRsError> {
         if let CheqState::Done { decision, .. } = record.state {
@@ -600,24 +596,24 @@ impl CheqRs {
         // at a time it was valid (it may be re-delivered after expiry).
         let at = now.min(expires_at(&record));
         let verified = self.verify(&record, body, None, at)?;
-        self.complete_verified(record, body, &verified, &mut false)
+        self.complete_verified(record, digest, &verified, &mut false)
     }
 
-    /// Steps 2–4 for a body just verified (`verified` is what it says).
-    /// `flushed` turns true with step 4's durable write (everything written
-    /// before it is then durable too).
+    /// Steps 2–4 for a body just verified (`verified` is what it says;
+    /// `digest` is the base64url SHA-256 of the body). `flushed` turns true
+    /// with step 4's durable write (everything written before it is then
+    /// durable too).
     fn complete_verified(
         &self,
         mut record: CheqRecord,
-        body: &[u8],
+        digest: &str,
         verified: &VerifiedDecision,
         flushed: &mut bool,
     ) -> Result<DecisionAnswer, CheqRsError> {
         let decision = verified.decision();
-        let digest = digest_b64(body);
         let decided = CheqState::Decided {
             decision,
-            digest: digest.clone(),
+            digest: digest.to_owned(),
         };
         match &record.state {
             CheqState::Done { decision, .. } => {
@@ -630,7 +626,7 @@ impl CheqRs {
             // durable already, stands for the decision meanwhile).
             CheqState::Pending => {
                 let moved = self.records.advance_record(&record, &decided, false)?;
-                if let Some(answer) = settled_elsewhere(moved, &digest)? {
+                if let Some(answer) = settled_elsewhere(moved, digest)? {
                     return Ok(answer);
                 }
                 // Decided now, here or by a delivery of the same bytes.
@@ -654,12 +650,12 @@ impl CheqRs {
         };
         let done = CheqState::Done {
             decision,
-            digest: digest.clone(),
+            digest: digest.to_owned(),
             result,
         };
         let moved = self.records.advance_record(&record, &done, true)?;
         *flushed = moved == Transition::Moved;
-        Ok(settled_elsewhere(moved, &digest)?.unwrap_or(DecisionAnswer { decision }))
+        Ok(settled_elsewhere(moved, digest)?.unwrap_or(DecisionAnswer { decision }))
     }
 
     /// Forgets what can no longer matter: nonce entries of expired CHEQs (the
