@@ -14,8 +14,8 @@ use cheq::resource::cheq_rs::{
 use cheq::resource::tools::DemoTools;
 use cheq::resource::CheqRsError;
 use cheq::sign::{
-    b64, countersign, verify_resource, Channel, Context, Decision, DecisionInput, Jwks, SigningKey,
-    TrustStore,
+    b64, countersign, verify_own_decision, verify_resource, Channel, Context, Decision,
+    DecisionInput, Jwks, ResourceSignature, SigningKey, TrustStore,
 };
 use cheq::store::rs::{CheqRecord, CheqRecords, CheqState, RsStore, Transition};
 use cheq::store::{NonceEntry, NonceStore, RecordOutcome, StoreError};
@@ -731,4 +731,40 @@ fn a_result_is_read_only_once_its_decision_is_durable() {
         f.rs.result(&m.result_id).unwrap(),
         ResultView::Accepted(_)
     ));
+}
+
+/// The RS recognises its own signature in a decision only when its pending
+/// record hands back the document it issued byte for byte: through the
+/// store's packing, the record's document is what `fetch` served, and a
+/// decision on it is read as `Issued` (a changed round trip would fall back
+/// to verifying, slower but still correct).
+#[test]
+fn a_pending_record_keeps_the_issued_document_byte_for_byte() {
+    let f = fixture();
+    let m = f.mint();
+    let record = f.store.records.get(&m.id).unwrap().unwrap();
+    assert_eq!(record.document, m.document);
+    let body = f.decide_doc(&m, Decision::Accept, 0);
+    let mut trust = TrustStore::new();
+    trust
+        .add_resource_server(
+            "http://127.0.0.1:8",
+            Jwks::from_value(&f.rs.jwks()).unwrap(),
+        )
+        .unwrap();
+    trust
+        .add_confirmation_server(
+            "http://127.0.0.1:9",
+            Jwks::new(vec![f.cs.public_key()]).unwrap(),
+        )
+        .unwrap();
+    let verified = verify_own_decision(
+        body.as_bytes(),
+        &record.document,
+        &trust,
+        Some(Decision::Accept),
+        &Context::at(f.clock.now()),
+    )
+    .unwrap();
+    assert_eq!(verified.resource_signature(), ResourceSignature::Issued);
 }
