@@ -94,7 +94,8 @@ impl Fixture {
             .unwrap()
     }
 
-    fn decide_doc(&self, m: &Minted, decision: Decision, iat_offset: i64) -> String {
+    /// Trust in the RS's own keys, as a CS holds it.
+    fn rs_trust(&self) -> TrustStore {
         let mut trust = TrustStore::new();
         trust
             .add_resource_server(
@@ -102,6 +103,11 @@ impl Fixture {
                 Jwks::from_value(&self.rs.jwks()).unwrap(),
             )
             .unwrap();
+        trust
+    }
+
+    fn decide_doc(&self, m: &Minted, decision: Decision, iat_offset: i64) -> String {
+        let trust = self.rs_trust();
         let now = self.clock.now();
         let v = verify_resource(m.document.as_bytes(), &trust, &Context::at(now)).unwrap();
         let amr = vec!["pwd".to_owned()];
@@ -745,13 +751,7 @@ fn a_pending_record_keeps_the_issued_document_byte_for_byte() {
     let record = f.store.records.get(&m.id).unwrap().unwrap();
     assert_eq!(record.document, m.document);
     let body = f.decide_doc(&m, Decision::Accept, 0);
-    let mut trust = TrustStore::new();
-    trust
-        .add_resource_server(
-            "http://127.0.0.1:8",
-            Jwks::from_value(&f.rs.jwks()).unwrap(),
-        )
-        .unwrap();
+    let mut trust = f.rs_trust();
     trust
         .add_confirmation_server(
             "http://127.0.0.1:9",
