@@ -18,7 +18,7 @@ use cheq::sign::{
     DecisionInput, Jwks, ResourceSignature, SigningKey, TrustStore,
 };
 use cheq::store::rs::{CheqRecord, CheqRecords, CheqState, RsStore, Transition};
-use cheq::store::{NonceEntry, NonceStore, RecordOutcome, StoreError};
+use cheq::store::{AsyncFlush, NonceEntry, NonceStore, RecordOutcome, StoreError};
 use cheq::time::{Clock, ManualClock};
 use chrono::{Duration, Utc};
 use indexmap::IndexMap;
@@ -32,7 +32,7 @@ mod crash;
 struct Fixture {
     _dir: tempfile::TempDir,
     store: RsStore,
-    rs: CheqRs,
+    rs: Arc<CheqRs>,
     tools: Arc<DemoTools>,
     cs: SigningKey,
     clock: Arc<ManualClock>,
@@ -57,16 +57,18 @@ fn fixture_on(
     let tools = Arc::new(DemoTools::new(&store));
     let rs_keys =
         KeyRing::open(&dir.path().join("rs.jwk"), Some("rs"), "rs", clock.clone()).unwrap();
-    let rs = CheqRs::new(
-        &store,
-        rs_keys,
-        cs_keys,
-        "http://127.0.0.1:8",
-        "http://127.0.0.1:9/confirm",
-        clock.clone(),
-        op(&store, tools.clone()),
-    )
-    .unwrap();
+    let rs = Arc::new(
+        CheqRs::new(
+            &store,
+            rs_keys,
+            cs_keys,
+            "http://127.0.0.1:8",
+            "http://127.0.0.1:9/confirm",
+            clock.clone(),
+            op(&store, tools.clone()),
+        )
+        .unwrap(),
+    );
     Fixture {
         _dir: dir,
         store,
@@ -77,21 +79,48 @@ fn fixture_on(
     }
 }
 
+fn mint_request() -> MintRequest {
+    MintRequest {
+        operation: "http://127.0.0.1:8/tools/x:invoke".into(),
+        operation_name: "Book a flight".into(),
+        parameters: vec![json!({"parameter name": "flight number", "parameter value": "UA23"})],
+        subject: "alice".into(),
+        language: None,
+        ttl: Duration::seconds(600),
+        action: json!({"tool": "book_flight", "inputs": {"flight_number": "UA23", "price_usd": 500}}),
+    }
+}
+
+/// Runs `f` to its end on a runtime of its own.
+fn block<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
 impl Fixture {
     fn mint(&self) -> Minted {
-        self.rs
-            .mint(MintRequest {
-                operation: "http://127.0.0.1:8/tools/x:invoke".into(),
-                operation_name: "Book a flight".into(),
-                parameters: vec![
-                    json!({"parameter name": "flight number", "parameter value": "UA23"}),
-                ],
-                subject: "alice".into(),
-                language: None,
-                ttl: Duration::seconds(600),
-                action: json!({"tool": "book_flight", "inputs": {"flight_number": "UA23", "price_usd": 500}}),
-            })
-            .unwrap()
+        self.rs.mint(mint_request()).unwrap()
+    }
+
+    /// [`mint`](Self::mint) as the server calls it.
+    fn mint_async(&self) -> Minted {
+        block(self.rs.mint_async(mint_request())).unwrap()
+    }
+
+    /// A decision as the server takes it.
+    fn decide_async(
+        &self,
+        m: &Minted,
+        decision: Decision,
+        body: &str,
+    ) -> Result<cheq::cheq::DecisionAnswer, CheqRsError> {
+        block(
+            self.rs
+                .decide_async(Arc::new(m.id.clone()), decision, Arc::from(body.as_bytes())),
+        )
     }
 
     /// Trust in the RS's own keys, as a CS holds it.
@@ -473,7 +502,12 @@ fn state_name(state: &CheqState) -> &'static str {
 
 impl CheqRecords for SpyRecords {
     fn create(&self, record: &CheqRecord) -> Result<bool, StoreError> {
+        note(&self.1, "created durable");
         self.0.create(record)
+    }
+    fn create_unflushed(&self, record: &CheqRecord) -> Result<bool, StoreError> {
+        note(&self.1, "created unflushed");
+        self.0.create_unflushed(record)
     }
     fn get(&self, id: &str) -> Result<Option<CheqRecord>, StoreError> {
         self.0.get(id)
@@ -544,13 +578,19 @@ impl Operation for SpyOperation {
 }
 
 /// A fixture whose store and operation note what the RS asks of them.
+/// Its flusher notes each flush awaited.
 fn spied(effect: Effect, fail: bool) -> (Fixture, Log) {
     let dir = tempfile::tempdir().unwrap();
-    let (_db, store) = cheq::store::sled_rs::open_dir(dir.path()).unwrap();
+    let (db, store) = cheq::store::sled_rs::open_dir(dir.path()).unwrap();
     let log = Log::default();
+    let flush_log = log.clone();
     let store = RsStore {
         nonces: Arc::new(SpyNonces(store.nonces.clone(), log.clone())),
         records: Arc::new(SpyRecords(store.records.clone(), log.clone(), None)),
+        flusher: Some(AsyncFlush::new(move || {
+            note(&flush_log, "awaited flush");
+            db.flush().map(drop).map_err(|e| e.to_string())
+        })),
         ..store
     };
     let spy_log = log.clone();
@@ -578,6 +618,7 @@ fn an_effect_kept_elsewhere_runs_after_the_nonce_is_durable() {
     assert_eq!(
         taken(&log),
         [
+            "created durable",
             "nonce durable",
             "decided unflushed",
             "execute",
@@ -596,6 +637,7 @@ fn an_effect_in_the_store_is_made_durable_with_the_final_state() {
     assert_eq!(
         taken(&log),
         [
+            "created durable",
             "nonce unflushed",
             "decided unflushed",
             "execute",
@@ -607,7 +649,12 @@ fn an_effect_in_the_store_is_made_durable_with_the_final_state() {
     f.mint_and_decide(Decision::Reject).1.unwrap();
     assert_eq!(
         taken(&log),
-        ["nonce unflushed", "decided unflushed", "done durable"]
+        [
+            "created durable",
+            "nonce unflushed",
+            "decided unflushed",
+            "done durable"
+        ]
     );
 }
 
@@ -623,7 +670,13 @@ fn a_decision_ended_early_makes_its_nonce_durable_before_the_answer() {
     ));
     assert_eq!(
         taken(&log),
-        ["nonce unflushed", "decided unflushed", "execute", "flush"]
+        [
+            "created durable",
+            "nonce unflushed",
+            "decided unflushed",
+            "execute",
+            "flush"
+        ]
     );
 
     // Another document for a nonce recorded while the record is pending.
@@ -649,6 +702,183 @@ fn a_decision_ended_early_makes_its_nonce_durable_before_the_answer() {
     assert_eq!(taken(&log), ["flush"]);
 }
 
+// ---- the same steps awaited on the store's flusher (issue 13) ----
+
+/// As the server takes them on sled, a mint and a decision whose effect is
+/// in the store write everything unflushed, then await one flush before
+/// they answer; so does a decision ended early, or refused.
+#[test]
+fn awaited_steps_write_unflushed_then_await_one_flush() {
+    let (f, log) = spied(Effect::InStore, false);
+    let m = f.mint_async();
+    assert_eq!(taken(&log), ["created unflushed", "awaited flush"]);
+    let body = f.decide_doc(&m, Decision::Accept, 0);
+    f.decide_async(&m, Decision::Accept, &body).unwrap();
+    assert_eq!(
+        taken(&log),
+        [
+            "nonce unflushed",
+            "decided unflushed",
+            "execute",
+            "done unflushed",
+            "awaited flush"
+        ]
+    );
+    assert_eq!(f.tools.runs(), 1);
+    // A re-delivery reads what may not be on disk yet: awaited too.
+    f.decide_async(&m, Decision::Accept, &body).unwrap();
+    assert_eq!(taken(&log), ["awaited flush"]);
+    // Another document for the decided nonce: refused after the flush.
+    let other = f.decide_doc(&m, Decision::Accept, 1);
+    assert!(matches!(
+        f.decide_async(&m, Decision::Accept, &other),
+        Err(CheqRsError::Replayed)
+    ));
+    assert_eq!(taken(&log), ["awaited flush"]);
+    assert_eq!(f.tools.runs(), 1);
+
+    let (f, log) = spied(Effect::InStore, true);
+    let m = f.mint_async();
+    taken(&log);
+    let body = f.decide_doc(&m, Decision::Accept, 0);
+    assert!(matches!(
+        f.decide_async(&m, Decision::Accept, &body),
+        Err(CheqRsError::Operation(_))
+    ));
+    assert_eq!(
+        taken(&log),
+        [
+            "nonce unflushed",
+            "decided unflushed",
+            "execute",
+            "awaited flush"
+        ]
+    );
+}
+
+/// An operation whose effect is kept elsewhere still runs only once its
+/// nonce is on disk: its decision is not deferred to a flush awaited after
+/// it.
+#[test]
+fn an_awaited_decision_with_its_effect_elsewhere_keeps_its_durable_steps() {
+    let (f, log) = spied(Effect::Elsewhere, false);
+    let m = f.mint_async();
+    taken(&log);
+    let body = f.decide_doc(&m, Decision::Accept, 0);
+    f.decide_async(&m, Decision::Accept, &body).unwrap();
+    assert_eq!(
+        taken(&log),
+        [
+            "nonce durable",
+            "decided unflushed",
+            "execute",
+            "done durable"
+        ]
+    );
+}
+
+/// A flusher whose flushes each wait for a permit, then flush `db`.
+fn gated(db: sled::Db) -> (AsyncFlush, std::sync::mpsc::Sender<()>) {
+    let (permit, permits) = std::sync::mpsc::channel::<()>();
+    let permits = Mutex::new(permits);
+    let flusher = AsyncFlush::new(move || {
+        permits
+            .lock()
+            .unwrap()
+            .recv()
+            .map_err(|_| "no more permits".to_owned())?;
+        db.flush().map(drop).map_err(|e| e.to_string())
+    });
+    (flusher, permit)
+}
+
+/// Nothing is answered before its flush: a mint, and a decision, whose
+/// final state is visible in the store meanwhile while the agent reads its
+/// result as pending (the decision holds its lock until it is on disk).
+#[test]
+fn an_awaited_step_answers_only_after_its_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, store) = cheq::store::sled_rs::open_dir(dir.path()).unwrap();
+    let (flusher, permit) = gated(db);
+    let store = RsStore {
+        flusher: Some(flusher),
+        ..store
+    };
+    let f = fixture_on(dir, store, |_, tools| tools);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let settle =
+        || rt.block_on(async { tokio::time::sleep(std::time::Duration::from_millis(100)).await });
+
+    let minting = rt.spawn({
+        let rs = f.rs.clone();
+        async move { rs.mint_async(mint_request()).await }
+    });
+    settle();
+    assert!(!minting.is_finished(), "a mint answered before its flush");
+    permit.send(()).unwrap();
+    let m = rt.block_on(minting).unwrap().unwrap();
+
+    let body = f.decide_doc(&m, Decision::Accept, 0);
+    let deciding = rt.spawn({
+        let (rs, id, body) = (f.rs.clone(), Arc::new(m.id.clone()), body.clone());
+        async move {
+            rs.decide_async(id, Decision::Accept, Arc::from(body.as_bytes()))
+                .await
+        }
+    });
+    settle();
+    assert!(
+        !deciding.is_finished(),
+        "a decision answered before its flush"
+    );
+    let state = f.store.records.get(&m.id).unwrap().unwrap().state;
+    assert!(matches!(state, CheqState::Done { .. }), "{state:?}");
+    assert_eq!(f.rs.result(&m.result_id).unwrap(), ResultView::Pending);
+    permit.send(()).unwrap();
+    let answer = rt.block_on(deciding).unwrap().unwrap();
+    assert_eq!(answer.decision, Decision::Accept);
+    assert!(matches!(
+        f.rs.result(&m.result_id).unwrap(),
+        ResultView::Accepted(_)
+    ));
+}
+
+/// A flush that fails fails the mint and the decision that awaited it.
+#[test]
+fn a_failed_awaited_flush_fails_the_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, store) = cheq::store::sled_rs::open_dir(dir.path()).unwrap();
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let fail = failing.clone();
+    let store = RsStore {
+        flusher: Some(AsyncFlush::new(move || {
+            if fail.load(std::sync::atomic::Ordering::SeqCst) {
+                Err("the disk is full".to_owned())
+            } else {
+                db.flush().map(drop).map_err(|e| e.to_string())
+            }
+        })),
+        ..store
+    };
+    let f = fixture_on(dir, store, |_, tools| tools);
+    let err = block(f.rs.mint_async(mint_request())).unwrap_err();
+    assert!(
+        matches!(&err, CheqRsError::Store(e) if e.to_string().contains("the disk is full")),
+        "{err:?}"
+    );
+    let m = f.mint();
+    let body = f.decide_doc(&m, Decision::Accept, 0);
+    let err = f.decide_async(&m, Decision::Accept, &body).unwrap_err();
+    assert!(matches!(&err, CheqRsError::Store(_)), "{err:?}");
+    // Once the disk takes writes again, a re-delivery completes it.
+    failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    f.decide_async(&m, Decision::Accept, &body).unwrap();
+    assert_eq!(f.tools.runs(), 1);
+}
+
 const CHILD_DIR_VAR: &str = "CHEQ_TEST_DECIDE_DIR";
 
 /// A decision whose operation keeps its effect in the store (the demo
@@ -658,29 +888,51 @@ const CHILD_DIR_VAR: &str = "CHEQ_TEST_DECIDE_DIR";
 /// background flush, so only the RS's own flush can have written it.
 #[test]
 fn a_decision_answered_survives_sigkill() {
+    answered_survives_sigkill("a_decision_answered_survives_sigkill", CHILD_DIR_VAR, false);
+}
+
+const AWAITED_CHILD_DIR_VAR: &str = "CHEQ_TEST_AWAITED_DECIDE_DIR";
+
+/// The same for a mint and a decision that awaited their flush (as the
+/// server takes them on sled).
+#[test]
+fn an_awaited_decision_answered_survives_sigkill() {
+    answered_survives_sigkill(
+        "an_awaited_decision_answered_survives_sigkill",
+        AWAITED_CHILD_DIR_VAR,
+        true,
+    );
+}
+
+/// Test `test`'s parent and child (the child runs with `var` set); the
+/// child's steps are awaited when `awaited`.
+fn answered_survives_sigkill(test: &str, var: &str, awaited: bool) {
     let open = |dir: &std::path::Path| {
         cheq::store::sled_config(dir)
             .flush_every_ms(None)
             .open()
             .unwrap()
     };
-    if let Some(dir) = std::env::var_os(CHILD_DIR_VAR) {
+    if let Some(dir) = std::env::var_os(var) {
         // Child: decide, report the ids, and wait to be killed.
         let dir = std::path::PathBuf::from(dir);
         let store = cheq::store::sled_rs::open(&open(&dir)).unwrap();
         let f = fixture_on(tempfile::tempdir().unwrap(), store, |_, tools| tools);
-        let (m, answer) = f.mint_and_decide(Decision::Accept);
-        answer.unwrap();
+        let m = if awaited {
+            let m = f.mint_async();
+            let body = f.decide_doc(&m, Decision::Accept, 0);
+            f.decide_async(&m, Decision::Accept, &body).unwrap();
+            m
+        } else {
+            let (m, answer) = f.mint_and_decide(Decision::Accept);
+            answer.unwrap();
+            m
+        };
         crash::report_and_wait("DECIDED", &m.id);
     }
 
     let dir = tempfile::tempdir().unwrap();
-    let (child, id) = crash::start(
-        "a_decision_answered_survives_sigkill",
-        CHILD_DIR_VAR,
-        dir.path(),
-        "DECIDED",
-    );
+    let (child, id) = crash::start(test, var, dir.path(), "DECIDED");
     crash::kill(child);
 
     let store = cheq::store::sled_rs::open(&open(dir.path())).unwrap();

@@ -11,6 +11,8 @@ use cheq::store::cs::{
 };
 use cheq::store::{packed, sled_cs};
 use std::sync::{Arc, Barrier};
+#[path = "support/crash.rs"]
+mod crash;
 mod pg_raw;
 
 fn record(origin: &str, nonce: &str, user: &str, at: i64) -> DecisionRecord {
@@ -574,6 +576,62 @@ fn sled_keeps_everything_across_a_reopen() {
     );
     assert!(store.accounts.get("jo").unwrap().is_some());
     assert_eq!(store.limits.get("ip:1.2.3.4").unwrap().unwrap().failures, 3);
+    assert_eq!(store.records.lease_due(10, 30, 10).unwrap().len(), 1);
+}
+
+/// Set in the child process of [`an_awaited_claim_survives_sigkill`].
+const CLAIM_CHILD_DIR_VAR: &str = "CHEQ_STORE_CS_CLAIM_DIR";
+
+/// A record claimed unflushed, then awaited on the store's flusher (as the
+/// CS takes a decision on sled), is on disk once the wait returns: a
+/// process killed with SIGKILL right after keeps it. The database is opened
+/// without sled's background flush, so only the awaited flush can have
+/// written it.
+#[test]
+fn an_awaited_claim_survives_sigkill() {
+    let open = |dir: &std::path::Path| {
+        let db = cheq::store::sled_config(dir)
+            .flush_every_ms(None)
+            .open()
+            .unwrap();
+        let store = sled_cs::open(&db).unwrap();
+        (db, store)
+    };
+    if let Some(dir) = std::env::var_os(CLAIM_CHILD_DIR_VAR) {
+        let (_db, store) = open(std::path::Path::new(&dir));
+        let claimed = record(A, "awaited", "alice", 10);
+        assert_eq!(
+            store.records.claim_unflushed(&claimed).unwrap(),
+            Claim::Fresh
+        );
+        // Claimed once, as `claim`.
+        assert!(matches!(
+            store.records.claim_unflushed(&record(A, "awaited", "bob", 11)),
+            Ok(Claim::Existing(old)) if old.user == "alice"
+        ));
+        let flusher = store.flusher.clone().expect("sled has a flusher");
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(flusher.flushed())
+            .unwrap();
+        crash::report_and_wait("CLAIMED", "awaited");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (child, _) = crash::start(
+        "an_awaited_claim_survives_sigkill",
+        CLAIM_CHILD_DIR_VAR,
+        dir.path(),
+        "CLAIMED",
+    );
+    crash::kill(child);
+    let (_db, store) = open(dir.path());
+    let kept = store
+        .records
+        .get(&RecordKey::new(A, "awaited"))
+        .unwrap()
+        .expect("the claimed record was lost");
+    assert_eq!(kept, record(A, "awaited", "alice", 10));
     assert_eq!(store.records.lease_due(10, 30, 10).unwrap().len(), 1);
 }
 

@@ -81,6 +81,7 @@ use crate::sign::{
     b64, verify_decision, verify_own_decision, Context, TrustStore, VerifiedDecision, VerifyError,
 };
 use crate::store::rs::{CheqRecord, CheqRecords, CheqState, RsStore, Transition};
+use crate::store::{AsyncFlush, Durability};
 use crate::store::{NonceEntry, NonceStore, RecordOutcome, StoreError};
 use crate::time::Clock;
 use chrono::{DateTime, Duration, SecondsFormat, TimeZone, Utc};
@@ -88,7 +89,8 @@ use indexmap::IndexMap;
 use rand::RngCore;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use std::sync::{Arc, Mutex, TryLockError};
+use std::sync::Arc;
+use tokio::sync::Mutex;
 
 /// Path under the RS origin where resource URIs live.
 pub const CONFIRMATIONS_PATH: &str = "/cheq/confirmations/";
@@ -237,8 +239,14 @@ pub struct CheqRs {
     operation: Arc<dyn Operation>,
     /// Decisions are serialised per confirmation (striped by id): the
     /// at-most-once steps of one record never interleave, while different
-    /// confirmations proceed in parallel.
+    /// confirmations proceed in parallel. (An async mutex: with a flusher,
+    /// a decision holds it while it awaits its flush.)
     locks: Vec<Mutex<()>>,
+    /// The store's flusher, when it has one (sled): the durable steps of
+    /// [`mint_async`](CheqRs::mint_async) and
+    /// [`decide_async`](CheqRs::decide_async) then run on the caller's task
+    /// and await their flush, instead of holding a thread.
+    flusher: Option<AsyncFlush>,
 }
 
 impl std::fmt::Debug for CheqRs {
@@ -310,6 +318,7 @@ impl CheqRs {
             clock,
             operation,
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            flusher: store.flusher.clone(),
         })
     }
 
@@ -357,6 +366,29 @@ impl CheqRs {
 
     /// Makes, signs and stores a pending confirmation.
     pub fn mint(&self, req: MintRequest) -> Result<Minted, CheqRsError> {
+        self.mint_then(req, Durability::Now)
+    }
+
+    /// [`mint`](Self::mint) for an async caller: with a flusher, on the
+    /// caller's task, the record written unflushed and then awaited durable;
+    /// otherwise on a blocking thread.
+    pub async fn mint_async(self: &Arc<Self>, req: MintRequest) -> Result<Minted, CheqRsError> {
+        match &self.flusher {
+            Some(flusher) => {
+                let minted = self.mint_then(req, Durability::Deferred)?;
+                flusher.flushed().await?;
+                Ok(minted)
+            }
+            None => {
+                let rs = self.clone();
+                tokio::task::spawn_blocking(move || rs.mint(req))
+                    .await
+                    .map_err(|_| CheqRsError::Store(worker_failed()))?
+            }
+        }
+    }
+
+    fn mint_then(&self, req: MintRequest, durability: Durability) -> Result<Minted, CheqRsError> {
         if req.ttl <= Duration::zero() || req.ttl > Duration::seconds(MAX_TTL_SECS) {
             return Err(CheqRsError::Mint("the TTL must be from 1 s to 24 h".into()));
         }
@@ -401,7 +433,11 @@ impl CheqRs {
             action: req.action,
             state: CheqState::Pending,
         };
-        if !self.records.create(&record)? {
+        let created = match durability {
+            Durability::Now => self.records.create(&record)?,
+            Durability::Deferred => self.records.create_unflushed(&record)?,
+        };
+        if !created {
             return Err(CheqRsError::Mint(
                 "a random id is already taken; try again".into(),
             ));
@@ -435,13 +471,59 @@ impl CheqRs {
 
     /// Takes a decision (§6): `body` is the exact bytes POSTed to the resource
     /// URI of `id` with `?accept` or `?reject` (`decision`).
+    ///
+    /// Blocks: call it from a thread that may (an async caller has
+    /// [`decide_async`](Self::decide_async)).
     pub fn decide(
         &self,
         id: &str,
         decision: Decision,
         body: &[u8],
     ) -> Result<DecisionAnswer, CheqRsError> {
-        let _guard = self.stripe(id).lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = self.stripe(id).blocking_lock();
+        self.decide_locked(id, decision, body, Durability::Now)
+    }
+
+    /// [`decide`](Self::decide) for an async caller. With a flusher and an
+    /// operation whose effect is in the RS's store, the steps run on the
+    /// caller's task, every write unflushed, and one awaited flush makes
+    /// them durable before the answer (the decision's lock is held until
+    /// then, as the module docs say); otherwise on a blocking thread.
+    pub async fn decide_async(
+        self: &Arc<Self>,
+        id: Arc<String>,
+        decision: Decision,
+        body: Arc<[u8]>,
+    ) -> Result<DecisionAnswer, CheqRsError> {
+        match &self.flusher {
+            Some(flusher) if self.in_store() => {
+                let _guard = self.stripe(&id).lock().await;
+                let answer = self.decide_locked(&id, decision, &body, Durability::Deferred);
+                // Also after a refusal: what it read may be another
+                // decision's write, visible and not yet on disk.
+                flusher.flushed().await?;
+                answer
+            }
+            _ => {
+                let rs = self.clone();
+                tokio::task::spawn_blocking(move || rs.decide(&id, decision, &body))
+                    .await
+                    .map_err(|_| CheqRsError::Store(worker_failed()))?
+            }
+        }
+    }
+
+    /// [`decide`](Self::decide) under the decision's lock. Deferred
+    /// durability applies to an operation whose effect is in the RS's store
+    /// ([`Effect::InStore`]) only: an effect kept elsewhere needs its nonce
+    /// on disk before it runs.
+    fn decide_locked(
+        &self,
+        id: &str,
+        decision: Decision,
+        body: &[u8],
+        durability: Durability,
+    ) -> Result<DecisionAnswer, CheqRsError> {
         let record = self.records.get(id)?.ok_or(CheqRsError::NotFound)?;
         let _span =
             crate::text::confirmation_span(&crate::text::confirmation_id(&record.resource_uri))
@@ -455,7 +537,15 @@ impl CheqRs {
         // is a replay.
         let decided = (record.state.digest().map(str::to_owned)).zip(record.state.decision());
         if let Some((earlier, found)) = decided {
-            return self.again(record, body, &digest, (&earlier, found), decision, now);
+            return self.again(
+                record,
+                body,
+                &digest,
+                (&earlier, found),
+                decision,
+                now,
+                durability,
+            );
         }
 
         // Pending. Its nonce may be recorded all the same (a crash between
@@ -475,7 +565,15 @@ impl CheqRs {
                     Some(entry) => {
                         let earlier = b64::encode(entry.digest);
                         let found = nonce_decision(&record.nonce, &entry)?;
-                        self.again(record, body, &digest, (&earlier, found), decision, now)
+                        self.again(
+                            record,
+                            body,
+                            &digest,
+                            (&earlier, found),
+                            decision,
+                            now,
+                            durability,
+                        )
                     }
                     None => Err(refused),
                 };
@@ -489,6 +587,9 @@ impl CheqRs {
         };
         let nonce = record.nonce.clone();
         let in_store = self.in_store();
+        // Deferred durability is for an effect in the store only (the
+        // nonce of an effect elsewhere is on disk before it runs).
+        let deferred = durability == Durability::Deferred && in_store;
         let recorded = if in_store {
             self.nonces.record_unflushed(&nonce, &entry)?
         } else {
@@ -498,14 +599,14 @@ impl CheqRs {
         let answer = match recorded {
             RecordOutcome::Fresh | RecordOutcome::SameAsBefore(_) => {
                 log::info!("decision recorded: {decision}");
-                self.complete_verified(record, &digest, &verified, &mut flushed)
+                self.complete_verified(record, &digest, &verified, durability, &mut flushed)
             }
             RecordOutcome::Conflict(_) => {
                 log::info!("a replay of a decided nonce was refused");
                 Err(CheqRsError::Replayed)
             }
         };
-        if in_store && !flushed {
+        if in_store && !flushed && !deferred {
             // The steps ended before the final state's durable write (a
             // failed operation, a refusal): the nonce is on disk before the
             // answer all the same (§6).
@@ -523,6 +624,7 @@ impl CheqRs {
     /// A delivery for a nonce already decided by a body of digest `earlier`
     /// that said `found`: the same bytes complete the steps left, anything
     /// else is refused.
+    #[allow(clippy::too_many_arguments)]
     fn again(
         &self,
         record: CheqRecord,
@@ -531,6 +633,7 @@ impl CheqRs {
         (earlier, found): (&str, Decision),
         decision: Decision,
         now: DateTime<Utc>,
+        durability: Durability,
     ) -> Result<DecisionAnswer, CheqRsError> {
         if earlier != digest {
             log::info!("a replay of a decided nonce was refused");
@@ -543,8 +646,8 @@ impl CheqRs {
             }
             .into());
         }
-        let answer = self.complete(record, body, digest, now);
-        if self.in_store() {
+        let answer = self.complete(record, body, digest, now, durability);
+        if self.in_store() && durability == Durability::Now {
             // What the re-delivery finds may be visible and not yet on disk
             // (a final state whose flush failed): it is before the answer.
             self.nonces.flush()?;
@@ -588,6 +691,7 @@ impl CheqRs {
         body: &[u8],
         digest: &str,
         now: DateTime<Utc>,
+        durability: Durability,
     ) -> Result<DecisionAnswer, CheqRsError> {
         if let CheqState::Done { decision, .. } = record.state {
             return Ok(DecisionAnswer { decision });
@@ -596,18 +700,20 @@ impl CheqRs {
         // at a time it was valid (it may be re-delivered after expiry).
         let at = now.min(expires_at(&record));
         let verified = self.verify(&record, body, None, at)?;
-        self.complete_verified(record, digest, &verified, &mut false)
+        self.complete_verified(record, digest, &verified, durability, &mut false)
     }
 
     /// Steps 2–4 for a body just verified (`verified` is what it says;
     /// `digest` is the base64url SHA-256 of the body). `flushed` turns true
     /// with step 4's durable write (everything written before it is then
-    /// durable too).
+    /// durable too); with [`Durability::Deferred`] (an effect in the store),
+    /// step 4 writes unflushed too.
     fn complete_verified(
         &self,
         mut record: CheqRecord,
         digest: &str,
         verified: &VerifiedDecision,
+        durability: Durability,
         flushed: &mut bool,
     ) -> Result<DecisionAnswer, CheqRsError> {
         let decision = verified.decision();
@@ -653,7 +759,8 @@ impl CheqRs {
             digest: digest.to_owned(),
             result,
         };
-        let moved = self.records.advance_record(&record, &done, true)?;
+        let durable = durability == Durability::Now || !self.in_store();
+        let moved = self.records.advance_record(&record, &done, durable)?;
         *flushed = moved == Transition::Moved;
         Ok(settled_elsewhere(moved, digest)?.unwrap_or(DecisionAnswer { decision }))
     }
@@ -664,11 +771,7 @@ impl CheqRs {
     /// Returns how many nonces and records were removed.
     pub fn collect_expired(&self, keep: Duration) -> Result<(usize, usize), CheqRsError> {
         // Every stripe, in order: no decision runs while entries go.
-        let _guards: Vec<_> = self
-            .locks
-            .iter()
-            .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()))
-            .collect();
+        let _guards: Vec<_> = self.locks.iter().map(|l| l.blocking_lock()).collect();
         let now = self.clock.now();
         let nonces = self.nonces.collect_expired(now.timestamp())?;
         let cutoff = (now - keep).timestamp() - CLOCK_SKEW_SECS;
@@ -689,10 +792,8 @@ impl CheqRs {
             // it is one no crash can take back. While a decision holds it,
             // the result is pending (never a wait: the RS may serve this on
             // its async worker).
-            let _guard = match self.stripe(&record.id).try_lock() {
-                Ok(guard) => guard,
-                Err(TryLockError::Poisoned(e)) => e.into_inner(),
-                Err(TryLockError::WouldBlock) => return Ok(ResultView::Pending),
+            let Ok(_guard) = self.stripe(&record.id).try_lock() else {
+                return Ok(ResultView::Pending);
             };
             record = self
                 .records
@@ -741,5 +842,13 @@ fn settled_elsewhere(
             CheqState::Decided { digest: d, .. } if d == digest => Ok(None),
             _ => Err(CheqRsError::Replayed),
         },
+    }
+}
+
+/// A blocking task that did not finish (it panicked or was cancelled).
+fn worker_failed() -> StoreError {
+    StoreError::Backend {
+        op: "worker",
+        message: "the blocking task failed".into(),
     }
 }

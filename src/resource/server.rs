@@ -378,8 +378,7 @@ async fn invoke_tool(
         &subject,
         state.cheq_ttl,
     );
-    let cheq = state.cheq.clone();
-    let minted = blocking(move || cheq.mint(request)).await?;
+    let minted = state.cheq.mint_async(request).await?;
     // The resource and result URIs are capabilities: never logged.
     log::info!(
         "{} {} needs confirmation (#{})",
@@ -432,21 +431,18 @@ async fn post_decision(
 ) -> Result<HttpResponse, ApiError> {
     state.tokens.check(authorization(&req), ClientRole::Cs)?;
     let decision = decision_from_query(req.query_string())?;
-    let body = Arc::new(read_body(body).await?);
+    let body: Arc<[u8]> = Arc::from(&read_body(body).await?[..]);
     let id = Arc::new(id.into_inner());
-    let decide = || {
-        let (cheq, id, body) = (state.cheq.clone(), id.clone(), body.clone());
-        web::block(move || cheq.decide(&id, decision, &body))
-    };
+    let decide = || state.cheq.decide_async(id.clone(), decision, body.clone());
     // The CS's keys as its cache headers allow; a key id this RS has not
     // seen may fetch them again (at most once a minute, §9).
     state.cheq.cs_keys().ensure_fresh().await;
     let mut answer = decide().await;
     let mut later = None;
-    if let Ok(Err(CheqRsError::Invalid {
+    if let Err(CheqRsError::Invalid {
         error: VerifyError::UntrustedConfirmationKey { kid, .. },
         ..
-    })) = &answer
+    }) = &answer
     {
         match state.cheq.cs_keys().refetch_for(kid).await {
             Refetch::Found => answer = decide().await,
@@ -465,7 +461,7 @@ async fn post_decision(
         }
     }
     let answer = match answer {
-        Ok(_) if later.is_some() => {
+        _ if later.is_some() => {
             let mut e = ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "keys_unavailable",
@@ -474,12 +470,7 @@ async fn post_decision(
             e.retry_after = later;
             Err(e)
         }
-        Ok(r) => r.map_err(ApiError::from),
-        Err(_) => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "server_error",
-            "the worker failed",
-        )),
+        answer => answer.map_err(ApiError::from),
     };
     match &answer {
         Ok(_) => state

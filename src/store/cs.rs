@@ -163,6 +163,13 @@ pub trait DecisionRecords: Send + Sync {
     /// takes to find it by resource URI, by user and as a pending delivery;
     /// durable before it returns [`Claim::Fresh`].
     fn claim(&self, record: &DecisionRecord) -> Result<Claim, StoreError>;
+    /// [`claim`](Self::claim), except that the record need not be on disk
+    /// when this returns: it is once a later write is made durable (the
+    /// backend's [`AsyncFlush`](super::AsyncFlush)). The default writes
+    /// durably, as `claim`.
+    fn claim_unflushed(&self, record: &DecisionRecord) -> Result<Claim, StoreError> {
+        self.claim(record)
+    }
     /// The record under `key`.
     fn get(&self, key: &RecordKey) -> Result<Option<DecisionRecord>, StoreError>;
     /// The record of the decision on `resource_uri`, if any.
@@ -341,6 +348,9 @@ pub struct CsStore {
     pub limits: std::sync::Arc<dyn Limits>,
     /// Whether the backend answers now.
     pub readiness: std::sync::Arc<dyn super::Readiness>,
+    /// Flushes awaited without a thread (sled); `None` where a durable
+    /// write waits on the backend itself (PostgreSQL).
+    pub flusher: Option<super::AsyncFlush>,
 }
 
 impl std::fmt::Debug for CsStore {

@@ -27,6 +27,7 @@
 //! §6) before the store is ever consulted; callers MUST check expiry first and
 //! collect only with `now` taken from the same clock.
 
+mod async_flush;
 pub mod cs;
 pub mod group_commit;
 pub mod packed;
@@ -37,8 +38,19 @@ mod sled_json;
 pub mod sled_rs;
 mod sled_store;
 
+pub use self::async_flush::AsyncFlush;
 pub use self::sled_json::{config as sled_config, CACHE_BYTES as SLED_CACHE_BYTES};
 pub use self::sled_store::SledNonceStore;
+
+/// When a domain step's writes are made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// By the step's own durable writes, before it returns.
+    Now,
+    /// By its caller, which awaits the store's [`AsyncFlush`] after the
+    /// step and before it answers: the step's writes may stay unflushed.
+    Deferred,
+}
 
 /// Largest [`NonceEntry::data`] accepted, in bytes (4 KiB).
 pub const MAX_DATA_LEN: usize = 4096;

@@ -154,6 +154,13 @@ pub trait CheqRecords: Send + Sync {
     /// nothing is stored and `false` is returned). Durable before it returns
     /// `true`.
     fn create(&self, record: &CheqRecord) -> Result<bool, StoreError>;
+    /// [`create`](Self::create), except that the record need not be on disk
+    /// when this returns: it is once a later write is made durable (the
+    /// backend's [`AsyncFlush`](super::AsyncFlush)). The default writes
+    /// durably, as `create`.
+    fn create_unflushed(&self, record: &CheqRecord) -> Result<bool, StoreError> {
+        self.create(record)
+    }
     /// The record with confirmation id `id`.
     fn get(&self, id: &str) -> Result<Option<CheqRecord>, StoreError>;
     /// The record whose result id is `result_id` (§7).
@@ -236,6 +243,9 @@ pub struct RsStore {
     pub executions: Arc<dyn Executions>,
     /// Whether the backend answers now.
     pub readiness: Arc<dyn super::Readiness>,
+    /// Flushes awaited without a thread (sled); `None` where a durable
+    /// write waits on the backend itself (PostgreSQL).
+    pub flusher: Option<super::AsyncFlush>,
 }
 
 impl std::fmt::Debug for RsStore {

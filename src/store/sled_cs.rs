@@ -39,11 +39,13 @@ use std::sync::Arc;
 
 /// Opens every CS store in `db`.
 pub fn open(db: &sled::Db) -> Result<CsStore, StoreError> {
+    let durable = Durable::new(db.clone());
     Ok(CsStore {
+        flusher: Some(durable.async_flush()),
         entries: Arc::new(SledEntries {
             tree: tree(db, "cs.confirmations")?,
         }),
-        records: Arc::new(SledRecords::open(db.clone())?),
+        records: Arc::new(SledRecords::open(db, durable)?),
         accounts: Arc::new(SledAccounts {
             users: tree(db, "cs.users")?,
         }),
@@ -144,14 +146,14 @@ fn user_key(user: &str, decided_at: i64, id: &str) -> Vec<u8> {
 }
 
 impl SledRecords {
-    fn open(db: sled::Db) -> Result<Self, StoreError> {
+    fn open(db: &sled::Db, durable: Durable) -> Result<Self, StoreError> {
         Ok(SledRecords {
-            decisions: tree(&db, "cs.decisions")?,
-            documents: tree(&db, "cs.documents")?,
-            by_resource: tree(&db, "cs.by_resource")?,
-            by_user: tree(&db, "cs.by_user")?,
-            pending: tree(&db, "cs.pending")?,
-            db: Durable::new(db),
+            decisions: tree(db, "cs.decisions")?,
+            documents: tree(db, "cs.documents")?,
+            by_resource: tree(db, "cs.by_resource")?,
+            by_user: tree(db, "cs.by_user")?,
+            pending: tree(db, "cs.pending")?,
+            db: durable,
         })
     }
 
@@ -293,6 +295,14 @@ fn document_key(id: &str, document: &str) -> String {
 
 impl DecisionRecords for SledRecords {
     fn claim(&self, record: &DecisionRecord) -> Result<Claim, StoreError> {
+        let claim = self.claim_unflushed(record)?;
+        if claim == Claim::Fresh {
+            self.flush()?;
+        }
+        Ok(claim)
+    }
+
+    fn claim_unflushed(&self, record: &DecisionRecord) -> Result<Claim, StoreError> {
         let id = record.key().id();
         let key = id.as_bytes();
         if let Some(old) = self.get_id(key)? {
@@ -316,10 +326,7 @@ impl DecisionRecords for SledRecords {
             .compare_and_swap(key, None as Option<&[u8]>, Some(bytes))
             .map_err(err)?
         {
-            Ok(()) => {
-                self.flush()?;
-                Ok(Claim::Fresh)
-            }
+            Ok(()) => Ok(Claim::Fresh),
             Err(e) => {
                 // The winner's document is another (its decision or its
                 // time differ); ours is named by no record.

@@ -2,6 +2,7 @@
 //! a database, and JSON values in its trees (decoding never panics, an
 //! unreadable value is [`StoreError::Corrupt`]).
 
+use super::async_flush::AsyncFlush;
 use super::group_commit::{Failed, GroupCommit};
 use super::sled_store::backend_error;
 use super::StoreError;
@@ -43,19 +44,28 @@ pub(crate) fn open_db(dir: &std::path::Path) -> Result<sled::Db, StoreError> {
 }
 
 /// A sled database and the [`GroupCommit`] that every store in it shares:
-/// concurrent writers that need their writes on disk share one flush.
+/// concurrent writers that need their writes on disk share one flush; and
+/// its [`AsyncFlush`], for writers that await theirs.
 #[derive(Debug, Clone)]
 pub(crate) struct Durable {
     db: sled::Db,
     group: std::sync::Arc<GroupCommit>,
+    flusher: AsyncFlush,
 }
 
 impl Durable {
     pub(crate) fn new(db: sled::Db) -> Self {
+        let flushed = db.clone();
         Durable {
             db,
             group: std::sync::Arc::new(GroupCommit::new()),
+            flusher: AsyncFlush::new(move || flushed.flush().map(drop).map_err(|e| e.to_string())),
         }
+    }
+
+    /// The database's flusher for writers that await their flush.
+    pub(crate) fn async_flush(&self) -> AsyncFlush {
+        self.flusher.clone()
     }
 
     /// The database.

@@ -59,6 +59,7 @@ pub fn open(db: &sled::Db) -> Result<RsStore, StoreError> {
             results: tree(db, RESULTS_TREE)?,
             db: durable.clone(),
         }),
+        flusher: Some(durable.async_flush()),
         executions: Arc::new(SledExecutions {
             tree: tree(db, EXECUTIONS_TREE)?,
             db: durable,
@@ -150,6 +151,14 @@ struct SledRecords {
 
 impl CheqRecords for SledRecords {
     fn create(&self, record: &CheqRecord) -> Result<bool, StoreError> {
+        let created = self.create_unflushed(record)?;
+        if created {
+            self.db.flush()?;
+        }
+        Ok(created)
+    }
+
+    fn create_unflushed(&self, record: &CheqRecord) -> Result<bool, StoreError> {
         let err = |e| backend_error("create", e);
         let id = record.id.as_bytes();
         let taken = self
@@ -174,7 +183,6 @@ impl CheqRecords for SledRecords {
             self.records.remove(id).map_err(err)?;
             return Ok(false);
         }
-        self.db.flush()?;
         Ok(true)
     }
 

@@ -15,6 +15,7 @@ use crate::confirm::seal::collected_digests;
 use crate::confirm::view::CheqView;
 use crate::sign::{countersign, CountersignError, DecisionInput};
 use crate::store::cs::{Claim, DecisionRecord, Delivery, Identity, RecordKey};
+use crate::store::Durability;
 use indexmap::IndexMap;
 use std::sync::Arc;
 
@@ -138,17 +139,44 @@ impl Cs {
             };
             return Err(DecideError::Input { problems, open });
         }
-        // Signing and the flushed record run off the async worker.
-        let cs = self.clone();
-        let who2 = who.clone();
-        let open2 = open.clone();
-        let span = tracing::Span::current();
-        let decided = tokio::task::spawn_blocking(move || {
-            let _span = span.entered();
-            cs.sign_and_record(&open2, &entry.resource_uri, &who2, &request, collected)
-        })
-        .await
-        .map_err(|_| CsError::Internal("the signing task failed".into()))??;
+        let decided = match &self.store.flusher {
+            // Signed and written here, then awaited on disk: no thread is
+            // held for the flush (issue 13). The record's lock is released
+            // before the flush; a second decision on it finds the record
+            // and answers after its own flush, which covers this write.
+            Some(flusher) => {
+                let decided = self.sign_and_record(
+                    &open,
+                    &entry.resource_uri,
+                    who,
+                    &request,
+                    collected,
+                    Durability::Deferred,
+                )?;
+                flusher.flushed().await.map_err(CsError::from)?;
+                decided
+            }
+            // Signing and the flushed record run off the async worker.
+            None => {
+                let cs = self.clone();
+                let who2 = who.clone();
+                let open2 = open.clone();
+                let span = tracing::Span::current();
+                tokio::task::spawn_blocking(move || {
+                    let _span = span.entered();
+                    cs.sign_and_record(
+                        &open2,
+                        &entry.resource_uri,
+                        &who2,
+                        &request,
+                        collected,
+                        Durability::Now,
+                    )
+                })
+                .await
+                .map_err(|_| CsError::Internal("the signing task failed".into()))??
+            }
+        };
         self.forget(id);
         if decided.earlier || !decided.record.delivery.is_pending() {
             return Ok(decided);
@@ -177,7 +205,9 @@ impl Cs {
         })
     }
 
-    /// Countersigns and stores the record, once per record key.
+    /// Countersigns and stores the record, once per record key: durable
+    /// before it returns ([`Durability::Now`]), or written for the caller to
+    /// await on disk ([`Durability::Deferred`]).
     fn sign_and_record(
         &self,
         open: &Open,
@@ -185,6 +215,7 @@ impl Cs {
         who: &Identity,
         request: &DecisionRequest,
         collected: Option<IndexMap<String, String>>,
+        durability: Durability,
     ) -> Result<Decided, DecideError> {
         let verified = open.verified();
         let view = &open.view;
@@ -266,7 +297,11 @@ impl Cs {
                 last_error: None,
             },
         };
-        match self.store.records.claim(&record).map_err(CsError::from)? {
+        let claimed = match durability {
+            Durability::Now => self.store.records.claim(&record),
+            Durability::Deferred => self.store.records.claim_unflushed(&record),
+        };
+        match claimed.map_err(CsError::from)? {
             Claim::Fresh => {
                 self.metrics()
                     .decisions

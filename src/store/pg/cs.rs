@@ -117,6 +117,7 @@ pub fn open_migrated(pg: &Pg) -> CsStore {
         sessions: Arc::new(PgSessions(pg.clone())),
         limits: Arc::new(PgLimits(pg.clone())),
         readiness: Arc::new(super::SchemaReadiness::new(pg, "cs", MIGRATIONS)),
+        flusher: None,
     }
 }
 

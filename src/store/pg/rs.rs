@@ -66,6 +66,7 @@ pub fn open(pg: &Pg) -> Result<RsStore, StoreError> {
         executions: Arc::new(PgExecutions(pg.clone())),
         readiness: Arc::new(super::SchemaReadiness::new(pg, "rs", MIGRATIONS))
             as Arc<dyn Readiness>,
+        flusher: None,
     })
 }
 
