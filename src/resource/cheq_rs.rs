@@ -65,6 +65,18 @@
 //! two concurrent deliveries of the same document cannot both run the
 //! operation, while different confirmations proceed in parallel.
 //!
+//! # Awaited durability
+//!
+//! [`CheqRs::mint_async`] and [`CheqRs::decide_async`] are what an async
+//! server calls. On a store with a flusher (sled, [`RsStore::flusher`]),
+//! with an operation whose effect is in the store, they take the steps on
+//! the caller's task with every write unflushed, and await one flush
+//! before they answer: the same prefix-of-the-steps argument as above, since
+//! the flush covers every write made before it started. The decision's lock
+//! (an async mutex) is held until that flush ends, so a result is still
+//! never read before it is on disk. Otherwise they run [`CheqRs::mint`] and
+//! [`CheqRs::decide`] on a blocking thread.
+//!
 //! # Expiry
 //!
 //! `fetch` refuses from `expires` on (the user could not decide in time). A
