@@ -362,6 +362,40 @@ fn crash_after_the_operation_before_storing_its_result() {
     );
 }
 
+/// What an awaited decision leaves when a crash keeps its writes up to the
+/// operation's effect but not the final state (it writes no `decided`
+/// state): the nonce, the effect, a pending record. The re-delivery
+/// completes it without running the operation again.
+#[test]
+fn crash_after_the_operation_of_an_awaited_decision() {
+    let f = fixture();
+    let m = f.mint();
+    let body = f.decide_doc(&m, Decision::Accept, 0);
+    f.record_nonce(&m, &body);
+    let rec = f.store.records.get(&m.id).unwrap().unwrap();
+    assert_eq!(rec.state, CheqState::Pending);
+    let ran = f
+        .tools
+        .execute(&m.id, &rec.action, &IndexMap::new())
+        .unwrap();
+    assert_eq!(f.rs.result(&m.result_id).unwrap(), ResultView::Pending);
+    assert!(matches!(
+        f.rs.fetch(&m.id),
+        Err(CheqRsError::AlreadyDecided)
+    ));
+    let other = f.decide_doc(&m, Decision::Accept, 1);
+    assert!(matches!(
+        f.decide_async(&m, Decision::Accept, &other),
+        Err(CheqRsError::Replayed)
+    ));
+    f.decide_async(&m, Decision::Accept, &body).unwrap();
+    assert_eq!(f.tools.runs(), 1, "the operation must not run twice");
+    assert_eq!(
+        f.rs.result(&m.result_id).unwrap(),
+        ResultView::Accepted(ran)
+    );
+}
+
 #[test]
 fn a_rejection_is_recorded_typed_and_runs_nothing() {
     let f = fixture();
@@ -714,11 +748,12 @@ fn awaited_steps_write_unflushed_then_await_one_flush() {
     assert_eq!(taken(&log), ["created unflushed", "awaited flush"]);
     let body = f.decide_doc(&m, Decision::Accept, 0);
     f.decide_async(&m, Decision::Accept, &body).unwrap();
+    // No move to `decided`: the final state, written before the same flush,
+    // would overwrite it unseen.
     assert_eq!(
         taken(&log),
         [
             "nonce unflushed",
-            "decided unflushed",
             "execute",
             "done unflushed",
             "awaited flush"
@@ -745,15 +780,7 @@ fn awaited_steps_write_unflushed_then_await_one_flush() {
         f.decide_async(&m, Decision::Accept, &body),
         Err(CheqRsError::Operation(_))
     ));
-    assert_eq!(
-        taken(&log),
-        [
-            "nonce unflushed",
-            "decided unflushed",
-            "execute",
-            "awaited flush"
-        ]
-    );
+    assert_eq!(taken(&log), ["nonce unflushed", "execute", "awaited flush"]);
 }
 
 /// An operation whose effect is kept elsewhere still runs only once its

@@ -72,7 +72,11 @@
 //! with an operation whose effect is in the store, they take the steps on
 //! the caller's task with every write unflushed, and await one flush
 //! before they answer: the same prefix-of-the-steps argument as above, since
-//! the flush covers every write made before it started. The decision's lock
+//! the flush covers every write made before it started. Step 2 is not
+//! written then: step 4's write, made before the same flush, would replace
+//! it unseen, and a crash keeps the nonce, perhaps the effect, and a
+//! pending record, which a re-delivery completes as after step 1 or 3
+//! (the effect found under its key). The decision's lock
 //! (an async mutex) is held until that flush ends, so a result is still
 //! never read before it is on disk. Otherwise they run [`CheqRs::mint`] and
 //! [`CheqRs::decide`] on a blocking thread.
@@ -543,21 +547,20 @@ impl CheqRs {
         let digest_bytes: [u8; 32] = Sha256::digest(body).into();
         let digest = b64::encode(digest_bytes);
         let now = self.clock.now();
+        let delivered = Delivered {
+            body,
+            digest: &digest,
+            decision,
+            now,
+            durability,
+        };
 
         // A byte-identical re-delivery gets the same answer (and completes the
         // steps a crash may have cut short); anything else for a decided nonce
         // is a replay.
         let decided = (record.state.digest().map(str::to_owned)).zip(record.state.decision());
         if let Some((earlier, found)) = decided {
-            return self.again(
-                record,
-                body,
-                &digest,
-                (&earlier, found),
-                decision,
-                now,
-                durability,
-            );
+            return self.again(record, &delivered, (&earlier, found));
         }
 
         // Pending. Its nonce may be recorded all the same (a crash between
@@ -577,15 +580,7 @@ impl CheqRs {
                     Some(entry) => {
                         let earlier = b64::encode(entry.digest);
                         let found = nonce_decision(&record.nonce, &entry)?;
-                        self.again(
-                            record,
-                            body,
-                            &digest,
-                            (&earlier, found),
-                            decision,
-                            now,
-                            durability,
-                        )
+                        self.again(record, &delivered, (&earlier, found))
                     }
                     None => Err(refused),
                 };
@@ -636,18 +631,14 @@ impl CheqRs {
     /// A delivery for a nonce already decided by a body of digest `earlier`
     /// that said `found`: the same bytes complete the steps left, anything
     /// else is refused.
-    #[allow(clippy::too_many_arguments)]
     fn again(
         &self,
         record: CheqRecord,
-        body: &[u8],
-        digest: &str,
+        delivered: &Delivered<'_>,
         (earlier, found): (&str, Decision),
-        decision: Decision,
-        now: DateTime<Utc>,
-        durability: Durability,
     ) -> Result<DecisionAnswer, CheqRsError> {
-        if earlier != digest {
+        let decision = delivered.decision;
+        if earlier != delivered.digest {
             log::info!("a replay of a decided nonce was refused");
             return Err(CheqRsError::Replayed);
         }
@@ -658,8 +649,8 @@ impl CheqRs {
             }
             .into());
         }
-        let answer = self.complete(record, body, digest, now, durability);
-        if self.in_store() && durability == Durability::Now {
+        let answer = self.complete(record, delivered);
+        if self.in_store() && delivered.durability == Durability::Now {
             // What the re-delivery finds may be visible and not yet on disk
             // (a final state whose flush failed): it is before the answer.
             self.nonces.flush()?;
@@ -700,19 +691,22 @@ impl CheqRs {
     fn complete(
         &self,
         record: CheqRecord,
-        body: &[u8],
-        digest: &str,
-        now: DateTime<Utc>,
-        durability: Durability,
+        delivered: &Delivered<'_>,
     ) -> Result<DecisionAnswer, CheqRsError> {
         if let CheqState::Done { decision, .. } = record.state {
             return Ok(DecisionAnswer { decision });
         }
         // The body was verified when first delivered; verify again to read it,
         // at a time it was valid (it may be re-delivered after expiry).
-        let at = now.min(expires_at(&record));
-        let verified = self.verify(&record, body, None, at)?;
-        self.complete_verified(record, digest, &verified, durability, &mut false)
+        let at = delivered.now.min(expires_at(&record));
+        let verified = self.verify(&record, delivered.body, None, at)?;
+        self.complete_verified(
+            record,
+            delivered.digest,
+            &verified,
+            delivered.durability,
+            &mut false,
+        )
     }
 
     /// Steps 2–4 for a body just verified (`verified` is what it says;
@@ -742,6 +736,13 @@ impl CheqRs {
             // Not durable on its own: step 4's durable write covers this
             // (and, with the effect kept elsewhere, the nonce of step 1,
             // durable already, stands for the decision meanwhile).
+            // With deferred durability (an effect in the store), the final
+            // state below is written before any of these writes can reach
+            // the disk, by the same flush: the move to `decided` would be
+            // overwritten unseen, and is not written (a crash keeps the
+            // nonce, perhaps the effect, and a pending record, which a
+            // re-delivery completes as after step 1 or 3).
+            CheqState::Pending if durability == Durability::Deferred && self.in_store() => {}
             CheqState::Pending => {
                 let moved = self.records.advance_record(&record, &decided, false)?;
                 if let Some(answer) = settled_elsewhere(moved, digest)? {
@@ -855,6 +856,20 @@ fn settled_elsewhere(
             _ => Err(CheqRsError::Replayed),
         },
     }
+}
+
+/// One delivery of a decision, as [`CheqRs::decide`] took it.
+struct Delivered<'a> {
+    /// The exact bytes posted.
+    body: &'a [u8],
+    /// Their base64url SHA-256.
+    digest: &'a str,
+    /// The decision the URI's query named.
+    decision: Decision,
+    /// When it was taken.
+    now: DateTime<Utc>,
+    /// When its writes are made durable.
+    durability: Durability,
 }
 
 /// A blocking task that did not finish (it panicked or was cancelled).

@@ -234,29 +234,39 @@ mod tests {
         assert_eq!(flusher.flushes(), 1);
     }
 
-    #[test]
-    fn a_wait_is_covered_only_by_a_flush_that_starts_after_it() {
-        // The first flush runs until released; a write made while it runs
-        // is covered by the second flush, never by the first.
+    /// The thread that awaits the first flush.
+    type FirstWait = std::thread::JoinHandle<Result<(), StoreError>>;
+
+    /// A flusher that counts its flushes, and whose first flush, awaited
+    /// on a thread of its own (returned), is running when this returns and
+    /// ends when the sender says so.
+    fn first_flush_held() -> (AsyncFlush, Arc<AtomicUsize>, FirstWait, mpsc::Sender<()>) {
         let (entered, running) = mpsc::channel();
         let (release, gate) = mpsc::channel::<()>();
         let gate = Mutex::new(gate);
         let calls = Arc::new(AtomicUsize::new(0));
         let counted = calls.clone();
         let flusher = AsyncFlush::new(move || {
-            let n = counted.fetch_add(1, Ordering::SeqCst);
-            if n == 0 {
+            if counted.fetch_add(1, Ordering::SeqCst) == 0 {
                 entered.send(()).unwrap();
                 gate.lock().unwrap().recv().unwrap();
             }
             Ok(())
         });
-        let rt = runtime();
         let first = {
             let f = flusher.clone();
             std::thread::spawn(move || runtime().block_on(f.flushed()))
         };
         running.recv().unwrap();
+        (flusher, calls, first, release)
+    }
+
+    #[test]
+    fn a_wait_is_covered_only_by_a_flush_that_starts_after_it() {
+        // The first flush runs until released; a write made while it runs
+        // is covered by the second flush, never by the first.
+        let (flusher, calls, first, release) = first_flush_held();
+        let rt = runtime();
         // Flush 1 is under way: this wait needs flush 2.
         let second = {
             let f = flusher.clone();
@@ -277,23 +287,7 @@ mod tests {
 
     #[test]
     fn waiters_that_arrive_during_a_flush_share_the_next() {
-        let (entered, running) = mpsc::channel();
-        let (release, gate) = mpsc::channel::<()>();
-        let gate = Mutex::new(gate);
-        let calls = Arc::new(AtomicUsize::new(0));
-        let counted = calls.clone();
-        let flusher = AsyncFlush::new(move || {
-            if counted.fetch_add(1, Ordering::SeqCst) == 0 {
-                entered.send(()).unwrap();
-                gate.lock().unwrap().recv().unwrap();
-            }
-            Ok(())
-        });
-        let first = {
-            let f = flusher.clone();
-            std::thread::spawn(move || runtime().block_on(f.flushed()))
-        };
-        running.recv().unwrap();
+        let (flusher, calls, first, release) = first_flush_held();
         let rt = runtime();
         let waiters: Vec<_> = (0..10)
             .map(|_| {
