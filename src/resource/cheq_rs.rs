@@ -488,8 +488,9 @@ impl CheqRs {
     /// Takes a decision (§6): `body` is the exact bytes POSTed to the resource
     /// URI of `id` with `?accept` or `?reject` (`decision`).
     ///
-    /// Blocks: call it from a thread that may (an async caller has
-    /// [`decide_async`](Self::decide_async)).
+    /// Blocks: call it from a thread that may. Called on an async task, it
+    /// panics (tokio's `blocking_lock`) rather than stall the task's worker:
+    /// an async caller has [`decide_async`](Self::decide_async).
     pub fn decide(
         &self,
         id: &str,
@@ -781,7 +782,8 @@ impl CheqRs {
     /// Forgets what can no longer matter: nonce entries of expired CHEQs (the
     /// record of each confirmation still refuses replays), and confirmation
     /// records (with their results) whose CHEQ expired more than `keep` ago.
-    /// Returns how many nonces and records were removed.
+    /// Returns how many nonces and records were removed. Blocks, as
+    /// [`decide`](Self::decide) does (and panics on an async task).
     pub fn collect_expired(&self, keep: Duration) -> Result<(usize, usize), CheqRsError> {
         // Every stripe, in order: no decision runs while entries go.
         let _guards: Vec<_> = self.locks.iter().map(|l| l.blocking_lock()).collect();
