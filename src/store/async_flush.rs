@@ -144,8 +144,9 @@ impl AsyncFlush {
         Ok(())
     }
 
-    /// How many flushes ended so far (for tests).
-    pub fn flushes(&self) -> u64 {
+    /// How many flushes ended so far.
+    #[cfg(test)]
+    fn flushes(&self) -> u64 {
         self.owner.shared.done.borrow().ended
     }
 }

@@ -14,6 +14,11 @@
 //! A flush that fails fails every writer it stood for; a later flush that
 //! succeeds covers writers that were waiting for it, as it covers their
 //! writes too.
+//!
+//! A writer on an async task awaits [`super::async_flush`] instead, whose
+//! thread runs the flushes. Here the writer's own thread leads the flush,
+//! with no hand-off to another: what synchronous writers (the CLI, the
+//! PostgreSQL-free paths off a flow, many threads recording nonces) keep.
 
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
