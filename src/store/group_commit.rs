@@ -15,10 +15,11 @@
 //! succeeds covers writers that were waiting for it, as it covers their
 //! writes too.
 //!
-//! A writer on an async task awaits [`super::async_flush`] instead, whose
+//! A writer on an async task awaits [`super::AsyncFlush`] instead, whose
 //! thread runs the flushes. Here the writer's own thread leads the flush,
-//! with no hand-off to another: what synchronous writers (the CLI, the
-//! PostgreSQL-free paths off a flow, many threads recording nonces) keep.
+//! with no hand-off to another, which is what synchronous writers keep:
+//! the CLI, the steps off a flow's hot path, many threads recording nonces
+//! at once.
 
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
