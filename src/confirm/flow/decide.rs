@@ -13,7 +13,7 @@ use super::{owned, stripe, Cs, CsError, Open, PAGE_DEADLINE};
 use crate::cheq::{Channel, Decision};
 use crate::confirm::seal::collected_digests;
 use crate::confirm::view::CheqView;
-use crate::sign::{countersign, CountersignError, DecisionInput};
+use crate::sign::{countersign, CountersignError, DecisionInput, VerifiedCheq};
 use crate::store::cs::{Claim, DecisionRecord, Delivery, Identity, RecordKey};
 use crate::store::Durability;
 use indexmap::IndexMap;
@@ -144,7 +144,9 @@ impl Cs {
             // held for the flush (issue 13). The record's lock is released
             // before the flush; a second decision on it finds the record
             // and answers after its own flush, which covers this write.
-            Some(flusher) => {
+            // (A document to seal writes and syncs its key file first:
+            // that waits on the disk, so it takes the blocking path.)
+            Some(flusher) if !seals(open.verified(), collected.as_ref()) => {
                 let decided = self.sign_and_record(
                     &open,
                     &entry.resource_uri,
@@ -157,7 +159,7 @@ impl Cs {
                 decided
             }
             // Signing and the flushed record run off the async worker.
-            None => {
+            _ => {
                 let cs = self.clone();
                 let who2 = who.clone();
                 let open2 = open.clone();
@@ -259,12 +261,7 @@ impl Cs {
             e => CsError::BadRequest(e.to_string()),
         })?;
         // §8: a sensitive value is never written in clear, even before delivery.
-        let sensitive =
-            collected.as_ref().is_some_and(|c| {
-                verified.cheq().parameters.iter().any(|p| {
-                    p.input.as_ref().is_some_and(|i| i.sensitive) && c.contains_key(&p.name)
-                })
-            });
+        let sensitive = seals(verified, collected.as_ref());
         let collected_hmac = collected
             .as_ref()
             .map(|c| collected_digests(self.sealer.evidence_key(), c))
@@ -322,4 +319,16 @@ impl Cs {
             Claim::Existing(old) => Ok(earlier(*old, who)?),
         }
     }
+}
+
+/// Whether a decision with these typed values seals its document (§8: a
+/// value typed into a sensitive input is never written in clear).
+fn seals(verified: &VerifiedCheq, collected: Option<&IndexMap<String, String>>) -> bool {
+    collected.is_some_and(|c| {
+        verified
+            .cheq()
+            .parameters
+            .iter()
+            .any(|p| p.input.as_ref().is_some_and(|i| i.sensitive) && c.contains_key(&p.name))
+    })
 }
