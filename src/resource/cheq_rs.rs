@@ -140,7 +140,10 @@ pub enum Effect {
     /// then written in that order and made durable together, by one flush
     /// with the final state, before the answer. A crash keeps a prefix of
     /// them, which a re-delivery completes, as it completes one cut short by
-    /// a crash between durable steps.
+    /// a crash between durable steps. On a store with a flusher (sled),
+    /// [`CheqRs::decide_async`] runs such an operation on the server's
+    /// async task and writes no `decided` state (module docs, "Awaited
+    /// durability"): it must not wait on anything but the store.
     InStore,
 }
 
