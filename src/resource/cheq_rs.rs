@@ -398,12 +398,7 @@ impl CheqRs {
                 flusher.flushed().await?;
                 Ok(minted)
             }
-            None => {
-                let rs = self.clone();
-                tokio::task::spawn_blocking(move || rs.mint(req))
-                    .await
-                    .map_err(|_| CheqRsError::Store(worker_failed()))?
-            }
+            None => self.on_blocking_thread(move |rs| rs.mint(req)).await,
         }
     }
 
@@ -525,12 +520,27 @@ impl CheqRs {
                 answer
             }
             _ => {
-                let rs = self.clone();
-                tokio::task::spawn_blocking(move || rs.decide(&id, decision, &body))
+                self.on_blocking_thread(move |rs| rs.decide(&id, decision, &body))
                     .await
-                    .map_err(|_| CheqRsError::Store(worker_failed()))?
             }
         }
+    }
+
+    /// Runs `f` on this RS on a blocking thread (a store call that may wait
+    /// on the disk or the network).
+    async fn on_blocking_thread<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&CheqRs) -> Result<T, CheqRsError> + Send + 'static,
+    ) -> Result<T, CheqRsError> {
+        let rs = self.clone();
+        tokio::task::spawn_blocking(move || f(&rs))
+            .await
+            .map_err(|_| {
+                CheqRsError::Store(StoreError::Backend {
+                    op: "worker",
+                    message: "the blocking task failed".into(),
+                })
+            })?
     }
 
     /// [`decide`](Self::decide) under the decision's lock. Deferred
@@ -875,12 +885,4 @@ struct Delivered<'a> {
     now: DateTime<Utc>,
     /// When its writes are made durable.
     durability: Durability,
-}
-
-/// A blocking task that did not finish (it panicked or was cancelled).
-fn worker_failed() -> StoreError {
-    StoreError::Backend {
-        op: "worker",
-        message: "the blocking task failed".into(),
-    }
 }
