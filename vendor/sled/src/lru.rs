@@ -188,6 +188,10 @@ impl<'a> Iterator for CacheAccessIter<'a> {
 #[derive(Clone, Copy)]
 struct CacheAccess(u64);
 
+/// cheq: the flag, in the size's byte, of `CacheAccess::again` (sizes are
+/// powers of two up to 2^63: their exponent needs six bits).
+const AGAIN: u64 = 0x80;
+
 impl CacheAccess {
     fn new(pid: PageId, sz: u64) -> CacheAccess {
         let rounded_up_power_of_2 =
@@ -198,10 +202,18 @@ impl CacheAccess {
         CacheAccess(pid | (rounded_up_power_of_2 << 56))
     }
 
-    const fn decompose(self) -> (PageId, u64) {
-        let sz = 1 << (self.0 >> 56);
+    /// cheq: an access to a page whose size has not changed since it was
+    /// last counted (a hit): the size counted then is kept, and
+    /// `fallback_sz` is counted only when the shard has none for it.
+    fn again(pid: PageId, fallback_sz: u64) -> CacheAccess {
+        CacheAccess(CacheAccess::new(pid, fallback_sz).0 | (AGAIN << 56))
+    }
+
+    const fn decompose(self) -> (PageId, u64, bool) {
+        let top = self.0 >> 56;
+        let sz = 1 << (top & !AGAIN);
         let pid = self.0 << 8 >> 8;
-        (pid, sz)
+        (pid, sz, top & AGAIN != 0)
     }
 }
 
@@ -245,21 +257,44 @@ impl Lru {
         item_size: u64,
         guard: &Guard,
     ) -> Vec<PageId> {
+        self.access(id, guard, |pos| CacheAccess::new(pos, item_size))
+    }
+
+    /// cheq: as `accessed`, for a page that has not changed since it was
+    /// last counted (a cache hit): the shard keeps the size it counted, and
+    /// takes `fallback_size` only if it has none (the page was evicted
+    /// meanwhile). Measuring a cached node again on every hit (its keys and
+    /// values, `Page::cache_size`) cost about 1 % of a server's CPU.
+    pub(crate) fn accessed_again(
+        &self,
+        id: PageId,
+        fallback_size: u64,
+        guard: &Guard,
+    ) -> Vec<PageId> {
+        self.access(id, guard, |pos| CacheAccess::again(pos, fallback_size))
+    }
+
+    fn access(
+        &self,
+        id: PageId,
+        guard: &Guard,
+        access: impl FnOnce(PageId) -> CacheAccess,
+    ) -> Vec<PageId> {
         let mut ret = vec![];
         let shards = self.shards.len() as u64;
         let (shard_idx, item_pos) = (id % shards, id / shards);
         let (stack, shard_mu) = &self.shards[safe_usize(shard_idx)];
 
-        let filled = stack.push(CacheAccess::new(item_pos, item_size));
+        let filled = stack.push(access(item_pos));
 
         if filled {
             // only try to acquire this if
             if let Some(mut shard) = shard_mu.try_lock() {
                 let accesses = stack.take(guard);
                 for item in accesses {
-                    let (item_pos, item_size) = item.decompose();
+                    let (item_pos, item_size, again) = item.decompose();
                     let to_evict =
-                        shard.accessed(safe_usize(item_pos), item_size);
+                        shard.accessed(safe_usize(item_pos), item_size, again);
                     // map shard internal offsets to global items ids
                     for pos in to_evict {
                         let item = (pos * shards) + shard_idx;
@@ -304,13 +339,15 @@ impl Shard {
     }
 
     /// `PageId`s in the shard list are indexes of the entries.
-    fn accessed(&mut self, pos: usize, size: u64) -> Vec<PageId> {
+    fn accessed(&mut self, pos: usize, size: u64, again: bool) -> Vec<PageId> {
         if pos >= self.entries.len() {
             self.entries.resize(pos + 1, Entry::default());
         }
 
         {
             let entry = &mut self.entries[pos];
+            // cheq: a hit keeps the size counted before, if any.
+            let size = if again && entry.size != 0 { entry.size } else { size };
 
             self.size -= entry.size;
             entry.size = size;

@@ -1806,8 +1806,14 @@ impl PageCache {
 
             if page_view.update.is_some() {
                 // possibly evict an item now that our cache has grown
-                let total_page_size = page_view.cache_size();
-                let to_evict = self.lru.accessed(pid, total_page_size, guard);
+                // cheq: a hit: the page is as it was when last counted
+                // (every change makes a new page, counted by its writer),
+                // so its size is not measured again.
+                let to_evict = self.lru.accessed_again(
+                    pid,
+                    page_view.log_size(),
+                    guard,
+                );
                 trace!(
                     "accessed pid {} -> paging out pids {:?}",
                     pid,
