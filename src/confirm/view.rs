@@ -151,7 +151,7 @@ impl CheqView {
             }
         }
         let mut view = CheqView {
-            resource_origin: origin_of(&fields.resource_uri),
+            resource_origin: fields.resource_origin.ascii_serialization(),
             resource_uri: fields.resource_uri.clone(),
             operation: visible(&cheq.operation),
             operation_name: visible(&cheq.operation_name),

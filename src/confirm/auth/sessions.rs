@@ -11,7 +11,10 @@ use std::sync::Arc;
 /// Server-side sessions and their CSRF tokens.
 pub struct SessionService {
     store: Arc<dyn Sessions>,
-    secret: Vec<u8>,
+    /// The CSRF MAC, keyed with the session secret and fed the tokens'
+    /// domain once (issue 13: keying it again for every token cost two
+    /// of its four SHA-256 blocks); `None` if the key was refused.
+    csrf: Option<Hmac<Sha256>>,
     ttl_secs: i64,
 }
 
@@ -29,9 +32,13 @@ fn session_key(id: &str) -> [u8; 32] {
 
 impl SessionService {
     pub fn new(store: Arc<dyn Sessions>, secret: Vec<u8>, ttl_secs: i64) -> Self {
+        let csrf = Hmac::<Sha256>::new_from_slice(&secret).ok().map(|mut mac| {
+            mac.update(b"cheq csrf\0");
+            mac
+        });
         SessionService {
             store,
-            secret,
+            csrf,
             ttl_secs,
         }
     }
@@ -72,13 +79,13 @@ impl SessionService {
 
     /// The CSRF token bound to a session id.
     pub fn csrf_token(&self, session_id: &str) -> String {
-        match Hmac::<Sha256>::new_from_slice(&self.secret) {
-            Ok(mut mac) => {
-                mac.update(b"cheq csrf\0");
+        match &self.csrf {
+            Some(mac) => {
+                let mut mac = mac.clone();
                 mac.update(session_id.as_bytes());
                 crate::sign::b64::encode(mac.finalize().into_bytes())
             }
-            Err(_) => String::new(),
+            None => String::new(),
         }
     }
 
@@ -111,5 +118,23 @@ mod tests {
         assert!(!s.check_csrf(&other, &token));
         assert!(!s.check_csrf(&id, ""));
         assert_eq!(s.collect_expired(5000).unwrap(), 1);
+    }
+
+    /// The token is HMAC-SHA256(secret, "cheq csrf\0" || session id), as it
+    /// was before the MAC was keyed once: pages served before an upgrade
+    /// keep working, and a token under another secret is refused.
+    #[test]
+    fn the_csrf_token_is_the_hmac_of_the_session_id() {
+        let (_dir, store) = store();
+        let s = SessionService::new(store.sessions.clone(), vec![9; 32], 100);
+        let mut mac = Hmac::<Sha256>::new_from_slice(&[9; 32]).unwrap();
+        mac.update(b"cheq csrf\0session one");
+        let expected = crate::sign::b64::encode(mac.finalize().into_bytes());
+        assert_eq!(s.csrf_token("session one"), expected);
+        // The kept MAC is not advanced by a token: the next is the same.
+        assert_eq!(s.csrf_token("session one"), expected);
+        assert_ne!(s.csrf_token("session two"), expected);
+        let other = SessionService::new(store.sessions.clone(), vec![8; 32], 100);
+        assert!(!other.check_csrf("session one", &expected));
     }
 }

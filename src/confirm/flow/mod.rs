@@ -33,6 +33,7 @@ use super::fetch::{FetchError, RsClient};
 use super::registry::Registry;
 use super::seal::{redact, Sealer};
 use super::view::{origin_of, CheqView};
+use crate::cheq::CountersignFields;
 use crate::keyring::KeyRing;
 use crate::peerkeys::{PeerKeys, Refetch};
 use crate::sign::{verify_resource, Context, TrustStore, VerifiedCheq, VerifyError};
@@ -362,7 +363,8 @@ impl Cs {
 
     /// §3: `GET <resource uri>` within the page deadline.
     async fn fetch(&self, entry: &ConfirmationEntry) -> Result<Vec<u8>, CsError> {
-        let origin = origin_of(&entry.resource_uri);
+        // Named in errors only: parsed when one is made.
+        let origin = || origin_of(&entry.resource_uri);
         let started = std::time::Instant::now();
         let fetched = tokio::time::timeout(
             PAGE_DEADLINE,
@@ -370,22 +372,20 @@ impl Cs {
                 .fetch_cheq(&entry.resource_uri),
         )
         .await
-        .map_err(|_| CsError::Timeout {
-            origin: origin.clone(),
-        });
+        .map_err(|_| CsError::Timeout { origin: origin() });
         self.metrics
             .fetch_seconds
             .observe(started.elapsed().as_secs_f64());
         let fetched = fetched?;
         if let Err(e @ FetchError::Status { .. }) = &fetched {
-            log::warn!("fetching a CHEQ from {origin}: {e}");
+            log::warn!("fetching a CHEQ from {}: {e}", origin());
         }
         fetched.map_err(|e| match e {
-            FetchError::Timeout => CsError::Timeout { origin },
+            FetchError::Timeout => CsError::Timeout { origin: origin() },
             FetchError::Gone => CsError::Gone,
-            FetchError::NotFound => CsError::UnknownAtRs { origin },
+            FetchError::NotFound => CsError::UnknownAtRs { origin: origin() },
             e => CsError::Unreachable {
-                origin,
+                origin: origin(),
                 detail: e.to_string(),
             },
         })
@@ -448,16 +448,13 @@ impl Cs {
         Ok(self.store.records.by_resource(resource_uri)?)
     }
 
-    /// The earlier decision on this RS origin and nonce, if any (§6): the
-    /// same CHEQ may come back under another resource URI.
-    fn earlier_nonce(
-        &self,
-        resource_uri: &str,
-        nonce: &str,
-    ) -> Result<Option<DecisionRecord>, CsError> {
+    /// The earlier decision on this CHEQ's RS origin and nonce, if any (§6):
+    /// the same CHEQ may come back under another resource URI. The origin
+    /// is the one its verification parsed.
+    fn earlier_nonce(&self, fields: &CountersignFields) -> Result<Option<DecisionRecord>, CsError> {
         Ok(self.store.records.get(&crate::store::cs::RecordKey::new(
-            &origin_of(resource_uri),
-            nonce,
+            &fields.resource_origin.ascii_serialization(),
+            &fields.nonce,
         ))?)
     }
 
@@ -487,7 +484,7 @@ impl Cs {
         }
         // Looked up by resource URI above; the fetch took time, but a
         // decision made meanwhile on this page holds its nonce too.
-        if let Some(record) = self.earlier_nonce(&entry.resource_uri, &fields.nonce)? {
+        if let Some(record) = self.earlier_nonce(fields)? {
             return Ok(Loaded::Decided(Box::new(owned(record, who)?)));
         }
         let open = Arc::new(Open {
