@@ -327,3 +327,58 @@ fn the_checker_sees_a_forbidden_import_and_ignores_tests() {
         .iter()
         .any(|(_, l)| l.contains("actix_web") || l.contains("crate::cli")));
 }
+
+/// The shell functions a script defines at its top level (`name() {`).
+fn shell_functions(script: &str) -> Vec<(usize, String)> {
+    script
+        .lines()
+        .enumerate()
+        .filter_map(|(i, line)| {
+            let name = line.strip_suffix("() {")?;
+            let valid =
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            valid.then(|| (i + 1, name.to_owned()))
+        })
+        .collect()
+}
+
+/// A shell script that defines a function twice runs only the last
+/// definition, silently: `scripts/bench core --json`, a fixed interface of
+/// issue 13, once ran the flow count under callgrind instead of the
+/// per-operation counts that way.
+#[test]
+fn no_script_defines_a_function_twice() {
+    let mut found = 0;
+    let mut twice = Vec::new();
+    for entry in std::fs::read_dir("scripts").unwrap() {
+        let path = entry.unwrap().path();
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let mut seen = std::collections::HashMap::new();
+        for (line, name) in shell_functions(&text) {
+            found += 1;
+            if let Some(first) = seen.insert(name.clone(), line) {
+                twice.push(format!(
+                    "{}:{line}: {name} (first at line {first})",
+                    path.display()
+                ));
+            }
+        }
+    }
+    assert!(
+        found >= 10,
+        "only {found} shell functions found under scripts/"
+    );
+    assert!(twice.is_empty(), "defined twice:\n{}", twice.join("\n"));
+}
+
+#[test]
+fn the_script_checker_sees_a_second_definition() {
+    let script = "a() {\n  :\n}\nb_2() {\n}\n  c() {\nif x() {\na() {\n";
+    let names: Vec<String> = shell_functions(script)
+        .into_iter()
+        .map(|(_, n)| n)
+        .collect();
+    assert_eq!(names, ["a", "b_2", "a"]);
+}
