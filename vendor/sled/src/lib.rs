@@ -419,6 +419,13 @@ pub(crate) enum Link {
     ParentMergeConfirm,
     /// A Node is marked for being merged into its left sibling
     ChildMergeCap,
+    /// cheq: the node gives the upper half of its entries to the new right
+    /// sibling at this page, which is already installed (`Node::split`,
+    /// applied again). Written instead of the whole left half.
+    ChildSplit(PageId),
+    /// cheq: this Index node gains a child at this separator key (decoded,
+    /// as `Node::parent_split` takes it). Written instead of the whole index.
+    ParentSplit(IVec, PageId),
 }
 
 /// A fast map that is not resistant to collision attacks. Works

@@ -350,6 +350,12 @@ impl Serialize for Link {
             }
             Link::ParentMergeIntention(a) => 1 + a.serialized_size(),
             Link::ParentMergeConfirm | Link::ChildMergeCap => 1,
+            Link::ChildSplit(pid) => 1 + pid.serialized_size(),
+            Link::ParentSplit(at, pid) => {
+                1 + (at.len() as u64).serialized_size()
+                    + u64::try_from(at.len()).unwrap()
+                    + pid.serialized_size()
+            }
         }
     }
 
@@ -374,6 +380,15 @@ impl Serialize for Link {
             Link::ChildMergeCap => {
                 4_u8.serialize_into(buf);
             }
+            Link::ChildSplit(pid) => {
+                5_u8.serialize_into(buf);
+                pid.serialize_into(buf);
+            }
+            Link::ParentSplit(at, pid) => {
+                6_u8.serialize_into(buf);
+                at.serialize_into(buf);
+                pid.serialize_into(buf);
+            }
         }
     }
 
@@ -389,6 +404,8 @@ impl Serialize for Link {
             2 => Link::ParentMergeIntention(u64::deserialize(buf)?),
             3 => Link::ParentMergeConfirm,
             4 => Link::ChildMergeCap,
+            5 => Link::ChildSplit(u64::deserialize(buf)?),
+            6 => Link::ParentSplit(IVec::deserialize(buf)?, u64::deserialize(buf)?),
             _ => return Err(Error::corruption(None)),
         })
     }

@@ -1456,22 +1456,25 @@ impl Tree {
     ) -> Result<()> {
         trace!("splitting node {}", view.pid);
         // split node
-        let (mut lhs, rhs) = view.deref().clone().split();
+        let (_, rhs) = view.deref().clone().split();
         let rhs_lo = rhs.lo.clone();
 
         // install right side
         let (rhs_pid, rhs_ptr) = self.context.pagecache.allocate(rhs, guard)?;
 
-        // replace node, pointing next to installed right
-        lhs.next = Some(NonZeroU64::new(rhs_pid).unwrap());
-        let replace = self.context.pagecache.replace(
+        // cheq: cut the node at the same point, pointing next to installed
+        // right, by a link (`Link::ChildSplit`, a few bytes in the log)
+        // rather than by writing its whole left half again; it only
+        // succeeds on the state the halves were made from, as the replace
+        // did.
+        let link = self.context.pagecache.link(
             view.pid,
             view.node_view.0,
-            lhs,
+            Link::ChildSplit(rhs_pid),
             guard,
         )?;
         M.tree_child_split_attempt();
-        if replace.is_err() {
+        if link.is_err() {
             // if we failed, don't follow through with the
             // parent split or root hoist.
             let _new_stack = self
@@ -1486,24 +1489,23 @@ impl Tree {
         // either install parent split or hoist root
         if let Some(parent_view) = parent_view {
             M.tree_parent_split_attempt();
-            let mut parent: Node = parent_view.deref().clone();
-            let split_applied = parent.parent_split(&rhs_lo, rhs_pid);
-
-            if !split_applied {
-                // due to deep races, it's possible for the
-                // parent to already have a node for this lo key.
-                // if this is the case, we can skip the parent split
-                // because it's probably going to fail anyway.
+            // cheq: a link (`Link::ParentSplit`) rather than the whole
+            // index written again. A parent being merged away takes no more
+            // links; the split is then left to a later traversal, as when
+            // the parent split fails below.
+            if parent_view.merging
+                || !parent_view.can_parent_split(&rhs_lo)
+            {
                 return Ok(());
             }
 
-            let replace = self.context.pagecache.replace(
+            let link = self.context.pagecache.link(
                 parent_view.pid,
                 parent_view.node_view.0,
-                parent,
+                Link::ParentSplit(rhs_lo, rhs_pid),
                 guard,
             )?;
-            if replace.is_ok() {
+            if link.is_ok() {
                 M.tree_parent_split_success();
             } else {
                 // Parent splits are an optimization
