@@ -501,3 +501,123 @@ async fn concurrent_page_loads_share_one_failed_token_request() {
     env.stop().await;
     rs.handle.stop(true).await;
 }
+
+// ---------------------------------------------------------------------------
+// TLS: the CS's clients share one TLS connector (built once, not per
+// thread), which still checks the RS's certificate against the system's
+// roots. A real `openssl s_server` with a self-signed certificate: refused
+// while the system does not trust it, reached once it does.
+
+/// A TLS server (`openssl s_server`) with a new self-signed certificate for
+/// 127.0.0.1, killed when dropped.
+struct TlsServer {
+    child: std::process::Child,
+    port: u16,
+    cert: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TlsServer {
+    fn start() -> TlsServer {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        let made = std::process::Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+            ])
+            .args(["-nodes", "-days", "2", "-subj", "/CN=127.0.0.1"])
+            .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .output()
+            .expect("openssl (scripts/pg installs it)");
+        assert!(
+            made.status.success(),
+            "{}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("openssl")
+            .args(["s_server", "-quiet", "-www", "-accept"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("-cert")
+            .arg(&cert)
+            .arg("-key")
+            .arg(&key)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "openssl s_server did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        TlsServer {
+            child,
+            port,
+            cert,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[actix_web::test]
+async fn the_shared_tls_connector_checks_the_rs_certificate() {
+    use cheq::confirm::fetch::{FetchError, RsClient};
+    let server = TlsServer::start();
+    let origin = format!("https://127.0.0.1:{}", server.port);
+    let uri = format!("{origin}/cheq/confirmations/x");
+    let fetch = move |client: RsClient| {
+        let uri = uri.clone();
+        async move { client.fetch_cheq(&uri).await }
+    };
+    let untrusted = RsClient::new(&format!("{origin}/token"), "cs", "secret").unwrap();
+    // From two threads: each builds its client over the shared connector.
+    let other_thread = {
+        let client = RsClient::new(&format!("{origin}/token"), "cs", "secret").unwrap();
+        let fetch = fetch.clone();
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(fetch(client))
+        })
+    };
+    for refused in [fetch(untrusted).await, other_thread.join().unwrap()] {
+        assert!(
+            matches!(refused, Err(FetchError::Unreachable(_))),
+            "a self-signed certificate was not refused: {refused:?}"
+        );
+    }
+    // Trusted (OpenSSL reads SSL_CERT_FILE when the connector is built):
+    // the TLS handshake succeeds, and what fails is the token request, at
+    // the HTTP level (s_server answers no OAuth).
+    std::env::set_var("SSL_CERT_FILE", &server.cert);
+    let trusted = RsClient::new(&format!("{origin}/token"), "cs", "secret").unwrap();
+    std::env::remove_var("SSL_CERT_FILE");
+    let reached = fetch(trusted).await;
+    assert!(
+        !matches!(reached, Err(FetchError::Unreachable(_)) | Ok(_)),
+        "the trusted server was not reached over TLS: {reached:?}"
+    );
+}
