@@ -106,7 +106,7 @@ impl Node {
             ChildSplit(rhs_pid) => {
                 // cheq: the same split as `Tree::split_node` made from this
                 // very state (the link's CAS held it), so the same halves.
-                let (mut lhs, _rhs) = self.clone().split();
+                let (mut lhs, _rhs) = std::mem::take(self).split();
                 lhs.next = Some(NonZeroU64::new(rhs_pid).unwrap());
                 *self = lhs;
             }

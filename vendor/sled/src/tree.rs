@@ -1490,9 +1490,11 @@ impl Tree {
         if let Some(parent_view) = parent_view {
             M.tree_parent_split_attempt();
             // cheq: a link (`Link::ParentSplit`) rather than the whole
-            // index written again. A parent being merged away takes no more
-            // links; the split is then left to a later traversal, as when
-            // the parent split fails below.
+            // index written again. Skipped when the parent already holds
+            // the separator (a deep race installed it) or is being merged
+            // away (it takes no more links): a later traversal finds the
+            // right node through `next` and splits the parent then, as
+            // when the parent split fails below.
             if parent_view.merging
                 || !parent_view.can_parent_split(&rhs_lo)
             {
