@@ -580,44 +580,66 @@ impl Drop for TlsServer {
     }
 }
 
+/// Set in the child process of
+/// [`the_shared_tls_connector_checks_the_rs_certificate`] to the TLS server's
+/// origin; the child runs with `SSL_CERT_FILE` naming its certificate.
+const TLS_CHILD_ORIGIN: &str = "CHEQ_TLS_CHILD_ORIGIN";
+const TLS_REACHED: &str = "TLS-REACHED";
+
 #[actix_web::test]
 async fn the_shared_tls_connector_checks_the_rs_certificate() {
     use cheq::confirm::fetch::{FetchError, RsClient};
+    const TEST: &str = "the_shared_tls_connector_checks_the_rs_certificate";
+    if let Ok(origin) = std::env::var(TLS_CHILD_ORIGIN) {
+        // Child: trusted (OpenSSL reads SSL_CERT_FILE when the connector is
+        // built), the TLS handshake succeeds, and what fails is the token
+        // request, at the HTTP level (s_server answers no OAuth).
+        let trusted = RsClient::new(&format!("{origin}/token"), "cs", "secret").unwrap();
+        let reached = trusted
+            .fetch_cheq(&format!("{origin}/cheq/confirmations/x"))
+            .await;
+        assert!(
+            !matches!(reached, Err(FetchError::Unreachable(_)) | Ok(_)),
+            "the trusted server was not reached over TLS: {reached:?}"
+        );
+        println!("{TLS_REACHED}");
+        return;
+    }
     let server = TlsServer::start();
     let origin = format!("https://127.0.0.1:{}", server.port);
     let uri = format!("{origin}/cheq/confirmations/x");
-    let fetch = move |client: RsClient| {
-        let uri = uri.clone();
-        async move { client.fetch_cheq(&uri).await }
-    };
-    let untrusted = RsClient::new(&format!("{origin}/token"), "cs", "secret").unwrap();
-    // From two threads: each builds its client over the shared connector.
+    // One client, used from two threads: the second builds its own HTTP
+    // client over the shared connector.
+    let untrusted = Arc::new(RsClient::new(&format!("{origin}/token"), "cs", "secret").unwrap());
     let other_thread = {
-        let client = RsClient::new(&format!("{origin}/token"), "cs", "secret").unwrap();
-        let fetch = fetch.clone();
+        let (client, uri) = (untrusted.clone(), uri.clone());
         std::thread::spawn(move || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap()
-                .block_on(fetch(client))
+                .block_on(async move { client.fetch_cheq(&uri).await })
         })
     };
-    for refused in [fetch(untrusted).await, other_thread.join().unwrap()] {
+    let here = untrusted.fetch_cheq(&uri).await;
+    for refused in [here, other_thread.join().unwrap()] {
         assert!(
             matches!(refused, Err(FetchError::Unreachable(_))),
             "a self-signed certificate was not refused: {refused:?}"
         );
     }
-    // Trusted (OpenSSL reads SSL_CERT_FILE when the connector is built):
-    // the TLS handshake succeeds, and what fails is the token request, at
-    // the HTTP level (s_server answers no OAuth).
-    std::env::set_var("SSL_CERT_FILE", &server.cert);
-    let trusted = RsClient::new(&format!("{origin}/token"), "cs", "secret").unwrap();
-    std::env::remove_var("SSL_CERT_FILE");
-    let reached = fetch(trusted).await;
+    // Trusted, in a child process: the environment is not changed under
+    // this process's other threads.
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+        .env(TLS_CHILD_ORIGIN, &origin)
+        .env("SSL_CERT_FILE", &server.cert)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&child.stdout);
     assert!(
-        !matches!(reached, Err(FetchError::Unreachable(_)) | Ok(_)),
-        "the trusted server was not reached over TLS: {reached:?}"
+        child.status.success() && out.contains(TLS_REACHED),
+        "the child did not reach the trusted server: {out}{}",
+        String::from_utf8_lossy(&child.stderr)
     );
 }
