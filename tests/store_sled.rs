@@ -677,3 +677,58 @@ fn splits_survive_sigkill() {
     }
     assert_holds(&db, &expected);
 }
+
+/// Every database is opened at zstd's fast level −1
+/// (`cheq::store::SLED_COMPRESSION_LEVEL`), which sled 0.34 refused
+/// (`vendor/sled/PATCHES.md`): it opens, still compresses what repeats
+/// (records of JSON around the same names) to well under half, and reads
+/// back the same after a reopen. A level past the patched bound is refused
+/// with an error, not a panic.
+#[test]
+fn the_fast_zstd_level_still_compresses() {
+    assert!(cheq::store::SLED_COMPRESSION_LEVEL < 1);
+    let dir = tempfile::tempdir().unwrap();
+    let record = |i: u32| {
+        format!(
+            "{{\"id\":\"{i:08}\",\"state\":\"decided\",\"decision\":\"approve\",\"subject\":\
+             \"Transfer {i} EUR to account {i:012}\",\"resource uri\":\"https://rs.example/cheq/{i:08}\"}}"
+        )
+        .repeat(8)
+    };
+    let mut raw = 0;
+    {
+        let db = cheq::store::sled_config(dir.path()).open().unwrap();
+        for i in 0..2_000 {
+            let value = record(i);
+            raw += value.len();
+            db.insert(i.to_be_bytes(), value.as_bytes()).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    fn size(path: &std::path::Path) -> u64 {
+        std::fs::read_dir(path)
+            .unwrap()
+            .flatten()
+            .map(|e| match e.metadata().unwrap() {
+                m if m.is_dir() => size(&e.path()),
+                m => m.len(),
+            })
+            .sum()
+    }
+    let on_disk = size(dir.path());
+    let db = cheq::store::sled_config(dir.path()).open().unwrap();
+    for i in 0..2_000u32 {
+        assert_eq!(
+            db.get(i.to_be_bytes()).unwrap().as_deref(),
+            Some(record(i).as_bytes())
+        );
+    }
+    assert!(
+        on_disk * 2 < raw as u64,
+        "{on_disk} bytes on disk for {raw} bytes of records"
+    );
+    let refused = cheq::store::sled_config(tempfile::tempdir().unwrap().path())
+        .compression_factor(-8)
+        .open();
+    assert!(refused.is_err());
+}

@@ -39,7 +39,10 @@ pub mod sled_rs;
 mod sled_store;
 
 pub use self::async_flush::AsyncFlush;
-pub use self::sled_json::{config as sled_config, CACHE_BYTES as SLED_CACHE_BYTES};
+pub use self::sled_json::{
+    config as sled_config, CACHE_BYTES as SLED_CACHE_BYTES,
+    COMPRESSION_LEVEL as SLED_COMPRESSION_LEVEL,
+};
 pub use self::sled_store::SledNonceStore;
 
 /// When a domain step's writes are made durable.

@@ -96,10 +96,15 @@ impl Durable {
 /// is read again is recent, so a small cache holds it.
 pub const CACHE_BYTES: u64 = 32 * 1024 * 1024;
 
-/// The zstd level of a compressed database: the fastest. The records are
-/// JSON around base64url text, and most of what level 1 saves on them the
-/// higher levels save too, at several times the CPU (issue 13).
-pub const COMPRESSION_LEVEL: i32 = 1;
+/// The zstd level of a compressed database: the first of zstd's fast
+/// levels, which skip the entropy coding of literals (the patched sled takes
+/// levels down to −7; sled 0.34 refused any below 1). The records are JSON
+/// around base64url text, and the documents in them are packed (compressed)
+/// already: level 1 spent 3.7 % more instructions per confirmation than −1
+/// for 3 – 4 % less disk (BENCHMARKS.md, "Fifteenth pass"), and higher
+/// levels several times the CPU for little more (issue 13). The level is
+/// not stored: a database written at any level reads at any other.
+pub const COMPRESSION_LEVEL: i32 = -1;
 
 /// How every sled database of this project is opened: at `dir`, with the
 /// page cache bounded to [`CACHE_BYTES`], and compressed (zstd, per log

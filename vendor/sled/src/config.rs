@@ -499,7 +499,7 @@ impl Config {
         (
             compression_factor,
             i32,
-            "the compression factor to use with zstd compression. Ranges from 1 up to 22. Levels >= 20 are 'ultra'."
+            "the compression factor to use with zstd compression. Ranges from -7 (cheq: zstd's fast levels) up to 22. Levels >= 20 are 'ultra'."
         ),
         (
             temporary,
@@ -538,9 +538,10 @@ impl Config {
                 "the 'compression' feature must be enabled"
             );
         }
+        // cheq: zstd's fast levels (below 1) are taken too, down to -7.
         supported!(
-            self.compression_factor >= 1,
-            "compression_factor must be >= 1"
+            self.compression_factor >= -7,
+            "compression_factor must be >= -7"
         );
         supported!(
             self.compression_factor <= 22,
