@@ -37,12 +37,13 @@ pub const MIN_RUN: usize = 16;
 /// 64 KiB payload (§4) with its headers and signatures, well under it.
 pub const MAX_STREAM: usize = 1 << 20;
 
-/// zstd level: the fastest of the positive ones. The smallest output for
-/// these sizes levels off at 3 (a document of 1,691 bytes packs to 461 bytes
-/// at 3, 488 at 1; 19 saves a few bytes more at many times the cost), but
-/// packing at 3 cost a confirmation 0.9 % more instructions for 6 % of a
-/// document's packed bytes (BENCHMARKS.md, "Fifteenth pass").
-const LEVEL: i32 = 1;
+/// zstd level: the smallest output for these sizes levels off at 3 (a
+/// document of 1,691 bytes packs to 461 bytes; 19 saves a few bytes more at
+/// many times the cost). Level 1 was measured (BENCHMARKS.md, "Fifteenth
+/// pass"): 0.9 % fewer instructions per confirmation on sled, but 488 bytes
+/// for that document and, over the PostgreSQL soak, 4,137 bytes per decided
+/// confirmation instead of 3,963, past the 4 KiB that issue 13 allows.
+const LEVEL: i32 = 3;
 
 /// How many compression and decompression contexts are kept for reuse: a
 /// context costs hundreds of kilobytes to set up, and a server has dozens of
