@@ -2,7 +2,8 @@
 //! JSON error answer (PROTOCOL.md §6, §10, RFC 6749 §5.2), `Authorization`
 //! header parsing (HTTP Basic, RFC 6749 §2.3.1; Bearer, RFC 6750), constant-time
 //! comparison of secrets, reading a peer's JWKS (§9), the `healthz` and
-//! `jwks.json` answers, JSON 404/405 fallbacks and the hourly collector.
+//! `jwks.json` answers, JSON 404/405 fallbacks, the hourly collector and each
+//! request's root span.
 //!
 //! This is a front-end layer: the domain modules (`confirm::flow`,
 //! `resource::cheq_rs`) never import it.
@@ -14,6 +15,38 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use std::future::Future;
 use std::time::Duration;
+
+/// The root span of each request, for `tracing_actix_web::TracingLogger`:
+/// `tracing_actix_web`'s own (its fields, and the status or error recorded
+/// at the end), built only when a subscriber takes INFO spans. The default
+/// builder computes the span's fields (the connection's host and scheme,
+/// the route pattern, `otel.name`, a request id) before it learns whether
+/// the span is wanted: 1.2 % of a confirmation's instructions under
+/// `RUST_LOG=warn`, for a span that is then dropped (BENCHMARKS.md,
+/// "Fifteenth pass"). Errors are still logged by the middleware itself.
+pub struct RequestSpan;
+
+impl tracing_actix_web::RootSpanBuilder for RequestSpan {
+    fn on_request_start(request: &actix_web::dev::ServiceRequest) -> tracing::Span {
+        if tracing::enabled!(tracing::Level::INFO) {
+            tracing_actix_web::root_span!(level = tracing::Level::INFO, request)
+        } else {
+            tracing::Span::none()
+        }
+    }
+
+    fn on_request_end<B: actix_web::body::MessageBody>(
+        span: tracing::Span,
+        outcome: &Result<actix_web::dev::ServiceResponse<B>, actix_web::Error>,
+    ) {
+        tracing_actix_web::DefaultRootSpanBuilder::on_request_end(span, outcome);
+    }
+}
+
+/// The request logger both servers wrap their apps in ([`RequestSpan`]).
+pub fn request_logger() -> tracing_actix_web::TracingLogger<RequestSpan> {
+    tracing_actix_web::TracingLogger::new()
+}
 
 /// A JSON error answer: `{"error": code, "error_description": description}`
 /// plus optional members, with `Cache-Control: no-store`, and `Retry-After` or
@@ -340,6 +373,81 @@ pub fn blocking_threads_for(store_waits_on_network: bool) -> usize {
 mod tests {
     use super::*;
     use actix_web::body::MessageBody;
+
+    /// What a subscriber was told of spans: each new span's name and
+    /// fields, then each value recorded later, as `name=value;`.
+    #[derive(Clone, Default)]
+    struct Spans(std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Spans {
+        fn on_new_span(
+            &self,
+            attrs: &tracing::span::Attributes<'_>,
+            _id: &tracing::span::Id,
+            _ctx: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            let mut fields = String::new();
+            attrs.record(&mut |f: &tracing::field::Field, v: &dyn std::fmt::Debug| {
+                fields.push_str(&format!("{}={:?};", f.name(), v));
+            });
+            let name = attrs.metadata().name().to_owned();
+            self.0.lock().unwrap().push((name, fields));
+        }
+
+        fn on_record(
+            &self,
+            _id: &tracing::span::Id,
+            values: &tracing::span::Record<'_>,
+            _ctx: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            let mut fields = String::new();
+            values.record(&mut |f: &tracing::field::Field, v: &dyn std::fmt::Debug| {
+                fields.push_str(&format!("{}={:?};", f.name(), v));
+            });
+            self.0.lock().unwrap().push(("record".to_owned(), fields));
+        }
+    }
+
+    /// Each request's root span is `tracing_actix_web`'s, with its fields and
+    /// the status recorded at the end, when the subscriber takes INFO; under
+    /// WARN none is made, and the request is answered the same.
+    #[actix_web::test]
+    async fn the_request_span_is_made_when_info_is_taken() {
+        use tracing_subscriber::layer::SubscriberExt;
+        for (level, wanted) in [
+            (tracing_subscriber::filter::LevelFilter::INFO, true),
+            (tracing_subscriber::filter::LevelFilter::WARN, false),
+        ] {
+            let spans = Spans::default();
+            let subscriber = tracing_subscriber::registry()
+                .with(level)
+                .with(spans.clone());
+            let _guard = tracing::subscriber::set_default(subscriber);
+            let app =
+                actix_web::test::init_service(actix_web::App::new().wrap(request_logger()).route(
+                    "/x/{id}",
+                    web::get().to(|| async { HttpResponse::Ok().finish() }),
+                ))
+                .await;
+            let request = actix_web::test::TestRequest::get().uri("/x/7").to_request();
+            let res = actix_web::test::call_service(&app, request).await;
+            assert_eq!(res.status(), StatusCode::OK);
+            let seen = spans.0.lock().unwrap().clone();
+            let roots: Vec<_> = seen.iter().filter(|(n, _)| n == "HTTP request").collect();
+            if wanted {
+                assert_eq!(roots.len(), 1, "{seen:?}");
+                assert!(roots[0].1.contains("http.route=/x/{id};"), "{seen:?}");
+                assert!(roots[0].1.contains("http.method=GET;"), "{seen:?}");
+                assert!(
+                    seen.iter()
+                        .any(|(n, f)| n == "record" && f.contains("http.status_code=200;")),
+                    "{seen:?}"
+                );
+            } else {
+                assert!(roots.is_empty(), "{seen:?}");
+            }
+        }
+    }
 
     /// A hand-written metrics token may end with a newline, but what is
     /// left must be 32 bytes or more; the token is compared whole.

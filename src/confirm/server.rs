@@ -192,7 +192,7 @@ pub fn serve(
         let state = state.clone();
         App::new()
             .wrap(security_headers(https))
-            .wrap(tracing_actix_web::TracingLogger::default())
+            .wrap(crate::httpkit::request_logger())
             .configure(move |c| configure(c, state))
     })
     .workers(workers)

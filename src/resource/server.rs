@@ -211,7 +211,7 @@ pub fn serve(
     let server = HttpServer::new(move || {
         let state = state.clone();
         App::new()
-            .wrap(tracing_actix_web::TracingLogger::default())
+            .wrap(crate::httpkit::request_logger())
             .configure(move |c| configure(c, state))
     })
     .workers(httpkit::workers_for(
