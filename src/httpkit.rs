@@ -381,6 +381,15 @@ mod tests {
     #[derive(Clone, Default)]
     struct Spans(std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>);
 
+    /// The values a span's `record` visits, as `name=value;`.
+    fn fields(record: impl FnOnce(&mut dyn tracing::field::Visit)) -> String {
+        let mut out = String::new();
+        record(&mut |f: &tracing::field::Field, v: &dyn std::fmt::Debug| {
+            out.push_str(&format!("{}={:?};", f.name(), v));
+        });
+        out
+    }
+
     impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Spans {
         fn on_new_span(
             &self,
@@ -388,12 +397,11 @@ mod tests {
             _id: &tracing::span::Id,
             _ctx: tracing_subscriber::layer::Context<'_, S>,
         ) {
-            let mut fields = String::new();
-            attrs.record(&mut |f: &tracing::field::Field, v: &dyn std::fmt::Debug| {
-                fields.push_str(&format!("{}={:?};", f.name(), v));
-            });
             let name = attrs.metadata().name().to_owned();
-            self.0.lock().unwrap().push((name, fields));
+            self.0
+                .lock()
+                .unwrap()
+                .push((name, fields(|v| attrs.record(v))));
         }
 
         fn on_record(
@@ -402,11 +410,8 @@ mod tests {
             values: &tracing::span::Record<'_>,
             _ctx: tracing_subscriber::layer::Context<'_, S>,
         ) {
-            let mut fields = String::new();
-            values.record(&mut |f: &tracing::field::Field, v: &dyn std::fmt::Debug| {
-                fields.push_str(&format!("{}={:?};", f.name(), v));
-            });
-            self.0.lock().unwrap().push(("record".to_owned(), fields));
+            let recorded = fields(|v| values.record(v));
+            self.0.lock().unwrap().push(("record".to_owned(), recorded));
         }
     }
 
