@@ -47,9 +47,26 @@ impl Node {
             .env(env_name, config.to_string())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("node");
+        // What it says on stderr, kept to say why if it does not start.
+        let said = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        if let Some(stderr) = child.stderr.take() {
+            let said = said.clone();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(stderr)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    let mut said = said.lock().unwrap();
+                    if said.len() < 4_096 {
+                        said.push_str(&line);
+                        said.push('\n');
+                    }
+                }
+            });
+        }
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -64,7 +81,12 @@ impl Node {
         });
         let issuer = rx
             .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("{script} did not start"));
+            .unwrap_or_else(|_| {
+                let status = child.try_wait().ok().flatten();
+                std::thread::sleep(Duration::from_millis(200));
+                let said = said.lock().unwrap().clone();
+                panic!("{script} did not start (exit: {status:?}); it said:\n{said}")
+            });
         Node { child, issuer }
     }
 }

@@ -59,7 +59,33 @@ pub fn toml_path(p: &Path) -> String {
         .replace('"', "\\\"")
 }
 
+/// A TCP port on 127.0.0.1 that is free now, for a server started later.
+///
+/// Taken below the kernel's ephemeral range (ports a server bound to port 0
+/// is given): between a free port's check and its use, another test's
+/// server on port 0 could be given the very port it had just let go (the
+/// OIDC test's rogue provider once failed to start so). Each call in one
+/// process tries the next port of its own sequence, from an offset of the
+/// process id; port 0's answer when the range below is too small.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    const FIRST: u32 = 10_000;
+    if low > FIRST + 1_000 {
+        let span = low - FIRST;
+        let start = std::process::id().wrapping_mul(7_919) % span;
+        for _ in 0..span {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let port = FIRST + (start + n) % span;
+            if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+                return port as u16;
+            }
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
