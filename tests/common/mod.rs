@@ -64,7 +64,8 @@ pub fn toml_path(p: &Path) -> String {
 /// Taken below the kernel's ephemeral range (ports a server bound to port 0
 /// is given): between a free port's check and its use, another test's
 /// server on port 0 could be given the very port it had just let go (the
-/// OIDC test's rogue provider once failed to start so). Each call in one
+/// likely reason why the OIDC test's rogue provider once failed to start).
+/// Each call in one
 /// process tries the next port of its own sequence, from an offset of the
 /// process id; port 0's answer when the range below is too small.
 pub fn free_port() -> u16 {
