@@ -2,6 +2,13 @@ use std::{num::NonZeroU64, ops::Bound};
 
 use super::*;
 
+/// cheq: how many entries a leaf of small ones holds at most.
+const LEAF_MAX_SMALL_ENTRIES: usize = 32;
+
+/// cheq: the bytes of keys and values past which a leaf of more than 16
+/// entries splits.
+const LEAF_SMALL_ENTRIES_BYTES: u64 = 2048;
+
 #[derive(Default, Debug, Clone, PartialEq)]
 pub struct Node {
     pub(crate) prefix_len: u8,
@@ -628,7 +635,19 @@ impl Node {
             16
         };
 
-        let size_checks = self.data.len() > threshold;
+        // cheq: a leaf of small entries (an index: a URI to an id, a nonce to
+        // its digest) holds up to 32 of them, or 2 KiB, before it splits; one
+        // of larger entries still splits past 16. sled keeps every page's
+        // bookkeeping in memory whether it is cached or not, so fewer pages
+        // for the same entries is less memory for the data kept.
+        let len = self.data.len();
+        let size_checks = if self.data.is_index() || threshold < 16 {
+            len > threshold
+        } else {
+            len > threshold
+                && (len > LEAF_MAX_SMALL_ENTRIES
+                    || self.data.rss() > LEAF_SMALL_ENTRIES_BYTES)
+        };
         let safety_checks = self.merging_child.is_none() && !self.merging;
 
         size_checks && safety_checks

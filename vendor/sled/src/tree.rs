@@ -127,6 +127,40 @@ unsafe impl Send for Tree {}
 unsafe impl Sync for Tree {}
 
 impl Tree {
+    /// cheq: the number of entries in each leaf, left to right: how full the
+    /// split policy leaves the leaves (tests).
+    #[doc(hidden)]
+    pub fn leaf_sizes(&self) -> Result<Vec<usize>> {
+        let guard = pin();
+        let mut pid = self.root.load(Acquire);
+        // Down the leftmost branch to the first leaf.
+        loop {
+            let view = match self.view_for_pid(pid, &guard)? {
+                Some(view) => view,
+                None => return Err(Error::corruption(None)),
+            };
+            match &view.data {
+                Data::Index(index) => match index.pointers.first() {
+                    Some(first) => pid = *first,
+                    None => return Err(Error::corruption(None)),
+                },
+                Data::Leaf(_) => break,
+            }
+        }
+        let mut sizes = vec![];
+        loop {
+            let view = match self.view_for_pid(pid, &guard)? {
+                Some(view) => view,
+                None => return Err(Error::corruption(None)),
+            };
+            sizes.push(view.data.len());
+            match view.next {
+                Some(next) => pid = next.get(),
+                None => return Ok(sizes),
+            }
+        }
+    }
+
     #[doc(hidden)]
     #[deprecated(since = "0.24.2", note = "replaced by `Tree::insert`")]
     pub fn set<K, V>(&self, key: K, value: V) -> Result<Option<IVec>>
