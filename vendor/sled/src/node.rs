@@ -639,7 +639,8 @@ impl Node {
         // its digest) holds up to 32 of them, or 2 KiB, before it splits; one
         // of larger entries still splits past 16. sled keeps every page's
         // bookkeeping in memory whether it is cached or not, so fewer pages
-        // for the same entries is less memory for the data kept.
+        // for the same entries is less memory for the data kept. (A
+        // threshold under 16 is sled's own test setting, kept as it was.)
         let len = self.data.len();
         let size_checks = if self.data.is_index() || threshold < 16 {
             len > threshold
