@@ -65,9 +65,9 @@ pub fn toml_path(p: &Path) -> String {
 /// is given): between a free port's check and its use, another test's
 /// server on port 0 could be given the very port it had just let go (the
 /// likely reason why the OIDC test's rogue provider once failed to start).
-/// Each call in one
-/// process tries the next port of its own sequence, from an offset of the
-/// process id; port 0's answer when the range below is too small.
+/// Each call in one process tries the next port of its own sequence, from
+/// an offset of the process id; port 0's answer when the range below is too
+/// small.
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
