@@ -1490,7 +1490,7 @@ impl Tree {
     ) -> Result<()> {
         trace!("splitting node {}", view.pid);
         // split node
-        let (_, rhs) = view.deref().clone().split();
+        let (mut lhs, rhs) = view.deref().clone().split();
         let rhs_lo = rhs.lo.clone();
 
         // install right side
@@ -1500,11 +1500,15 @@ impl Tree {
         // right, by a link (`Link::ChildSplit`, a few bytes in the log)
         // rather than by writing its whole left half again; it only
         // succeeds on the state the halves were made from, as the replace
-        // did.
-        let link = self.context.pagecache.link(
+        // did. The left half in hand is the node the link makes (what
+        // `Node::apply` computes for it from the same state), so it is
+        // given to the page cache rather than computed again.
+        lhs.next = Some(NonZeroU64::new(rhs_pid).unwrap());
+        let link = self.context.pagecache.link_applied(
             view.pid,
             view.node_view.0,
             Link::ChildSplit(rhs_pid),
+            lhs,
             guard,
         )?;
         M.tree_child_split_attempt();
