@@ -1,7 +1,13 @@
-//! What a sled database holds, tree by tree: entries, and the bytes of keys
-//! and values (`cargo run --release --example sled_sizes -- DIR...`), beside
-//! what its files take on disk. Used to find where the disk per decided
-//! confirmation goes (BENCHMARKS.md, issue 13).
+//! What a sled database holds, tree by tree: entries, the bytes of keys and
+//! values, and the leaves that hold them with their mean entries
+//! (`cargo run --release --example sled_sizes -- DIR...`), beside what its
+//! files take on disk. Used to find where the disk and the memory per
+//! decided confirmation go (BENCHMARKS.md, issue 13).
+//!
+//! Build it from the same sources as the server that wrote the database:
+//! sled splits a node it walks through when the node is past its split
+//! rule, so a build with other rules writes to the database it reads (and a
+//! build that knows fewer kinds of log entry cannot read it).
 
 use std::os::unix::fs::MetadataExt;
 
@@ -34,12 +40,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 v += value.len() as u64;
             }
             total += k + v;
+            let leaves = tree.leaf_sizes()?.len();
             println!(
-                "  {:<24} {:>8} entries {:>10} key bytes {:>12} value bytes",
+                "  {:<24} {:>8} entries {:>10} key bytes {:>12} value bytes {:>7} leaves ({:.1} entries each)",
                 String::from_utf8_lossy(&name),
                 n,
                 k,
-                v
+                v,
+                leaves,
+                n as f64 / leaves.max(1) as f64
             );
         }
         println!("  total live bytes {total}");

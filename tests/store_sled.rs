@@ -734,34 +734,43 @@ fn the_fast_zstd_level_still_compresses() {
 }
 
 /// The patched sled lets a leaf of small entries (an index: a URI to an id,
-/// a nonce to its digest) hold up to 32 of them before it splits, since it
-/// keeps every page's bookkeeping in memory, cached or not; a leaf of larger
-/// entries still splits past 16 (`vendor/sled/PATCHES.md`). The leaves are
-/// rebuilt the same from the log after a reopen.
+/// a nonce to its digest) hold up to 32 of them, or 4 KiB of keys and
+/// values, before it splits, since it keeps every page's bookkeeping in
+/// memory, cached or not; a leaf of larger entries still splits past 16
+/// (`vendor/sled/PATCHES.md`). The leaves are rebuilt the same from the log
+/// after a reopen.
 #[test]
 fn leaves_of_small_entries_hold_more_than_leaves_of_large_ones() {
     use std::collections::BTreeMap;
     let dir = tempfile::tempdir().unwrap();
     let mut expected = BTreeMap::new();
-    let (small_sizes, large_sizes);
+    let (small_sizes, medium_sizes, large_sizes);
     {
         let db = cheq::store::sled_config(dir.path()).open().unwrap();
         let small = db.open_tree("small").unwrap();
+        let medium = db.open_tree("medium").unwrap();
         let large = db.open_tree("large").unwrap();
         for i in 0..2_000u64 {
             let key = split_key(0, i, false);
             small.insert(&key, &i.to_be_bytes()[..]).unwrap();
-            large.insert(&key, vec![7u8; 200]).unwrap();
+            medium.insert(&key, vec![7u8; 200]).unwrap();
+            large.insert(&key, vec![7u8; 400]).unwrap();
             expected.insert(key, i.to_be_bytes().to_vec());
         }
         small_sizes = small.leaf_sizes().unwrap();
+        medium_sizes = medium.leaf_sizes().unwrap();
         large_sizes = large.leaf_sizes().unwrap();
         db.flush().unwrap();
     }
     let mean = |sizes: &[usize]| sizes.iter().sum::<usize>() as f64 / sizes.len() as f64;
-    assert_eq!(small_sizes.iter().sum::<usize>(), 2_000);
-    assert_eq!(large_sizes.iter().sum::<usize>(), 2_000);
+    for sizes in [&small_sizes, &medium_sizes, &large_sizes] {
+        assert_eq!(sizes.iter().sum::<usize>(), 2_000);
+    }
     assert!(small_sizes.iter().all(|&n| n <= 33), "{small_sizes:?}");
+    // Entries of about 214 bytes: 4 KiB is 19 of them, so a leaf splits
+    // once it has 20 (at 2 KiB it split past 16, as large ones do).
+    let medium_max = medium_sizes.iter().max().copied().unwrap_or(0);
+    assert!((18..=20).contains(&medium_max), "{medium_sizes:?}");
     assert!(large_sizes.iter().all(|&n| n <= 17), "{large_sizes:?}");
     assert!(
         mean(&small_sizes) > 1.5 * mean(&large_sizes),
@@ -775,6 +784,12 @@ fn leaves_of_small_entries_hold_more_than_leaves_of_large_ones() {
         small.leaf_sizes().unwrap(),
         small_sizes,
         "the leaves rebuilt differ"
+    );
+    let medium = db.open_tree("medium").unwrap();
+    assert_eq!(
+        medium.leaf_sizes().unwrap(),
+        medium_sizes,
+        "the medium leaves rebuilt differ"
     );
     let got: BTreeMap<Vec<u8>, Vec<u8>> = small
         .iter()

@@ -281,14 +281,18 @@ impl std::fmt::Debug for CheqRs {
 /// `n` random bytes after the time `at` ([`TIME_BYTES`]: the low 32 bits of
 /// the Unix time in milliseconds, big-endian, which come round every 49.7
 /// days, far longer than a record is kept), in base64url. Ids and nonces
-/// made within a quarter of a second share their first four characters,
-/// and each sorts after those made before it, so a store keeps records of
-/// one time side by side: a confirmation's look-ups touch recent pages,
-/// which the cache holds however much older data is kept, and its writes
-/// add to the same few pages (sled rewrites a page it changes). With random
-/// keys, every look-up in a tree larger than the cache read a page back
-/// from disk (issue 13). The random part alone carries the bits §1 and §4
-/// ask for.
+/// made in the same 256 ms share their first four characters, so a store
+/// keeps records of one time side by side: a confirmation's look-ups touch
+/// recent pages, which the cache holds however much older data is kept,
+/// and its writes add to the same few pages (sled rewrites a page it
+/// changes). With random keys, every look-up in a tree larger than the
+/// cache read a page back from disk (issue 13). The text is not in time
+/// order everywhere: base64url's alphabet is not in ASCII's (`z` is followed
+/// by `0`), so where a leading character passes from `z` to `0` (and at
+/// `9`, `-`, `_`) new keys sort before the ones just made. They still sit
+/// together; what this costs is that a tree's keys are not added at one end
+/// only, which no store here relies on (BENCHMARKS.md, seventeenth pass).
+/// The random part alone carries the bits §1 and §4 ask for.
 fn ordered_b64(at: DateTime<Utc>, n: usize) -> String {
     let ms = u64::try_from(at.timestamp_millis()).unwrap_or(0);
     let mut bytes = vec![0u8; TIME_BYTES + n];

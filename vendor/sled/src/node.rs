@@ -6,8 +6,10 @@ use super::*;
 const LEAF_MAX_SMALL_ENTRIES: usize = 32;
 
 /// cheq: the bytes of keys and values past which a leaf of more than 16
-/// entries splits.
-const LEAF_SMALL_ENTRIES_BYTES: u64 = 2048;
+/// entries splits. (At 2 KiB, the entries of 90 – 150 bytes that the CS's
+/// started confirmations, its index by user and the RS's nonces hold split
+/// past 16 to 22 of them; at 4 KiB they fill leaves of 27 – 33.)
+const LEAF_SMALL_ENTRIES_BYTES: u64 = 4096;
 
 #[derive(Default, Debug, Clone, PartialEq)]
 pub struct Node {
@@ -636,7 +638,7 @@ impl Node {
         };
 
         // cheq: a leaf of small entries (an index: a URI to an id, a nonce to
-        // its digest) holds up to 32 of them, or 2 KiB, before it splits; one
+        // its digest) holds up to 32 of them, or 4 KiB, before it splits; one
         // of larger entries still splits past 16. sled keeps every page's
         // bookkeeping in memory whether it is cached or not, so fewer pages
         // for the same entries is less memory for the data kept. (A
