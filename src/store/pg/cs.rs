@@ -12,7 +12,9 @@
 //!
 //! Values are JSON text, stored byte for byte.
 
-use super::{backend, client, corrupt, db_error, decode, encode, Migration, Pg};
+use super::{
+    backend, client, corrupt, db_error, decode, encode, pooled, Migration, Pg, Source, CALL_TIMEOUT,
+};
 use crate::store::cs::*;
 use crate::store::{packed, StoreError};
 use std::sync::Arc;
@@ -399,7 +401,7 @@ impl DecisionRecords for PgRecords {
 
     fn update(&self, record: &DecisionRecord, durable: bool) -> Result<(), StoreError> {
         let r = RecordRow::of(record)?;
-        let update = move |pool: deadpool_postgres::Pool| async move {
+        let update = move |pool: Source| async move {
             let err = db_error("update");
             let c = client(&pool, "update").await?;
             let s = c
@@ -452,9 +454,9 @@ impl DecisionRecords for PgRecords {
     ) -> Result<Vec<DecisionRecord>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         // A lease lost in a crash only makes the delivery due again.
-        self.0.call_lazy("lease_due", move |pool| async move {
+        self.0.call_pooled("lease_due", CALL_TIMEOUT, true, move |pool| async move {
             let err = db_error("lease_due");
-            let mut c = client(&pool, "lease_due").await?;
+            let mut c = pooled(&pool, "lease_due").await?;
             let tx = c.transaction().await.map_err(&err)?;
             // Rows another instance is leasing right now are skipped, not
             // waited for: two instances never take the same delivery.
@@ -565,9 +567,9 @@ impl Accounts for PgAccounts {
         let email_fold = account.email.as_ref().map(|e| e.to_ascii_lowercase());
         let body = encode(account)?;
         self.0
-            .call("put account", move |pool| async move {
+            .call_pooled("put account", CALL_TIMEOUT, false, move |pool| async move {
                 let err = db_error("put account");
-                let mut c = client(&pool, "put account").await?;
+                let mut c = pooled(&pool, "put account").await?;
                 let tx = c.transaction().await.map_err(&err)?;
                 // One account writer at a time, on every instance: the
                 // checks below then see every other account. Readers go on.

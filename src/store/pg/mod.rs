@@ -1,12 +1,15 @@
 //! The PostgreSQL backend of every store trait (ISSUE 9: several instances of
 //! either server over one database), beside the embedded sled default.
 //!
-//! - [`Pg`] is a connection pool (deadpool-postgres over tokio-postgres) that
-//!   runs on a small runtime of its own, so that the store traits stay
-//!   synchronous like sled's: a call hands its query to that runtime and
-//!   waits for the answer, bounded by [`CALL_TIMEOUT`]. The calling thread
-//!   waits, as it would for sled's flush; the servers run more worker
-//!   threads on PostgreSQL for that reason.
+//! - [`Pg`] holds the connections (tokio-postgres), and the store traits
+//!   stay synchronous like sled's: a call runs its statements on a
+//!   connection that the calling thread drives itself ([`local`]: no
+//!   runtime, one wake-up per round trip), or, when all of those are busy
+//!   or the call needs a transaction, hands them to a pool
+//!   (deadpool-postgres) on a small runtime of its own. Either way the
+//!   answer is bounded by [`CALL_TIMEOUT`]. The calling thread waits, as it
+//!   would for sled's flush; the servers run more worker threads on
+//!   PostgreSQL for that reason.
 //! - Every connection runs with `synchronous_commit = on`: a write a method
 //!   calls durable is on the database's disk (WAL flushed) before it returns,
 //!   which survives a power loss, not only a killed process. Writes that may
@@ -26,6 +29,7 @@
 //!   outbox is leased with `FOR UPDATE SKIP LOCKED`.
 
 pub mod cs;
+mod local;
 mod nonce_batch;
 pub mod rs;
 pub mod tls;
@@ -34,7 +38,7 @@ use super::StoreError;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_postgres::NoTls;
 
 /// How long one store call may take, waiting for a connection included,
@@ -61,6 +65,13 @@ impl Drop for Rt {
 }
 
 struct Inner {
+    /// Connections that the calling thread drives itself ([`local`]): every
+    /// call tries these first.
+    local: local::LocalPool,
+    /// The same with `synchronous_commit = off`.
+    local_lazy: local::LocalPool,
+    /// Connections on the runtime: the nonce gatherer's, calls that need a
+    /// transaction, and calls made while every local connection is busy.
     pool: Pool,
     /// Connections whose commits do not wait for the disk: for the writes
     /// a crash may lose (one round trip instead of a transaction with
@@ -150,8 +161,56 @@ pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreErro
     serde_json::to_string(value).map_err(|e| backend("encode", e.to_string()))
 }
 
-/// A pooled connection.
-pub(crate) async fn client(pool: &Pool, op: &'static str) -> Result<Object, StoreError> {
+/// What a store call is given to run its statements on: a connection the
+/// calling thread drives ([`local`]), or the pool on the runtime.
+#[derive(Clone)]
+pub(crate) enum Source {
+    Pool(Pool),
+    Local(Arc<local::LocalClient>),
+}
+
+/// A connection taken for one call.
+pub(crate) enum ClientRef {
+    Pooled(Box<Object>),
+    Local(Arc<local::LocalClient>),
+}
+
+impl ClientRef {
+    /// `sql` prepared once per connection.
+    pub(crate) async fn prepare_cached(
+        &self,
+        sql: &str,
+    ) -> Result<tokio_postgres::Statement, tokio_postgres::Error> {
+        match self {
+            ClientRef::Pooled(c) => c.prepare_cached(sql).await,
+            ClientRef::Local(c) => c.prepare_cached(sql).await,
+        }
+    }
+}
+
+impl std::ops::Deref for ClientRef {
+    type Target = tokio_postgres::Client;
+
+    fn deref(&self) -> &tokio_postgres::Client {
+        match self {
+            ClientRef::Pooled(c) => c,
+            ClientRef::Local(c) => c.client(),
+        }
+    }
+}
+
+/// The connection of a call.
+pub(crate) async fn client(source: &Source, op: &'static str) -> Result<ClientRef, StoreError> {
+    match source {
+        Source::Pool(pool) => pooled(pool, op)
+            .await
+            .map(|c| ClientRef::Pooled(Box::new(c))),
+        Source::Local(c) => Ok(ClientRef::Local(c.clone())),
+    }
+}
+
+/// A connection of the pool on the runtime.
+pub(crate) async fn pooled(pool: &Pool, op: &'static str) -> Result<Object, StoreError> {
     pool.get().await.map_err(|e| match e {
         deadpool_postgres::PoolError::Backend(e) => db_error(op)(e),
         deadpool_postgres::PoolError::Timeout(_) => {
@@ -235,10 +294,22 @@ impl Pg {
                 .build()
                 .map_err(|e| backend("pool", e.to_string()))
         };
-        let pool = build(config, max_size)?;
-        let lazy = build(lazy_config, max_size.div_ceil(2))?;
+        // The calling threads drive up to `max_size` connections of each
+        // kind themselves; the runtime's pool keeps a quarter for the
+        // nonce gatherer, transactions and calls past that bound (opened
+        // only when needed, as every connection here).
+        let local = local::LocalPool::new(config.clone(), tls.clone(), max_size.max(1));
+        let local_lazy = local::LocalPool::new(
+            lazy_config.clone(),
+            tls.clone(),
+            max_size.div_ceil(2).max(1),
+        );
+        let pool = build(config, (max_size / 4).max(nonce_batch::IN_FLIGHT + 2))?;
+        let lazy = build(lazy_config, (max_size / 8).max(2))?;
         Ok(Pg {
             inner: Arc::new(Inner {
+                local,
+                local_lazy,
                 pool,
                 lazy,
                 handle: rt.handle().clone(),
@@ -247,12 +318,13 @@ impl Pg {
         })
     }
 
-    /// Runs `f` on the pool's runtime and waits for it, at most
-    /// [`CALL_TIMEOUT`]. Safe to call from any thread, async or not (it
-    /// never enters a runtime on the calling thread).
+    /// Runs `f` and waits for it, at most [`CALL_TIMEOUT`]: on a connection
+    /// this thread drives when one is free ([`local`]), otherwise on the
+    /// pool's runtime. Safe to call from any thread, async or not (it never
+    /// enters a runtime on the calling thread).
     pub(crate) fn call<T, F, Fut>(&self, op: &'static str, f: F) -> Result<T, StoreError>
     where
-        F: FnOnce(Pool) -> Fut + Send + 'static,
+        F: FnOnce(Source) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
         T: Send + 'static,
     {
@@ -263,11 +335,11 @@ impl Pg {
     /// disk: only for writes a crash may lose.
     pub(crate) fn call_lazy<T, F, Fut>(&self, op: &'static str, f: F) -> Result<T, StoreError>
     where
-        F: FnOnce(Pool) -> Fut + Send + 'static,
+        F: FnOnce(Source) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
         T: Send + 'static,
     {
-        self.run(op, CALL_TIMEOUT, self.inner.lazy.clone(), f)
+        self.run(op, CALL_TIMEOUT, true, f)
     }
 
     fn call_within<T, F, Fut>(
@@ -277,14 +349,60 @@ impl Pg {
         f: F,
     ) -> Result<T, StoreError>
     where
+        F: FnOnce(Source) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.run(op, limit, false, f)
+    }
+
+    fn run<T, F, Fut>(
+        &self,
+        op: &'static str,
+        limit: Duration,
+        lazy: bool,
+        f: F,
+    ) -> Result<T, StoreError>
+    where
+        F: FnOnce(Source) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (local, pool) = if lazy {
+            (&self.inner.local_lazy, &self.inner.lazy)
+        } else {
+            (&self.inner.local, &self.inner.pool)
+        };
+        match local.try_run(op, Instant::now() + limit, f) {
+            Ok(answer) => answer,
+            Err(f) => self.hand_off(op, limit, pool.clone(), move |pool| f(Source::Pool(pool))),
+        }
+    }
+
+    /// Runs `f` with the pool, on the pool's runtime: for a call that needs
+    /// a transaction ([`Object::transaction`]).
+    pub(crate) fn call_pooled<T, F, Fut>(
+        &self,
+        op: &'static str,
+        limit: Duration,
+        lazy: bool,
+        f: F,
+    ) -> Result<T, StoreError>
+    where
         F: FnOnce(Pool) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
         T: Send + 'static,
     {
-        self.run(op, limit, self.inner.pool.clone(), f)
+        let pool = if lazy {
+            &self.inner.lazy
+        } else {
+            &self.inner.pool
+        };
+        self.hand_off(op, limit, pool.clone(), f)
     }
 
-    fn run<T, F, Fut>(
+    /// Puts `f` on the pool's runtime and waits for its answer.
+    fn hand_off<T, F, Fut>(
         &self,
         op: &'static str,
         limit: Duration,
@@ -394,9 +512,10 @@ impl Pg {
     ) -> Result<usize, StoreError> {
         // Long enough for a big migration; instances starting at once wait
         // here for the first.
-        self.call_within(
+        self.call_pooled(
             "migrate",
             Duration::from_secs(120),
+            false,
             move |pool| async move { migrate(&pool, component, steps).await },
         )
     }
@@ -473,7 +592,7 @@ async fn migrate(
     steps: &'static [Migration],
 ) -> Result<usize, StoreError> {
     let err = db_error("migrate");
-    let mut c = client(pool, "migrate").await?;
+    let mut c = pooled(pool, "migrate").await?;
     let tx = c.transaction().await.map_err(&err)?;
     // Held until commit: a second instance waits here, then finds the
     // steps applied.

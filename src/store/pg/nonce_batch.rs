@@ -25,7 +25,7 @@
 //! answer back through a channel the caller waits on: no task per record,
 //! which saved a wake-up of the runtime per record.
 
-use super::{backend, client, db_error, unavailable, CALL_TIMEOUT};
+use super::{backend, client, db_error, unavailable, Source, CALL_TIMEOUT};
 use crate::store::{classify, NonceEntry, RecordOutcome, StoreError};
 use deadpool_postgres::Pool;
 use std::collections::{HashMap, HashSet};
@@ -164,7 +164,12 @@ async fn run(pool: &Pool, batch: Vec<Request>) {
     let answers = {
         let items: Vec<(&str, &NonceEntry)> =
             batch.iter().map(|r| (r.nonce.as_str(), &r.entry)).collect();
-        match tokio::time::timeout(CALL_TIMEOUT, record_many(pool, &items)).await {
+        match tokio::time::timeout(
+            CALL_TIMEOUT,
+            record_many(&Source::Pool(pool.clone()), &items),
+        )
+        .await
+        {
             Ok(Ok(answers)) => answers,
             Ok(Err(e)) => items.iter().map(|_| Err(shared(&e))).collect(),
             Err(_) => items
@@ -206,12 +211,12 @@ fn shared(e: &StoreError) -> StoreError {
 /// error is a failed statement (nothing is known of any item); an inner one
 /// concerns its item alone (a stored entry that cannot be read).
 pub(super) async fn record_many(
-    pool: &Pool,
+    source: &Source,
     items: &[(&str, &NonceEntry)],
 ) -> Result<Vec<Result<RecordOutcome, StoreError>>, StoreError> {
     let op = "record nonce";
     let err = db_error(op);
-    let c = client(pool, op).await?;
+    let c = client(source, op).await?;
     let insert = c
         .prepare_cached(
             "INSERT INTO rs_nonces (nonce, digest, expires_at, data)

@@ -11,7 +11,7 @@
 //! | `rs_executions` | idempotency key | the operation's result |
 
 use super::nonce_batch::Gatherer;
-use super::{backend, client, corrupt, db_error, decode, encode, Migration, Pg};
+use super::{backend, client, corrupt, db_error, decode, encode, Migration, Pg, Source};
 use crate::store::rs::*;
 use crate::store::{
     packed, validate, validate_nonce, NonceEntry, NonceStore, Readiness, RecordOutcome, StoreError,
@@ -236,7 +236,7 @@ impl CheqRecords for PgCheqs {
         // written before holds the state's JSON there, compared the same
         // way): two round
         // trips, no lock held in between.
-        let advance = move |pool: deadpool_postgres::Pool| async move {
+        let advance = move |pool: Source| async move {
             let err = db_error("advance");
             let c = client(&pool, "advance").await?;
             let read = c
@@ -311,7 +311,7 @@ impl CheqRecords for PgCheqs {
         // The tag of `from` matches only a row the tags were written for,
         // holding `record` as given (no other member changes while a state
         // does); a row of before, or one moved on, is left to `advance`.
-        let write = move |pool: deadpool_postgres::Pool| async move {
+        let write = move |pool: Source| async move {
             let err = db_error("advance");
             let c = client(&pool, "advance").await?;
             let write = c
