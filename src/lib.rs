@@ -33,6 +33,7 @@ pub mod keyring;
 pub mod mcp;
 pub mod metrics;
 pub mod peerkeys;
+pub mod recent;
 pub mod resource;
 pub mod sign;
 pub mod store;

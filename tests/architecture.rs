@@ -197,7 +197,13 @@ fn rules() -> Vec<Rule> {
         },
         Rule {
             layer: "shared helpers",
-            files: &["time.rs", "text.rs", "testkit.rs", "throttle.rs"],
+            files: &[
+                "time.rs",
+                "text.rs",
+                "testkit.rs",
+                "throttle.rs",
+                "recent.rs",
+            ],
             except: &[],
             forbidden: &[
                 "crate::cheq",

@@ -1047,3 +1047,149 @@ fn a_pending_record_keeps_the_issued_document_byte_for_byte() {
     .unwrap();
     assert_eq!(verified.resource_signature(), ResourceSignature::Issued);
 }
+
+/// The CHEQ records, counting the look-ups by id.
+struct CountedReads(Arc<dyn CheqRecords>, Arc<std::sync::atomic::AtomicUsize>);
+
+impl CheqRecords for CountedReads {
+    fn create(&self, record: &CheqRecord) -> Result<bool, StoreError> {
+        self.0.create(record)
+    }
+    fn get(&self, id: &str) -> Result<Option<CheqRecord>, StoreError> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.get(id)
+    }
+    fn by_result(&self, result_id: &str) -> Result<Option<CheqRecord>, StoreError> {
+        self.0.by_result(result_id)
+    }
+    fn advance(
+        &self,
+        id: &str,
+        from: &CheqState,
+        to: &CheqState,
+        durable: bool,
+    ) -> Result<Transition, StoreError> {
+        self.0.advance(id, from, to, durable)
+    }
+    fn advance_record(
+        &self,
+        record: &CheqRecord,
+        to: &CheqState,
+        durable: bool,
+    ) -> Result<Transition, StoreError> {
+        self.0.advance_record(record, to, durable)
+    }
+    fn collect_expired(&self, cutoff: i64) -> Result<usize, StoreError> {
+        self.0.collect_expired(cutoff)
+    }
+}
+
+/// An RS that keeps the records it minted (as on PostgreSQL), beside a
+/// second instance over the same store that keeps none; and the count of
+/// the first one's look-ups by id.
+fn two_instances() -> (Fixture, Fixture, Arc<std::sync::atomic::AtomicUsize>) {
+    let dir = tempfile::tempdir().unwrap();
+    let (_db, store) = cheq::store::sled_rs::open_dir(dir.path()).unwrap();
+    let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let other = RsStore {
+        nonces: store.nonces.clone(),
+        records: store.records.clone(),
+        executions: store.executions.clone(),
+        readiness: store.readiness.clone(),
+        flusher: store.flusher.clone(),
+        recent_records: 0,
+    };
+    let keeping = RsStore {
+        records: Arc::new(CountedReads(store.records.clone(), reads.clone())),
+        recent_records: 64,
+        ..store
+    };
+    let a = fixture_on(dir, keeping, |_, tools| tools);
+    // The same RS keys for both instances.
+    let other_dir = tempfile::tempdir().unwrap();
+    for file in std::fs::read_dir(a._dir.path()).unwrap() {
+        let file = file.unwrap();
+        if file.file_type().unwrap().is_file() {
+            std::fs::copy(file.path(), other_dir.path().join(file.file_name())).unwrap();
+        }
+    }
+    let b = fixture_on(other_dir, other, |_, tools| tools);
+    (a, b, reads)
+}
+
+/// A record kept in memory spares the store its look-ups: the CS's fetch
+/// and the decision read none.
+#[test]
+fn a_kept_record_is_fetched_and_decided_without_a_look_up() {
+    let (a, _b, reads) = two_instances();
+    let m = a.mint();
+    assert_eq!(a.rs.fetch(&m.id).unwrap(), m.document);
+    let body = a.decide_doc(&m, Decision::Accept, 0);
+    let answer =
+        a.rs.decide(&m.id, Decision::Accept, body.as_bytes())
+            .unwrap();
+    assert_eq!(answer.decision, Decision::Accept);
+    assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(a.tools.runs(), 1);
+    // Decided: it is no longer kept, and the store answers from now on.
+    assert!(matches!(
+        a.rs.fetch(&m.id),
+        Err(CheqRsError::AlreadyDecided)
+    ));
+    let again =
+        a.rs.decide(&m.id, Decision::Accept, body.as_bytes())
+            .unwrap();
+    assert_eq!(again.decision, Decision::Accept);
+    assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(a.tools.runs(), 1);
+}
+
+/// A record kept by one instance and decided by another: the first does not
+/// serve it again (its nonce is recorded), refuses another document for it
+/// as a replay, answers the same bytes as they were answered, and the
+/// operation has run once in all.
+#[test]
+fn a_kept_record_decided_by_another_instance_is_neither_served_nor_run_again() {
+    let (a, b, _) = two_instances();
+    let m = a.mint();
+    let body = a.decide_doc(&m, Decision::Accept, 0);
+    let other = a.decide_doc(&m, Decision::Reject, 1);
+    let answer =
+        b.rs.decide(&m.id, Decision::Accept, body.as_bytes())
+            .unwrap();
+    assert_eq!(answer.decision, Decision::Accept);
+    assert_eq!(b.tools.runs(), 1);
+    assert!(matches!(
+        a.rs.fetch(&m.id),
+        Err(CheqRsError::AlreadyDecided)
+    ));
+    assert!(matches!(
+        a.rs.decide(&m.id, Decision::Reject, other.as_bytes()),
+        Err(CheqRsError::Replayed)
+    ));
+    let same =
+        a.rs.decide(&m.id, Decision::Accept, body.as_bytes())
+            .unwrap();
+    assert_eq!(same.decision, Decision::Accept);
+    assert_eq!(a.tools.runs() + b.tools.runs(), 1);
+    assert!(matches!(
+        a.store.records.get(&m.id).unwrap().unwrap().state,
+        CheqState::Done { .. }
+    ));
+}
+
+/// A kept record whose CHEQ has expired is not what answers: the store
+/// does, which has collected it by then.
+#[test]
+fn a_kept_record_past_its_expiry_is_read_from_the_store() {
+    let (a, _b, _) = two_instances();
+    let m = a.mint();
+    let body = a.decide_doc(&m, Decision::Accept, 0);
+    a.clock.advance(Duration::days(8));
+    a.rs.collect_expired(Duration::days(1)).unwrap();
+    assert!(matches!(a.rs.fetch(&m.id), Err(CheqRsError::NotFound)));
+    assert!(matches!(
+        a.rs.decide(&m.id, Decision::Accept, body.as_bytes()),
+        Err(CheqRsError::NotFound)
+    ));
+}

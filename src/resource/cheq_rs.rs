@@ -92,6 +92,7 @@ use super::error::CheqRsError;
 use crate::cheq::{Cheq, Decision, DecisionAnswer, UriPack};
 use crate::keyring::KeyRing;
 use crate::peerkeys::PeerKeys;
+use crate::recent::Recent;
 use crate::sign::verify::CLOCK_SKEW_SECS;
 use crate::sign::{
     b64, verify_decision, verify_own_decision, Context, TrustStore, VerifiedDecision, VerifyError,
@@ -266,6 +267,14 @@ pub struct CheqRs {
     /// [`decide_async`](CheqRs::decide_async) then run on the caller's task
     /// and await their flush, instead of holding a thread.
     flusher: Option<AsyncFlush>,
+    /// Records this instance minted, still pending as far as it knows
+    /// ([`RsStore::recent_records`]; `None` when 0). A record's document,
+    /// nonce and expiry never change, so the fetch serves a kept one after
+    /// checking its nonce in the store (recorded before any move out of
+    /// pending, here or on another instance); a decision takes it out, and
+    /// every move it makes is a compare-and-set on the stored state, which
+    /// finds a record another instance moved meanwhile.
+    recent: Option<Recent<CheqRecord>>,
 }
 
 impl std::fmt::Debug for CheqRs {
@@ -342,6 +351,7 @@ impl CheqRs {
             operation,
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             flusher: store.flusher.clone(),
+            recent: (store.recent_records > 0).then(|| Recent::new(store.recent_records)),
         })
     }
 
@@ -460,6 +470,9 @@ impl CheqRs {
                 "a random id is already taken; try again".into(),
             ));
         }
+        if let Some(recent) = &self.recent {
+            recent.put(&id, record);
+        }
         Ok(Minted {
             id,
             result_id,
@@ -470,6 +483,12 @@ impl CheqRs {
         })
     }
 
+    /// A kept record while its CHEQ has not expired: past that, the store
+    /// answers (it may have collected the record).
+    fn unexpired(&self, kept: Option<CheqRecord>) -> Option<CheqRecord> {
+        kept.filter(|record| self.clock.now() < expires_at(record))
+    }
+
     fn stripe(&self, id: &str) -> &Mutex<()> {
         let i = Sha256::digest(id.as_bytes())[0] as usize % self.locks.len().max(1);
         &self.locks[i]
@@ -477,7 +496,11 @@ impl CheqRs {
 
     /// The resource-signed document of confirmation `id`, for the CS (§3).
     pub fn fetch(&self, id: &str) -> Result<String, CheqRsError> {
-        let record = self.records.get(id)?.ok_or(CheqRsError::NotFound)?;
+        let kept = self.recent.as_ref().and_then(|r| r.get(id));
+        let record = match self.unexpired(kept) {
+            Some(record) => record,
+            None => self.records.get(id)?.ok_or(CheqRsError::NotFound)?,
+        };
         if record.state != CheqState::Pending || self.nonces.get(&record.nonce)?.is_some() {
             return Err(CheqRsError::AlreadyDecided);
         }
@@ -558,7 +581,13 @@ impl CheqRs {
         body: &[u8],
         durability: Durability,
     ) -> Result<DecisionAnswer, CheqRsError> {
-        let record = self.records.get(id)?.ok_or(CheqRsError::NotFound)?;
+        // A kept record is taken out: whatever this decision does to the
+        // record, a later one reads the store.
+        let kept = self.recent.as_ref().and_then(|r| r.take(id));
+        let record = match self.unexpired(kept) {
+            Some(record) => record,
+            None => self.records.get(id)?.ok_or(CheqRsError::NotFound)?,
+        };
         let _span =
             crate::text::confirmation_span(&crate::text::confirmation_id(&record.resource_uri))
                 .entered();

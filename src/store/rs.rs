@@ -246,6 +246,11 @@ pub struct RsStore {
     /// Flushes awaited without a thread (sled); `None` where a durable
     /// write waits on the backend itself (PostgreSQL).
     pub flusher: Option<super::AsyncFlush>,
+    /// How many records it minted, still pending, the RS keeps in memory to
+    /// spare the store the look-ups of the CS's fetch and of the decision:
+    /// each is a round trip to a database server (PostgreSQL), while sled's
+    /// own cache answers at once (0 there).
+    pub recent_records: usize,
 }
 
 impl std::fmt::Debug for RsStore {

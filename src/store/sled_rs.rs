@@ -65,6 +65,7 @@ pub fn open(db: &sled::Db) -> Result<RsStore, StoreError> {
             db: durable,
         }),
         readiness: Arc::new(super::AlwaysReady),
+        recent_records: 0,
     })
 }
 

@@ -57,6 +57,12 @@ ALTER TABLE rs_cheqs ALTER COLUMN packed SET STORAGE EXTERNAL;
     },
 ];
 
+/// How many pending records the RS keeps in memory on PostgreSQL
+/// ([`RsStore::recent_records`]): at about 1.3 KB each, 5 MB at most, for
+/// two statements fewer per confirmation (BENCHMARKS.md, issue 13,
+/// eighteenth pass).
+pub const RECENT_RECORDS: usize = 4096;
+
 /// Every RS store on `pg`, after applying the RS schema.
 pub fn open(pg: &Pg) -> Result<RsStore, StoreError> {
     pg.migrate("rs", MIGRATIONS)?;
@@ -67,6 +73,7 @@ pub fn open(pg: &Pg) -> Result<RsStore, StoreError> {
         readiness: Arc::new(super::SchemaReadiness::new(pg, "rs", MIGRATIONS))
             as Arc<dyn Readiness>,
         flusher: None,
+        recent_records: RECENT_RECORDS,
     })
 }
 
