@@ -38,7 +38,9 @@
 //!    (a failed operation, a replay), and a re-delivery, flush the store
 //!    before the answer;
 //! 2. the confirmation record moves from `pending` to `decided` (decision and
-//!    digest);
+//!    digest), when the operation's effect is kept elsewhere: with the effect
+//!    in the store, step 3 finds an effect made before under its key, and
+//!    step 4's write follows (below, "Awaited durability");
 //! 3. on `accept`, the [`Operation`] runs with the confirmation id as its
 //!    idempotency key;
 //! 4. the record moves to `done` with the operation's result, and only then is
@@ -783,13 +785,16 @@ impl CheqRs {
             // Not durable on its own: step 4's durable write covers this
             // (and, with the effect kept elsewhere, the nonce of step 1,
             // durable already, stands for the decision meanwhile).
-            // With deferred durability (an effect in the store), the final
-            // state below is written before any of these writes can reach
-            // the disk, by the same flush: the move to `decided` would be
-            // overwritten unseen, and is not written (a crash keeps the
-            // nonce, perhaps the effect, and a pending record, which a
-            // re-delivery completes as after step 1 or 3).
-            CheqState::Pending if durability == Durability::Deferred && self.in_store() => {}
+            // With the effect in the store, the move to `decided` is not
+            // written: the operation, idempotent per key, finds its effect
+            // under that key if it ran before, so the record need not say
+            // that it may have. On sled the final state below is written
+            // before any of these writes can reach the disk, by the same
+            // flush, and would replace it unseen; on PostgreSQL it would be
+            // one more statement. A crash keeps the nonce, perhaps the
+            // effect, and a pending record, which a re-delivery completes as
+            // after step 1 or 3.
+            CheqState::Pending if self.in_store() => {}
             CheqState::Pending => {
                 let moved = self.records.advance_record(&record, &decided, false)?;
                 if let Some(answer) = settled_elsewhere(moved, digest)? {
