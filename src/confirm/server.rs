@@ -177,8 +177,10 @@ pub fn open_store(config: &CsConfig) -> Result<(crate::store::cs::CsStore, Backe
     }
 }
 
-/// Connections each instance keeps to PostgreSQL at most.
-pub const PG_POOL: usize = 32;
+/// Connections each instance opens to PostgreSQL at most: two instances (or
+/// a demo's two servers) stay under PostgreSQL's default `max_connections`
+/// of 100.
+pub const PG_POOL: usize = 48;
 
 /// Serves the CS on an already bound listener (tests bind port 0 first).
 pub fn serve(

@@ -149,8 +149,10 @@ pub fn open_store(config: &RsConfig) -> Result<(RsStore, crate::store::Backend),
     }
 }
 
-/// Connections each RS instance keeps to PostgreSQL at most.
-pub const PG_POOL: usize = 32;
+/// Connections each RS instance opens to PostgreSQL at most: two instances (or
+/// a demo's two servers) stay under PostgreSQL's default `max_connections`
+/// of 100.
+pub const PG_POOL: usize = 48;
 
 /// Registers the routes and the state on an actix `App`.
 pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<RsState>) {

@@ -227,8 +227,9 @@ pub(crate) async fn pooled(pool: &Pool, op: &'static str) -> Result<Object, Stor
 pub struct UrlError(String);
 
 impl Pg {
-    /// A pool of at most `max_size` connections to the database at `url`.
-    /// Nothing is connected yet: the first call (or [`Pg::ping`]) connects.
+    /// Connections to the database at `url`, at most `max_size` of them
+    /// (at least 6: one of each kind, and the nonce gatherer's). Nothing is
+    /// connected yet: the first call (or [`Pg::ping`]) connects.
     pub fn new(url: &str, max_size: usize) -> Result<Pg, StoreError> {
         let (url, settings) = tls::split(url)?;
         let mut config: tokio_postgres::Config =
@@ -294,18 +295,21 @@ impl Pg {
                 .build()
                 .map_err(|e| backend("pool", e.to_string()))
         };
-        // The calling threads drive up to `max_size` connections of each
-        // kind themselves; the runtime's pool keeps a quarter for the
-        // nonce gatherer, transactions and calls past that bound (opened
-        // only when needed, as every connection here).
-        let local = local::LocalPool::new(config.clone(), tls.clone(), max_size.max(1));
-        let local_lazy = local::LocalPool::new(
-            lazy_config.clone(),
-            tls.clone(),
-            max_size.div_ceil(2).max(1),
-        );
-        let pool = build(config, (max_size / 4).max(nonce_batch::IN_FLIGHT + 2))?;
-        let lazy = build(lazy_config, (max_size / 8).max(2))?;
+        // The runtime's pool keeps a few for the nonce gatherer,
+        // transactions and calls past the calling threads' bound; a quarter
+        // of the rest goes to writes a crash may lose; the calling threads
+        // drive the others themselves. Every connection is opened only when
+        // needed. Of 48: 30 driven durable, 12 driven lazy, 4 and 2 pooled.
+        let pooled = (max_size / 12).max(nonce_batch::IN_FLIGHT + 1);
+        let pooled_lazy = (max_size / 24).max(1);
+        let local_lazy_max = (max_size / 4).max(1);
+        let local_max = max_size
+            .saturating_sub(pooled + pooled_lazy + local_lazy_max)
+            .max(1);
+        let local = local::LocalPool::new(config.clone(), tls.clone(), local_max);
+        let local_lazy = local::LocalPool::new(lazy_config.clone(), tls.clone(), local_lazy_max);
+        let pool = build(config, pooled)?;
+        let lazy = build(lazy_config, pooled_lazy)?;
         Ok(Pg {
             inner: Arc::new(Inner {
                 local,
