@@ -473,7 +473,7 @@ fn values_of_every_size_read_back_from_the_log() {
         ));
     }
     {
-        let db = cheq::store::sled_config(dir.path()).open().unwrap();
+        let db = open_again(dir.path());
         for (k, v) in &expected {
             db.insert(k, v.as_slice()).unwrap();
         }
@@ -485,7 +485,7 @@ fn values_of_every_size_read_back_from_the_log() {
     }
     let conf = std::fs::read(dir.path().join("conf")).unwrap();
     assert!(String::from_utf8_lossy(&conf).contains("use_compression: true"));
-    let db = cheq::store::sled_config(dir.path()).open().unwrap();
+    let db = open_again(dir.path());
     assert_eq!(db.len(), expected.len());
     for (k, v) in &expected {
         assert_eq!(db.get(k).unwrap().as_deref(), Some(v.as_slice()), "{k}");
@@ -557,7 +557,7 @@ fn splits_under_racing_writers_keep_every_key() {
     const PER_WRITER: u64 = 4_000;
     let mut expected = BTreeMap::new();
     {
-        let db = cheq::store::sled_config(dir.path()).open().unwrap();
+        let db = open_again(dir.path());
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let reader = {
             let (db, stop) = (db.clone(), stop.clone());
@@ -606,7 +606,7 @@ fn splits_under_racing_writers_keep_every_key() {
         assert_holds(&db, &expected);
         db.flush().unwrap();
     }
-    let db = cheq::store::sled_config(dir.path()).open().unwrap();
+    let db = open_again(dir.path());
     assert_holds(&db, &expected);
     // And on from there: more splits of the nodes rebuilt from the log.
     for i in PER_WRITER..PER_WRITER + 2_000 {
@@ -617,7 +617,7 @@ fn splits_under_racing_writers_keep_every_key() {
     }
     db.flush().unwrap();
     drop(db);
-    let db = cheq::store::sled_config(dir.path()).open().unwrap();
+    let db = open_again(dir.path());
     assert_holds(&db, &expected);
 }
 
@@ -666,7 +666,7 @@ fn splits_survive_sigkill() {
     std::thread::sleep(std::time::Duration::from_millis(200));
     crash::kill(child);
 
-    let db = cheq::store::sled_config(dir.path()).open().unwrap();
+    let db = open_again(dir.path());
     let mut expected = std::collections::BTreeMap::new();
     for (k, _) in db.iter().map(|kv| kv.unwrap()) {
         expected.insert(k.to_vec(), split_value(&k));
@@ -697,7 +697,7 @@ fn the_fast_zstd_level_still_compresses() {
     };
     let mut raw = 0;
     {
-        let db = cheq::store::sled_config(dir.path()).open().unwrap();
+        let db = open_again(dir.path());
         for i in 0..2_000 {
             let value = record(i);
             raw += value.len();
@@ -716,7 +716,7 @@ fn the_fast_zstd_level_still_compresses() {
             .sum()
     }
     let on_disk = size(dir.path());
-    let db = cheq::store::sled_config(dir.path()).open().unwrap();
+    let db = open_again(dir.path());
     for i in 0..2_000u32 {
         assert_eq!(
             db.get(i.to_be_bytes()).unwrap().as_deref(),
@@ -746,7 +746,7 @@ fn leaves_of_small_entries_hold_more_than_leaves_of_large_ones() {
     let mut expected = BTreeMap::new();
     let (small_sizes, medium_sizes, large_sizes);
     {
-        let db = cheq::store::sled_config(dir.path()).open().unwrap();
+        let db = open_again(dir.path());
         let small = db.open_tree("small").unwrap();
         let medium = db.open_tree("medium").unwrap();
         let large = db.open_tree("large").unwrap();
@@ -778,7 +778,7 @@ fn leaves_of_small_entries_hold_more_than_leaves_of_large_ones() {
         mean(&small_sizes),
         mean(&large_sizes)
     );
-    let db = cheq::store::sled_config(dir.path()).open().unwrap();
+    let db = open_again(dir.path());
     let small = db.open_tree("small").unwrap();
     assert_eq!(
         small.leaf_sizes().unwrap(),
@@ -796,4 +796,23 @@ fn leaves_of_small_entries_hold_more_than_leaves_of_large_ones() {
         .map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
         .collect();
     assert!(got == expected, "the small tree reads back otherwise");
+}
+
+/// Opens the sled database in `dir`, waiting (at most 5 s) for a handle
+/// just dropped to let go of the directory's lock: sled's I/O threads may
+/// still be writing a sealed buffer of it for a moment.
+fn open_again(dir: &std::path::Path) -> sled::Db {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match cheq::store::sled_config(dir).open() {
+            Ok(db) => return db,
+            Err(e)
+                if e.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            Err(e) => panic!("open {}: {e}", dir.display()),
+        }
+    }
 }
