@@ -514,9 +514,15 @@ impl NonceStore for SpyNonces {
     }
 }
 
-/// The CHEQ records, noting each move and whether it was durable; with a
-/// hold, a move to `done` is held once written until the hold says go on.
-struct SpyRecords(Arc<dyn CheqRecords>, Log, Option<Hold>);
+/// The CHEQ records, noting each move and whether it was durable, and
+/// counting the look-ups by id; with a hold, a move to `done` is held once
+/// written until the hold says go on.
+struct SpyRecords(
+    Arc<dyn CheqRecords>,
+    Log,
+    Option<Hold>,
+    Arc<std::sync::atomic::AtomicUsize>,
+);
 
 /// Says when a move to `done` is written, and waits to be told to go on:
 /// the window in which a final state is visible while the decision that
@@ -544,6 +550,7 @@ impl CheqRecords for SpyRecords {
         self.0.create_unflushed(record)
     }
     fn get(&self, id: &str) -> Result<Option<CheqRecord>, StoreError> {
+        self.3.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.0.get(id)
     }
     fn by_result(&self, result_id: &str) -> Result<Option<CheqRecord>, StoreError> {
@@ -620,7 +627,12 @@ fn spied(effect: Effect, fail: bool) -> (Fixture, Log) {
     let flush_log = log.clone();
     let store = RsStore {
         nonces: Arc::new(SpyNonces(store.nonces.clone(), log.clone())),
-        records: Arc::new(SpyRecords(store.records.clone(), log.clone(), None)),
+        records: Arc::new(SpyRecords(
+            store.records.clone(),
+            log.clone(),
+            None,
+            Default::default(),
+        )),
         flusher: Some(AsyncFlush::new(move || {
             note(&flush_log, "awaited flush");
             db.flush().map(drop).map_err(|e| e.to_string())
@@ -985,6 +997,7 @@ fn a_result_is_read_only_once_its_decision_is_durable() {
             store.records.clone(),
             Log::default(),
             Some(hold),
+            Default::default(),
         )),
         ..store
     };
@@ -1037,42 +1050,6 @@ fn a_pending_record_keeps_the_issued_document_byte_for_byte() {
     assert_eq!(verified.resource_signature(), ResourceSignature::Issued);
 }
 
-/// The CHEQ records, counting the look-ups by id.
-struct CountedReads(Arc<dyn CheqRecords>, Arc<std::sync::atomic::AtomicUsize>);
-
-impl CheqRecords for CountedReads {
-    fn create(&self, record: &CheqRecord) -> Result<bool, StoreError> {
-        self.0.create(record)
-    }
-    fn get(&self, id: &str) -> Result<Option<CheqRecord>, StoreError> {
-        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.0.get(id)
-    }
-    fn by_result(&self, result_id: &str) -> Result<Option<CheqRecord>, StoreError> {
-        self.0.by_result(result_id)
-    }
-    fn advance(
-        &self,
-        id: &str,
-        from: &CheqState,
-        to: &CheqState,
-        durable: bool,
-    ) -> Result<Transition, StoreError> {
-        self.0.advance(id, from, to, durable)
-    }
-    fn advance_record(
-        &self,
-        record: &CheqRecord,
-        to: &CheqState,
-        durable: bool,
-    ) -> Result<Transition, StoreError> {
-        self.0.advance_record(record, to, durable)
-    }
-    fn collect_expired(&self, cutoff: i64) -> Result<usize, StoreError> {
-        self.0.collect_expired(cutoff)
-    }
-}
-
 /// An RS that keeps the records it minted (as on PostgreSQL), beside a
 /// second instance over the same store that keeps none; and the count of
 /// the first one's look-ups by id.
@@ -1089,7 +1066,12 @@ fn two_instances() -> (Fixture, Fixture, Arc<std::sync::atomic::AtomicUsize>) {
         recent_records: 0,
     };
     let keeping = RsStore {
-        records: Arc::new(CountedReads(store.records.clone(), reads.clone())),
+        records: Arc::new(SpyRecords(
+            store.records.clone(),
+            Log::default(),
+            None,
+            reads.clone(),
+        )),
         recent_records: 64,
         ..store
     };

@@ -63,31 +63,29 @@ fn ready<T>(result: io::Result<T>) -> Poll<io::Result<T>> {
     }
 }
 
+/// `op` again while a signal interrupts it.
+fn uninterrupted<T>(mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    loop {
+        match op() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
 impl Socket {
     fn read_some(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            let read = match self {
-                Socket::Tcp(s) => s.read(buf),
-                Socket::Unix(s) => s.read(buf),
-            };
-            match read {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => return other,
-            }
-        }
+        uninterrupted(|| match self {
+            Socket::Tcp(s) => s.read(buf),
+            Socket::Unix(s) => s.read(buf),
+        })
     }
 
     fn write_some(&mut self, buf: &[u8]) -> io::Result<usize> {
-        loop {
-            let written = match self {
-                Socket::Tcp(s) => s.write(buf),
-                Socket::Unix(s) => s.write(buf),
-            };
-            match written {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => return other,
-            }
-        }
+        uninterrupted(|| match self {
+            Socket::Tcp(s) => s.write(buf),
+            Socket::Unix(s) => s.write(buf),
+        })
     }
 }
 

@@ -332,7 +332,7 @@ impl Pg {
         Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
         T: Send + 'static,
     {
-        self.call_within(op, CALL_TIMEOUT, f)
+        self.run(op, CALL_TIMEOUT, false, f)
     }
 
     /// Like [`Pg::call`], on connections whose commits do not wait for the
@@ -344,20 +344,6 @@ impl Pg {
         T: Send + 'static,
     {
         self.run(op, CALL_TIMEOUT, true, f)
-    }
-
-    fn call_within<T, F, Fut>(
-        &self,
-        op: &'static str,
-        limit: Duration,
-        f: F,
-    ) -> Result<T, StoreError>
-    where
-        F: FnOnce(Source) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
-        T: Send + 'static,
-    {
-        self.run(op, limit, false, f)
     }
 
     fn run<T, F, Fut>(
@@ -500,7 +486,7 @@ impl Pg {
 
     /// Does the database answer (`SELECT 1`) within [`PING_TIMEOUT`]?
     pub fn ping(&self) -> Result<(), StoreError> {
-        self.call_within("ping", PING_TIMEOUT, |pool| async move {
+        self.run("ping", PING_TIMEOUT, false, |pool| async move {
             let c = client(&pool, "ping").await?;
             c.simple_query("SELECT 1").await.map_err(db_error("ping"))?;
             Ok(())
@@ -553,7 +539,7 @@ impl super::Readiness for SchemaReadiness {
         let component = self.component;
         let newest = self
             .pg
-            .call_within("ready", PING_TIMEOUT, move |pool| async move {
+            .run("ready", PING_TIMEOUT, false, move |pool| async move {
                 let c = client(&pool, "ready").await?;
                 let s = c
                     .prepare_cached("SELECT max(version) FROM cheq_migrations WHERE component = $1")
