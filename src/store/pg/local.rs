@@ -277,11 +277,20 @@ impl LocalClient {
     }
 }
 
-/// An open connection.
+/// An open connection. Dropping it closes it and gives its place in the
+/// pool's bound back, however it goes (a call that panics included).
 struct Conn {
     driver: Driver,
     client: Arc<LocalClient>,
     protocol: Option<Protocol>,
+    /// The pool's count of open connections.
+    slot: Arc<AtomicUsize>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.slot.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Conn {
@@ -317,6 +326,7 @@ fn connect(
     tls: Option<&MakeTlsConnector>,
     op: &'static str,
     deadline: Instant,
+    slot: &Arc<AtomicUsize>,
 ) -> Result<Conn, StoreError> {
     let hosts = config.get_hosts();
     let ports = config.get_ports();
@@ -338,7 +348,7 @@ fn connect(
             },
         };
         for target in targets {
-            match open(config, tls, target, op, deadline) {
+            match open(config, tls, target, op, deadline, slot) {
                 Ok(conn) => return Ok(conn),
                 Err(e) => last = e,
             }
@@ -353,6 +363,7 @@ fn open(
     target: Target,
     op: &'static str,
     deadline: Instant,
+    slot: &Arc<AtomicUsize>,
 ) -> Result<Conn, StoreError> {
     let refused = |e: io::Error| unavailable(op, format!("could not connect to the database: {e}"));
     let left = deadline
@@ -380,9 +391,9 @@ fn open(
                 &name,
             )
             .map_err(|e| unavailable(op, format!("TLS to the database: {e}")))?;
-            handshake(driver, config, socket, connector, op, deadline)
+            handshake(driver, config, socket, connector, op, deadline, slot)
         }
-        _ => handshake(driver, config, socket, NoTls, op, deadline),
+        _ => handshake(driver, config, socket, NoTls, op, deadline, slot),
     }
 }
 
@@ -394,6 +405,7 @@ fn handshake<T>(
     tls: T,
     op: &'static str,
     deadline: Instant,
+    slot: &Arc<AtomicUsize>,
 ) -> Result<Conn, StoreError>
 where
     T: TlsConnect<Socket>,
@@ -417,6 +429,7 @@ where
             statements: Mutex::new(HashMap::new()),
         }),
         protocol: Some(Box::pin(connection)),
+        slot: slot.clone(),
     })
 }
 
@@ -425,7 +438,7 @@ pub(super) struct LocalPool {
     config: Config,
     tls: Option<MakeTlsConnector>,
     idle: Mutex<Vec<Conn>>,
-    open: AtomicUsize,
+    open: Arc<AtomicUsize>,
     max: usize,
 }
 
@@ -435,7 +448,7 @@ impl LocalPool {
             config,
             tls,
             idle: Mutex::new(Vec::new()),
-            open: AtomicUsize::new(0),
+            open: Arc::new(AtomicUsize::new(0)),
             max,
         }
     }
@@ -459,13 +472,7 @@ impl LocalPool {
             if conn.alive() {
                 return Some(conn);
             }
-            self.close(conn);
         }
-    }
-
-    fn close(&self, conn: Conn) {
-        drop(conn);
-        self.open.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// A place for one more connection, if under the bound.
@@ -497,7 +504,7 @@ impl LocalPool {
                     Some(limit) => deadline.min(Instant::now() + *limit),
                     None => deadline,
                 };
-                match connect(&self.config, self.tls.as_ref(), op, by) {
+                match connect(&self.config, self.tls.as_ref(), op, by, &self.open) {
                     Ok(conn) => conn,
                     Err(e) => {
                         self.open.fetch_sub(1, Ordering::SeqCst);
@@ -513,16 +520,15 @@ impl LocalPool {
         };
         match driven {
             Ok(answer) => {
+                // Otherwise dropped, and so closed.
                 if conn.protocol.is_some() && !conn.client.client.is_closed() {
                     self.idle().push(conn);
-                } else {
-                    self.close(conn);
                 }
                 Ok(answer)
             }
             Err(stop) => {
                 // An answer may still be on its way: not reused.
-                self.close(conn);
+                drop(conn);
                 Ok(Err(match stop {
                     Stop::Deadline => unavailable(op, "the database did not answer in time"),
                     Stop::Poller(e) => unavailable(op, e.to_string()),
@@ -746,6 +752,33 @@ mod tests {
         });
         assert_ne!(pids[0], pids[1], "{pids:?}");
         assert_eq!(pg.inner.local.open(), 1);
+    }
+
+    #[test]
+    fn a_call_that_panics_gives_its_place_back() {
+        let url = test_database("local_panic").unwrap();
+        let pool = pool(&url, 1);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = pool.try_run(
+                "panics",
+                Instant::now() + Duration::from_secs(5),
+                |source| async move {
+                    let c = client(&source, "panics").await?;
+                    c.simple_query("SELECT 1")
+                        .await
+                        .map_err(db_error("panics"))?;
+                    if c.is_closed() {
+                        return Ok(());
+                    }
+                    panic!("a bug in a call");
+                },
+            );
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(pool.open(), 0);
+        // The one place is free again: a call runs.
+        assert!(backend_pid(&pool, Duration::from_secs(5)).unwrap().is_ok());
+        assert_eq!(pool.open(), 1);
     }
 
     #[test]
