@@ -294,22 +294,22 @@ impl Drop for Conn {
 }
 
 impl Conn {
-    /// Whether the connection is still up: its protocol task has not ended
-    /// and, polled once without waiting, does not end now (the server may
-    /// have closed it while it was idle).
+    /// Whether nothing has ended the connection yet, as far as is known.
+    fn up(&self) -> bool {
+        self.protocol.is_some() && !self.client.client.is_closed()
+    }
+
+    /// Whether the connection is still up, its protocol task polled once
+    /// without waiting (the server may have closed it while it was idle).
     fn alive(&mut self) -> bool {
         let waker = self.driver.waker.clone();
         let mut cx = Context::from_waker(&waker);
-        match self.protocol.as_mut() {
-            None => false,
-            Some(task) => {
-                if task.as_mut().poll(&mut cx).is_ready() {
-                    self.protocol = None;
-                    return false;
-                }
-                !self.client.client.is_closed()
+        if let Some(task) = self.protocol.as_mut() {
+            if task.as_mut().poll(&mut cx).is_ready() {
+                self.protocol = None;
             }
         }
+        self.up()
     }
 }
 
@@ -521,7 +521,7 @@ impl LocalPool {
         match driven {
             Ok(answer) => {
                 // Otherwise dropped, and so closed.
-                if conn.protocol.is_some() && !conn.client.client.is_closed() {
+                if conn.up() {
                     self.idle().push(conn);
                 }
                 Ok(answer)

@@ -296,9 +296,9 @@ impl Pg {
                 .map_err(|e| backend("pool", e.to_string()))
         };
         // The runtime's pool keeps a few for the nonce gatherer,
-        // transactions and calls past the calling threads' bound; a quarter
-        // of the rest goes to writes a crash may lose; the calling threads
-        // drive the others themselves. Every connection is opened only when
+        // transactions and calls past the calling threads' bound; the
+        // calling threads drive the rest themselves, a quarter of the bound
+        // for writes a crash may lose. Every connection is opened only when
         // needed. Of 48: 30 driven durable, 12 driven lazy, 4 and 2 pooled.
         let pooled = (max_size / 12).max(nonce_batch::IN_FLIGHT + 1);
         let pooled_lazy = (max_size / 24).max(1);
