@@ -728,6 +728,57 @@ async fn history_lists_decisions_and_evidence_verifies() {
     env.stop().await;
 }
 
+/// `history_days`: a decision goes once it is that old, and not before; after
+/// it, its evidence is gone, and its CHEQ, expired by then, is not
+/// countersigned again (§6).
+#[actix_web::test]
+async fn old_decisions_go_after_history_days_and_not_before() {
+    let clock = std::sync::Arc::new(cheq::time::ManualClock::new(chrono::Utc::now()));
+    let env = Env::start(Options {
+        clock: Some(clock),
+        cs_toml_top: "history_days = 2".into(),
+        ..Options::default()
+    })
+    .await;
+    let mut b = env.browser();
+    let (pack, _, _, outcome) = env.decided(&mut b, "accept").await;
+    let link = outcome.link("/history/").expect("an evidence link");
+    assert_eq!(b.get(&link).await.status, 200);
+    assert_eq!(env.rs.executions(), 1);
+
+    env.advance(2 * 86400 - 60);
+    assert_eq!(env.cs.cs.collect_history().unwrap(), 0, "not yet");
+    assert_eq!(env.records("alice").len(), 1);
+    env.advance(120);
+    assert_eq!(env.cs.cs.collect_history().unwrap(), 1);
+    assert!(env.records("alice").is_empty());
+    assert_eq!(env.cs.cs.collect_history().unwrap(), 0, "once");
+
+    // Signed in again (the session has expired): the evidence and the
+    // history's row are gone.
+    let mut b = env.browser();
+    let (_, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+    // The same CHEQ again: it has expired, so no decision form, and nothing
+    // countersigned or run again.
+    assert!(
+        page.text.contains("Request expired") || page.text.contains("Request no longer open"),
+        "{}",
+        page.text
+    );
+    assert!(!page.raw.contains("name=\"decision\""), "{}", page.text);
+    assert_eq!(b.get(&link).await.status, 404);
+    let history = b.get("/history").await;
+    assert_eq!(history.status, 200);
+    assert!(
+        !history.raw.contains("href=\"/history/"),
+        "{}",
+        history.text
+    );
+    assert!(env.records("alice").is_empty());
+    assert_eq!(env.rs.executions(), 1);
+    env.stop().await;
+}
+
 // ---------------------------------------------------------------------------
 // 12. Failed logins are rate limited
 // ---------------------------------------------------------------------------

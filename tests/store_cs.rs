@@ -392,6 +392,52 @@ fn a_changed_document_replaces_the_old(store: &CsStore) {
 const SEALED: &str = "c2VhbGVkLXByaXZhdGUtdmFsdWUtMTIzNDU2Nzg5MA";
 const REDACTED: &str = r#"{"payload":"e30","signatures":[]}"#;
 
+/// Old history goes (`history_days`), but never a record still to deliver
+/// nor one still sealed; with it, what finds it by URI and by user. (Times
+/// below zero: the other checks of the contract write theirs above it.)
+fn old_final_decisions_are_collected(store: &CsStore) {
+    let r = &store.records;
+    let delivered = |mut rec: DecisionRecord| {
+        rec.delivery = Delivery::Delivered {
+            decision: Decision::Accept,
+            at: rec.decided_at + 1,
+        };
+        rec
+    };
+    let old = delivered(record(A, "old-1", "olga", -10_000));
+    let pending = record(A, "old-2", "olga", -10_000);
+    let mut sealed = delivered(record(A, "old-3", "olga", -10_000));
+    sealed.sealed = true;
+    let recent = delivered(record(A, "recent-1", "olga", -100));
+    for rec in [&old, &pending, &sealed, &recent] {
+        assert_eq!(r.claim(rec).unwrap(), Claim::Fresh);
+    }
+    assert_eq!(r.collect_decided_before(-10_000).unwrap(), 0, "only before");
+    assert_eq!(r.collect_decided_before(-1_000).unwrap(), 1);
+    assert_eq!(r.get(&old.key()).unwrap(), None);
+    assert_eq!(r.by_resource(&old.resource_uri).unwrap(), None);
+    assert_eq!(r.by_id_for_user("olga", &old.key().id()).unwrap(), None);
+    for kept in [&pending, &sealed, &recent] {
+        assert_eq!(r.get(&kept.key()).unwrap().as_ref(), Some(kept));
+        assert_eq!(
+            r.by_resource(&kept.resource_uri).unwrap().as_ref(),
+            Some(kept)
+        );
+    }
+    let history: Vec<String> = r
+        .for_user("olga", 10)
+        .unwrap()
+        .into_iter()
+        .map(|x| x.nonce)
+        .collect();
+    // Newest first; the two of one time in either order.
+    let mut older = history[1..].to_vec();
+    older.sort();
+    assert_eq!(history[0], "recent-1");
+    assert_eq!(older, ["old-2", "old-3"]);
+    assert_eq!(r.collect_decided_before(-1_000).unwrap(), 0, "once");
+}
+
 fn contract(store: &CsStore) {
     a_record_key_is_claimed_once(store);
     a_changed_document_replaces_the_old(store);
@@ -403,6 +449,7 @@ fn contract(store: &CsStore) {
     accounts_name_one_subject_each(store);
     sessions_expire(store);
     limits_update_atomically(store);
+    old_final_decisions_are_collected(store);
 }
 
 #[test]
@@ -502,6 +549,71 @@ fn sled_keeps_documents_apart_and_drops_replaced_ones() {
     odd.document = "\u{1}doc:elsewhere".into();
     assert!(r.claim(&odd).is_err());
     assert!(r.get(&odd.key()).unwrap().is_none());
+}
+
+/// sled: a collected decision leaves nothing in any tree; a collection that
+/// stopped half way (the record gone, its documents and its entry by user
+/// left) is finished by the next one.
+#[test]
+fn sled_collects_a_decision_from_every_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, store) = sled_cs::open_dir(dir.path()).unwrap();
+    let r = &store.records;
+    let trees = [
+        "cs.decisions",
+        "cs.documents",
+        "cs.by_resource",
+        "cs.by_user",
+        "cs.pending",
+    ];
+    let counts = || trees.map(|t| db.open_tree(t).unwrap().len());
+    let mut rec = record(A, "gone1", "dee", 100);
+    rec.document = r#"{"evidence":"e-1"}"#.into();
+    r.claim(&rec).unwrap();
+    assert_eq!(counts(), [1, 1, 1, 1, 1]);
+    // Still pending: it stays.
+    assert_eq!(r.collect_decided_before(1_000).unwrap(), 0);
+    rec.delivery = Delivery::Refused {
+        refusal: cheq::store::cs::Refusal::Unregistered,
+        at: 101,
+    };
+    r.update(&rec, true).unwrap();
+    assert_eq!(counts(), [1, 1, 1, 1, 0]);
+    assert_eq!(r.collect_decided_before(1_000).unwrap(), 1);
+    assert_eq!(counts(), [0, 0, 0, 0, 0]);
+
+    // Half way: the record removed by a collection that stopped there.
+    let mut half = record(B, "half1", "dee", 200);
+    half.delivery = Delivery::Expired { at: 201 };
+    r.claim(&half).unwrap();
+    db.open_tree("cs.by_resource")
+        .unwrap()
+        .remove(half.resource_uri.as_bytes())
+        .unwrap();
+    db.open_tree("cs.decisions")
+        .unwrap()
+        .remove(half.key().id().as_bytes())
+        .unwrap();
+    assert_eq!(counts(), [0, 1, 0, 1, 0]);
+    assert_eq!(
+        r.collect_decided_before(1_000).unwrap(),
+        0,
+        "no record went now"
+    );
+    assert_eq!(counts(), [0, 0, 0, 0, 0]);
+
+    // Another record on the same URI keeps its entry by URI.
+    let mut first = record(A, "uri1", "dee", 300);
+    first.delivery = Delivery::Expired { at: 301 };
+    let mut second = record(A, "uri2", "dee", 5_000);
+    second.resource_uri = first.resource_uri.clone();
+    r.claim(&first).unwrap();
+    r.claim(&second).unwrap();
+    assert_eq!(r.collect_decided_before(1_000).unwrap(), 1);
+    assert_eq!(
+        r.by_resource(&first.resource_uri).unwrap().map(|x| x.nonce),
+        Some("uri2".to_owned())
+    );
 }
 
 /// sled stores a document packed, smaller than its text; one stored as text
@@ -763,7 +875,7 @@ fn postgres_migrations_apply_once_when_instances_start_together() {
         .iter()
         .map(|m| m.version)
         .collect();
-    assert_eq!(versions, [1, 2, 3, 4]);
+    assert_eq!(versions, [1, 2, 3, 4, 5]);
     assert_eq!(cheq::store::pg::applied(&pg, "cs").unwrap(), versions);
     assert_eq!(
         cheq::store::pg::applied(&pg, "rs").unwrap(),

@@ -9,6 +9,7 @@
 //! # key_id = "cs-1"                          # kid of a generated key (default: random)
 //! # session_secret = "…"                     # default: generated in data_dir
 //! # session_ttl_secs = 28800                 # how long a login lasts
+//! # history_days = 400                       # how long decisions are kept (default: for good)
 //!
 //! [[resource_servers]]
 //! origin = "http://127.0.0.1:8081"
@@ -252,6 +253,11 @@ pub struct CsConfig {
     /// none; a resource server's own value replaces it).
     #[serde(default)]
     pub max_auth_age_secs: Option<i64>,
+    /// How long a decision (the user's history, its evidence) is kept after
+    /// it was made, in days; default: for good. At least 2 (the record
+    /// stops a second countersignature until its CHEQ has expired, §6).
+    #[serde(default)]
+    pub history_days: Option<u32>,
 }
 
 fn default_api_token_ttl() -> i64 {
@@ -282,6 +288,7 @@ impl std::fmt::Debug for CsConfig {
             .field("log_format", &self.log_format)
             .field("identity_providers", &self.identity_providers)
             .field("max_auth_age_secs", &self.max_auth_age_secs)
+            .field("history_days", &self.history_days)
             .finish()
     }
 }
@@ -434,6 +441,15 @@ impl CsConfig {
             return Err(invalid(
                 "max_auth_age_secs",
                 "must be from 1 to 2592000 (30 days)",
+            ));
+        }
+        if self
+            .history_days
+            .is_some_and(|d| !(2..=36_500).contains(&d))
+        {
+            return Err(invalid(
+                "history_days",
+                "must be from 2 to 36500: a decision is kept until its CHEQ has expired (§6)",
             ));
         }
         for (i, rs) in self.resource_servers.iter().enumerate() {
@@ -596,6 +612,19 @@ client_secret = "s3cret-s3cret"
             let e = CsConfig::from_toml(&text).unwrap_err().to_string();
             assert!(e.contains(key), "{key}: {e}");
         }
+    }
+
+    #[test]
+    fn history_days_is_kept_at_least_until_the_cheq_has_expired() {
+        assert_eq!(CsConfig::from_toml(GOOD).unwrap().history_days, None);
+        let with = |days: &str| CsConfig::from_toml(&format!("history_days = {days}\n{GOOD}"));
+        assert_eq!(with("2").unwrap().history_days, Some(2));
+        assert_eq!(with("36500").unwrap().history_days, Some(36_500));
+        for bad in ["0", "1", "36501"] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains("history_days"), "{bad}: {e}");
+        }
+        assert!(with("-3").is_err());
     }
 
     #[test]

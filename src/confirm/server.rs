@@ -102,6 +102,7 @@ pub async fn build_state(
             max_auth_age: (0..config.resource_servers.len())
                 .map(|i| config.max_auth_age(i))
                 .collect(),
+            history_secs: config.history_days.map(|d| i64::from(d) * 86400),
         })
         .map_err(|e| ServerError::Other(e.to_string()))?,
     );
@@ -264,7 +265,8 @@ pub fn start_background(state: &web::Data<CsState>, data_dir: &std::path::Path) 
                 .limiter
                 .collect(now - super::auth::limits::KNOWN_ADDRESS_SECS)
                 .map_err(|e| e.to_string())?;
-            Ok(sessions + entries + limits)
+            let history = st.cs.collect_history().map_err(|e| e.to_string())?;
+            Ok(sessions + entries + limits + history)
         }
     });
     Background {

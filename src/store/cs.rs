@@ -9,7 +9,12 @@
 //! - [`DecisionRecords::lease_due`] hands a due delivery to one worker at a
 //!   time, by moving its next try forward (a lease): a worker that dies leaves
 //!   the decision to the next one once the lease runs out;
-//! - [`Limits::update`] is an atomic read-modify-write of one key.
+//! - [`Limits::update`] is an atomic read-modify-write of one key;
+//! - [`DecisionRecords::collect_decided_before`] drops old history: only
+//!   records whose delivery is final and whose document is no longer sealed,
+//!   so that nothing still to deliver and no sealed value is lost; the CS
+//!   asks for it only once their CHEQs have expired (§6 needs the record
+//!   until then).
 
 use super::StoreError;
 use crate::cheq::{Channel, Decision};
@@ -194,6 +199,11 @@ pub trait DecisionRecords: Send + Sync {
     fn sealed(&self) -> Result<Vec<RecordKey>, StoreError>;
     /// A user's decisions, newest first, at most `limit`.
     fn for_user(&self, user: &str, limit: usize) -> Result<Vec<DecisionRecord>, StoreError>;
+    /// Removes the records decided before `cutoff` (unix seconds) whose
+    /// delivery is final and whose document is not sealed, with everything
+    /// that finds them (by resource URI, by user) and their documents.
+    /// Returns how many records went.
+    fn collect_decided_before(&self, cutoff: i64) -> Result<usize, StoreError>;
 }
 
 // ---- accounts ----

@@ -28,6 +28,11 @@
 //! redacted once its delivery is final, §8), the new one is written, then
 //! the record, then the old document is removed. A record written before
 //! this layout holds its document inline and is read as it is.
+//!
+//! Old history (`history_days`) is found through `cs.by_user`, whose keys
+//! carry the decision time: the URI's entry goes first, then the record
+//! (compare-and-swap), its documents, and the entry by user last, so that a
+//! collection stopped half way is finished by the next one.
 
 use super::cs::*;
 use super::packed;
@@ -139,10 +144,16 @@ fn user_key(user: &str, decided_at: i64, id: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(user.len() + id.len() + 10);
     k.extend_from_slice(user.as_bytes());
     k.push(0);
-    // Inverted so that a forward scan is newest first.
-    k.extend_from_slice(&(i64::MAX - decided_at).to_be_bytes());
+    k.extend_from_slice(&inverted(decided_at).to_be_bytes());
     k.extend_from_slice(id.as_bytes());
     k
+}
+
+/// A time inverted so that a forward scan is newest first: `i64::MAX - t`,
+/// in 64 bits without a sign so that no time overflows (the same bytes as
+/// the signed difference for every time from 1970 on).
+fn inverted(t: i64) -> u64 {
+    (i128::from(i64::MAX) - i128::from(t)) as u64
 }
 
 impl SledRecords {
@@ -473,6 +484,100 @@ impl DecisionRecords for SledRecords {
             }
         }
         Ok(out)
+    }
+
+    fn collect_decided_before(&self, cutoff: i64) -> Result<usize, StoreError> {
+        let err = |e| backend_error("collect_decided_before", e);
+        let mut n = 0;
+        // `cs.by_user` holds one entry per record with its decision time,
+        // and is the smallest tree that does.
+        for item in self.by_user.iter() {
+            let (k, id) = item.map_err(err)?;
+            match decided_at_of(&k) {
+                Some(at) if at < cutoff => {}
+                _ => continue,
+            }
+            if self.collect_one(&id)? {
+                n += 1;
+            }
+            // The record is gone (now, or by an earlier collection that
+            // stopped half way): the entry that finds it goes last.
+            if !self.decisions.contains_key(&id).map_err(err)? {
+                self.by_user.remove(&k).map_err(err)?;
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// The decision time a `cs.by_user` key carries ([`user_key`]): the 8 bytes
+/// before the record id (43 characters, base64url SHA-256).
+fn decided_at_of(key: &[u8]) -> Option<i64> {
+    const ID: usize = 43;
+    let end = key.len().checked_sub(ID)?;
+    let start = end.checked_sub(8)?;
+    let bytes: [u8; 8] = key.get(start..end)?.try_into().ok()?;
+    i64::try_from(i128::from(i64::MAX) - i128::from(u64::from_be_bytes(bytes))).ok()
+}
+
+impl SledRecords {
+    /// Removes the record under `id` if its delivery is final and its
+    /// document not sealed, in an order that a crash at any step leaves
+    /// readable: the URI's index entry first (it is put back if the record
+    /// changed meanwhile), then the record (compare-and-swap against what
+    /// was read), then its documents. Says whether it went; a record gone
+    /// already has its documents removed again.
+    fn collect_one(&self, id: &[u8]) -> Result<bool, StoreError> {
+        let err = |e| backend_error("collect_decided_before", e);
+        let Some(bytes) = self.decisions.get(id).map_err(err)? else {
+            self.remove_documents(id)?;
+            return Ok(false);
+        };
+        let record: DecisionRecord = match decode(id, &bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                log::error!("collecting old decisions: skipping an unreadable record: {e}");
+                return Ok(false);
+            }
+        };
+        if record.delivery.is_pending() || record.sealed {
+            return Ok(false);
+        }
+        let uri = record.resource_uri.as_bytes();
+        let unindexed = self
+            .by_resource
+            .compare_and_swap(uri, Some(id), None as Option<&[u8]>)
+            .map_err(err)?
+            .is_ok();
+        if self
+            .decisions
+            .compare_and_swap(id, Some(bytes), None as Option<&[u8]>)
+            .map_err(err)?
+            .is_err()
+        {
+            if unindexed {
+                // Rewritten meanwhile: it stays, and so does its entry.
+                let _ = self
+                    .by_resource
+                    .compare_and_swap(uri, None as Option<&[u8]>, Some(id))
+                    .map_err(err)?;
+            }
+            return Ok(false);
+        }
+        self.pending.remove(id).map_err(err)?;
+        self.remove_documents(id)?;
+        Ok(true)
+    }
+
+    /// Removes every document stored for the record `id` (`id`, NUL, …).
+    fn remove_documents(&self, id: &[u8]) -> Result<(), StoreError> {
+        let err = |e| backend_error("collect_decided_before", e);
+        let mut prefix = id.to_vec();
+        prefix.push(0);
+        for key in self.documents.scan_prefix(&prefix).keys() {
+            self.documents.remove(key.map_err(err)?).map_err(err)?;
+        }
+        Ok(())
     }
 }
 

@@ -55,6 +55,11 @@ pub const ENTRY_CACHE: usize = 4096;
 /// How long a started confirmation is kept (a CHEQ lives at most 24 h, §4;
 /// decisions stay in the records); the server collects older ones.
 pub const ENTRY_KEEP_SECS: i64 = 48 * 3600;
+/// The least time a decision is kept (`history_days`): until well after its
+/// CHEQ has expired (at most 24 h after its `date`, which is at most 60 s
+/// ahead of the CS's clock, §4), since until then the record is what stops
+/// a second countersignature of the same nonce (§6).
+pub const MIN_HISTORY_SECS: i64 = 2 * 86400;
 const LOCK_STRIPES: usize = 64;
 
 /// What a confirmation page shows.
@@ -97,6 +102,9 @@ pub struct Deps {
     /// Per registered RS (registry order): the oldest sign-in that may
     /// decide for it, in seconds (`max_auth_age_secs`).
     pub max_auth_age: Vec<Option<i64>>,
+    /// How long a decision is kept after it was made, in seconds
+    /// (`history_days`); `None`: for good. At least [`MIN_HISTORY_SECS`].
+    pub history_secs: Option<i64>,
 }
 
 /// The confirmation server's domain.
@@ -112,6 +120,7 @@ pub struct Cs {
     clock: Arc<dyn Clock>,
     sealer: Sealer,
     max_auth_age: Vec<Option<i64>>,
+    history_secs: Option<i64>,
     verified: Recent<Arc<Open>>,
     /// Started confirmations, as stored (they do not change once started).
     entries: Recent<ConfirmationEntry>,
@@ -150,6 +159,11 @@ impl Cs {
                 "one set of keys is needed per registered resource server".into(),
             ));
         }
+        if deps.history_secs.is_some_and(|s| s < MIN_HISTORY_SECS) {
+            return Err(CsError::Internal(format!(
+                "decisions must be kept at least {MIN_HISTORY_SECS} s, until their CHEQ has expired"
+            )));
+        }
         for (origin, peer) in deps.registry.origins().zip(&deps.peers) {
             trust
                 .add(true, &origin, peer.source())
@@ -167,6 +181,7 @@ impl Cs {
             clock: deps.clock,
             sealer: deps.sealer,
             max_auth_age: deps.max_auth_age,
+            history_secs: deps.history_secs,
             verified: Recent::new(VERIFIED_CACHE),
             entries: Recent::new(ENTRY_CACHE),
             registered: Recent::new(ENTRY_CACHE),
@@ -489,6 +504,17 @@ impl Cs {
     pub fn collect_entries(&self, keep_secs: i64) -> Result<usize, CsError> {
         let cutoff = self.clock.now().timestamp() - keep_secs;
         Ok(self.store.entries.collect_older_than(cutoff)?)
+    }
+
+    /// Removes the decisions older than the history kept (`history_days`),
+    /// once their delivery is final and their document no longer sealed;
+    /// none when the history is kept for good. Returns how many.
+    pub fn collect_history(&self) -> Result<usize, CsError> {
+        let Some(keep) = self.history_secs else {
+            return Ok(0);
+        };
+        let cutoff = self.clock.now().timestamp() - keep;
+        Ok(self.store.records.collect_decided_before(cutoff)?)
     }
 
     /// A user's decisions, newest first.
