@@ -6,7 +6,8 @@
 //! (`CHEQ_KEEP=0`) it grows with the decisions kept.
 //!
 //! `cargo run --release --example history_memory` (`CHEQ_ROUNDS`,
-//! `CHEQ_ROUND`, `CHEQ_KEEP` change the run).
+//! `CHEQ_ROUND`, `CHEQ_KEEP` change the run; `CHEQ_DATABASE_URL` runs it on
+//! PostgreSQL). Each round also says how long its collection took.
 #![forbid(unsafe_code)]
 
 use cheq::cheq::{Channel, Decision};
@@ -55,13 +56,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         env("CHEQ_KEEP", 50_000),
     );
     let dir = tempfile::tempdir()?;
-    let (_db, store) = sled_cs::open_dir(dir.path())?;
+    // sled in a temporary directory, or the database `CHEQ_DATABASE_URL`
+    // names (its memory is the database's, not this process's).
+    let store = match std::env::var("CHEQ_DATABASE_URL") {
+        Ok(url) => {
+            let pg = cheq::store::pg::Pg::new(&url, 8)?;
+            cheq::store::pg::cs::open(&pg)?
+        }
+        Err(_) => sled_cs::open_dir(dir.path())?.1,
+    };
     // A document of the demo's size, different for each decision.
     let filler: String = (0..2_000)
         .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
         .collect();
     let mut t = 0i64;
-    println!("round,decisions_written,kept,collected,rss_mib,disk_mib");
+    println!("round,decisions_written,kept,collected,collect_ms,rss_mib,disk_mib");
     for r in 1..=rounds {
         for _ in 0..round {
             t += 1;
@@ -87,14 +96,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             store.records.claim_unflushed(&record)?;
         }
+        let started = std::time::Instant::now();
         let collected = if keep > 0 && t > keep {
             store.records.collect_decided_before(t - keep + 1)?
         } else {
             0
         };
+        let collect_ms = started.elapsed().as_secs_f64() * 1000.0;
         let kept = if keep > 0 { t.min(keep) } else { t };
         println!(
-            "{r},{t},{kept},{collected},{:.1},{:.1}",
+            "{r},{t},{kept},{collected},{collect_ms:.0},{:.1},{:.1}",
             rss_mib(),
             disk_mib(dir.path())
         );

@@ -539,7 +539,10 @@ fn postgres_cs_and_rs_tables_share_one_database() {
     assert!(rs.records.create(&record("x", "rx", 100)).unwrap());
     assert_eq!(
         cheq::store::pg::applied(&pg, "cs").unwrap(),
-        vec![1, 2, 3, 4]
+        cheq::store::pg::cs::MIGRATIONS
+            .iter()
+            .map(|m| m.version)
+            .collect::<Vec<_>>()
     );
     assert_eq!(cheq::store::pg::applied(&pg, "rs").unwrap(), vec![1, 2]);
 }
