@@ -251,27 +251,37 @@ pub fn start_background(state: &web::Data<CsState>, data_dir: &std::path::Path) 
     let st = state.clone();
     let collector = spawn_periodic("collecting expired state", COLLECT_EVERY, move || {
         let st = st.clone();
+        // On a blocking thread: a first collection of a long history may
+        // take a while, and must not hold up the deliveries' task.
         async move {
-            let now = st.cs.now().timestamp();
-            let sessions = st
-                .sessions
-                .collect_expired(now)
-                .map_err(|e| e.to_string())?;
-            let entries = st
-                .cs
-                .collect_entries(crate::confirm::flow::ENTRY_KEEP_SECS)
-                .map_err(|e| e.to_string())?;
-            let limits = st
-                .limiter
-                .collect(now - super::auth::limits::KNOWN_ADDRESS_SECS)
-                .map_err(|e| e.to_string())?;
-            let history = st.cs.collect_history().map_err(|e| e.to_string())?;
-            Ok(sessions + entries + limits + history)
+            tokio::task::spawn_blocking(move || collect_expired(&st))
+                .await
+                .map_err(|e| e.to_string())?
         }
     });
     Background {
         tasks: vec![deliveries, admin, collector],
     }
+}
+
+/// Removes expired sessions, old started confirmations and limiter state,
+/// and the history older than `history_days`. Returns how many went.
+fn collect_expired(st: &CsState) -> Result<usize, String> {
+    let now = st.cs.now().timestamp();
+    let sessions = st
+        .sessions
+        .collect_expired(now)
+        .map_err(|e| e.to_string())?;
+    let entries = st
+        .cs
+        .collect_entries(crate::confirm::flow::ENTRY_KEEP_SECS)
+        .map_err(|e| e.to_string())?;
+    let limits = st
+        .limiter
+        .collect(now - super::auth::limits::KNOWN_ADDRESS_SECS)
+        .map_err(|e| e.to_string())?;
+    let history = st.cs.collect_history().map_err(|e| e.to_string())?;
+    Ok(sessions + entries + limits + history)
 }
 
 /// Runs the CS until it is stopped.
