@@ -647,6 +647,10 @@ async fn history_lists_decisions_and_evidence_verifies() {
 
     let history = b.get("/history").await;
     assert_eq!(history.status, 200);
+    assert!(
+        !history.text.contains("Decisions are kept"),
+        "kept for good"
+    );
     let row = {
         let start = history.text.find("<tbody>").expect("a table of decisions");
         let end = history.text[start..].find("</tbody>").unwrap() + start;
@@ -745,6 +749,15 @@ async fn old_decisions_go_after_history_days_and_not_before() {
     let link = outcome.link("/history/").expect("an evidence link");
     assert_eq!(b.get(&link).await.status, 200);
     assert_eq!(env.rs.executions(), 1);
+    // The history says how long.
+    let history = b.get("/history").await;
+    assert!(
+        history
+            .text
+            .contains("Decisions are kept 2 days after they were made"),
+        "{}",
+        history.text
+    );
 
     env.advance(2 * 86400 - 60);
     assert_eq!(env.cs.cs.collect_history().unwrap(), 0, "not yet");

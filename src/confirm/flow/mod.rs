@@ -517,6 +517,11 @@ impl Cs {
         Ok(self.store.records.collect_decided_before(cutoff)?)
     }
 
+    /// How many days a decision is kept (`history_days`); `None`: for good.
+    pub fn history_days(&self) -> Option<i64> {
+        self.history_secs.map(|s| s / 86400)
+    }
+
     /// A user's decisions, newest first.
     pub fn history(&self, who: &Identity) -> Result<Vec<DecisionRecord>, CsError> {
         Ok(self.store.records.for_user(&who.sub, 500)?)

@@ -485,6 +485,7 @@ pub(super) async fn history(state: web::Data<CsState>, me: SignedIn) -> Page {
         user: &me.who.display_name(),
         csrf: state.sessions.csrf_token(&me.session_id),
         rows,
+        kept_days: state.cs.history_days(),
     };
     Ok(html(StatusCode::OK, render(&page)?))
 }

@@ -87,6 +87,8 @@ pub struct HistoryPage<'a> {
     pub user: &'a str,
     pub csrf: String,
     pub rows: Vec<HistoryRow>,
+    /// How many days decisions are kept (`history_days`); `None`: for good.
+    pub kept_days: Option<i64>,
 }
 
 pub struct HistoryRow {
