@@ -277,6 +277,11 @@ test('the login, confirmation, outcome and history pages pass axe and fit a phon
     await signInIfAsked(page);
 
     const confirmation = page.url();
+    // Not the confirmation page: say which page it is, and what the demo said.
+    if (!(await page.$('.expires-in'))) {
+      const body = (await page.textContent('body')).replace(/\s+/g, ' ').trim();
+      throw new Error(`after signing in, ${confirmation} is not the confirmation page: ${body.slice(0, 600)}\n${demoLog.slice(-3000)}`);
+    }
     assert.match(await page.textContent('.expires-in'), /^in (\d+ minutes?|less than a minute)$/);
     assert.match(await page.textContent('.facts'), /\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(UTC\)/);
     await lookAt(page, 'confirmation', '.facts dt, .facts dd time');
