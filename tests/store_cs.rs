@@ -57,7 +57,7 @@ fn a_record_key_is_claimed_once(store: &CsStore) {
             assert_eq!(old.decision, Decision::Accept);
             assert_eq!(old.document, "{}", "the winner's document, not the loser's");
         }
-        Claim::Fresh => panic!("claimed twice"),
+        other => panic!("claimed twice: {other:?}"),
     }
     assert_eq!(
         r.get(&RecordKey::new(A, "n1")).unwrap().unwrap().document,
@@ -436,6 +436,17 @@ fn old_final_decisions_are_collected(store: &CsStore) {
     assert_eq!(history[0], "recent-1");
     assert_eq!(older, ["old-2", "old-3"]);
     assert_eq!(r.collect_decided_before(-1_000).unwrap(), 0, "once");
+    // §6: its key is never claimed again, whatever the new record says.
+    assert_eq!(r.claim(&old).unwrap(), Claim::Collected);
+    let mut again = record(A, "old-1", "olga", 5);
+    again.decision = Decision::Reject;
+    assert_eq!(r.claim(&again).unwrap(), Claim::Collected);
+    assert_eq!(r.get(&old.key()).unwrap(), None);
+    // Another RS's CHEQ with that nonce is another key.
+    assert_eq!(
+        r.claim(&record(B, "old-1", "olga", 5)).unwrap(),
+        Claim::Fresh
+    );
 }
 
 fn contract(store: &CsStore) {
@@ -565,12 +576,13 @@ fn sled_collects_a_decision_from_every_tree() {
         "cs.by_resource",
         "cs.by_user",
         "cs.pending",
+        "cs.collected",
     ];
     let counts = || trees.map(|t| db.open_tree(t).unwrap().len());
     let mut rec = record(A, "gone1", "dee", 100);
     rec.document = r#"{"evidence":"e-1"}"#.into();
     r.claim(&rec).unwrap();
-    assert_eq!(counts(), [1, 1, 1, 1, 1]);
+    assert_eq!(counts(), [1, 1, 1, 1, 1, 0]);
     // Still pending: it stays.
     assert_eq!(r.collect_decided_before(1_000).unwrap(), 0);
     rec.delivery = Delivery::Refused {
@@ -578,29 +590,49 @@ fn sled_collects_a_decision_from_every_tree() {
         at: 101,
     };
     r.update(&rec, true).unwrap();
-    assert_eq!(counts(), [1, 1, 1, 1, 0]);
+    assert_eq!(counts(), [1, 1, 1, 1, 0, 0]);
     assert_eq!(r.collect_decided_before(1_000).unwrap(), 1);
-    assert_eq!(counts(), [0, 0, 0, 0, 0]);
+    assert_eq!(counts(), [0, 0, 0, 0, 0, 1], "only its key is left");
 
     // Half way: the record removed by a collection that stopped there.
     let mut half = record(B, "half1", "dee", 200);
     half.delivery = Delivery::Expired { at: 201 };
     r.claim(&half).unwrap();
+    let half_id = half.key().id();
+    db.open_tree("cs.collected")
+        .unwrap()
+        .insert(half_id.as_bytes(), &200i64.to_be_bytes())
+        .unwrap();
     db.open_tree("cs.by_resource")
         .unwrap()
         .remove(half.resource_uri.as_bytes())
         .unwrap();
     db.open_tree("cs.decisions")
         .unwrap()
-        .remove(half.key().id().as_bytes())
+        .remove(half_id.as_bytes())
         .unwrap();
-    assert_eq!(counts(), [0, 1, 0, 1, 0]);
+    assert_eq!(counts(), [0, 1, 0, 1, 0, 2]);
     assert_eq!(
         r.collect_decided_before(1_000).unwrap(),
         0,
         "no record went now"
     );
-    assert_eq!(counts(), [0, 0, 0, 0, 0]);
+    assert_eq!(counts(), [0, 0, 0, 0, 0, 2]);
+
+    // A record newer than the cutoff, found through a stale entry by user
+    // under an old time, stays.
+    let mut newer = record(A, "newer1", "dee", 9_000);
+    newer.delivery = Delivery::Expired { at: 9_001 };
+    r.claim(&newer).unwrap();
+    let mut stale = b"dee\0".to_vec();
+    stale.extend_from_slice(&(i64::MAX - 50).to_be_bytes());
+    stale.extend_from_slice(newer.key().id().as_bytes());
+    db.open_tree("cs.by_user")
+        .unwrap()
+        .insert(stale, newer.key().id().as_bytes())
+        .unwrap();
+    assert_eq!(r.collect_decided_before(1_000).unwrap(), 0);
+    assert_eq!(r.get(&newer.key()).unwrap().as_ref(), Some(&newer));
 
     // Another record on the same URI keeps its entry by URI.
     let mut first = record(A, "uri1", "dee", 300);
@@ -613,6 +645,68 @@ fn sled_collects_a_decision_from_every_tree() {
     assert_eq!(
         r.by_resource(&first.resource_uri).unwrap().map(|x| x.nonce),
         Some("uri2".to_owned())
+    );
+}
+
+/// sled: readers running while old history is collected read each record
+/// whole or not at all, never one without its document.
+#[test]
+fn sled_readers_never_see_a_record_without_its_document_during_collection() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_db, store) = sled_cs::open_dir(dir.path()).unwrap();
+    let records: Vec<DecisionRecord> = (0..3_000)
+        .map(|i| {
+            let mut r = record(A, &format!("race{i}"), "rae", 100 + i);
+            r.document = format!(r#"{{"evidence":"{i}"}}"#);
+            r.delivery = Delivery::Expired { at: 200 + i };
+            r
+        })
+        .collect();
+    for r in &records {
+        store.records.claim_unflushed(r).unwrap();
+    }
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (reads, errors) = std::thread::scope(|s| {
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let (mut reads, mut errors) = (0, Vec::new());
+                    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                        for r in records.iter().step_by(7) {
+                            reads += 1;
+                            match store.records.get(&r.key()) {
+                                Ok(Some(got)) => assert_eq!(&got, r),
+                                Ok(None) => {}
+                                Err(e) => errors.push(e.to_string()),
+                            }
+                        }
+                        if let Err(e) = store.records.for_user("rae", 50) {
+                            errors.push(e.to_string());
+                        }
+                    }
+                    (reads, errors)
+                })
+            })
+            .collect();
+        assert_eq!(
+            store.records.collect_decided_before(100_000).unwrap(),
+            records.len()
+        );
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        readers.into_iter().map(|h| h.join().unwrap()).fold(
+            (0, Vec::new()),
+            |(n, mut all), (r, e)| {
+                all.extend(e);
+                (n + r, all)
+            },
+        )
+    });
+    assert!(reads > 0);
+    assert!(
+        errors.is_empty(),
+        "{} of {reads} reads failed: {:?}",
+        errors.len(),
+        &errors[..errors.len().min(3)]
     );
 }
 
@@ -802,7 +896,7 @@ fn postgres_stores_on_two_pools_are_one_store() {
     one.records.claim(&record(A, "r1", "jo", 10)).unwrap();
     match two.records.claim(&record(A, "r1", "al", 11)).unwrap() {
         Claim::Existing(old) => assert_eq!(old.user, "jo"),
-        Claim::Fresh => panic!("claimed on both instances"),
+        other => panic!("claimed on both instances: {other:?}"),
     }
     one.accounts
         .put(&account("jo", Some("jo@x.example")), false)

@@ -13,8 +13,8 @@
 //! - [`DecisionRecords::collect_decided_before`] drops old history: only
 //!   records whose delivery is final and whose document is no longer sealed,
 //!   so that nothing still to deliver and no sealed value is lost; the CS
-//!   asks for it only once their CHEQs have expired (§6 needs the record
-//!   until then).
+//!   asks for it only once their CHEQs have expired. The key stays (§6: the
+//!   CS never countersigns a nonce twice, even an RS's reused one).
 
 use super::StoreError;
 use crate::cheq::{Channel, Decision};
@@ -160,6 +160,10 @@ pub enum Claim {
     Fresh,
     /// A record for this key already existed; nothing was written.
     Existing(Box<DecisionRecord>),
+    /// A record for this key existed and was collected as old history
+    /// ([`DecisionRecords::collect_decided_before`]); nothing was written:
+    /// the key is never claimed again (§6).
+    Collected,
 }
 
 /// Countersigned decisions and their delivery outbox.
@@ -201,8 +205,9 @@ pub trait DecisionRecords: Send + Sync {
     fn for_user(&self, user: &str, limit: usize) -> Result<Vec<DecisionRecord>, StoreError>;
     /// Removes the records decided before `cutoff` (unix seconds) whose
     /// delivery is final and whose document is not sealed, with everything
-    /// that finds them (by resource URI, by user) and their documents.
-    /// Returns how many records went.
+    /// that finds them (by resource URI, by user) and their documents. Each
+    /// leaves its key behind (its id and decision time), so that a claim of
+    /// it is [`Claim::Collected`]. Returns how many records went.
     fn collect_decided_before(&self, cutoff: i64) -> Result<usize, StoreError>;
 }
 

@@ -9,6 +9,7 @@
 //! | `cs.by_resource` | resource URI | record id |
 //! | `cs.by_user` | user, NUL, inverted time, record id | record id |
 //! | `cs.pending` | record id | empty |
+//! | `cs.collected` | record id of old history collected | its decision time (8 bytes, big-endian) |
 //! | `cs.users` | user name | [`Account`] |
 //! | `cs.sessions` | SHA-256 of the cookie | [`Session`] |
 //! | `cs.limits` | limiter key | [`LimitState`] |
@@ -30,9 +31,11 @@
 //! this layout holds its document inline and is read as it is.
 //!
 //! Old history (`history_days`) is found through `cs.by_user`, whose keys
-//! carry the decision time: the URI's entry goes first, then the record
-//! (compare-and-swap), its documents, and the entry by user last, so that a
-//! collection stopped half way is finished by the next one.
+//! carry the decision time. The record's id goes into `cs.collected` first
+//! (a claim of it is refused from then on, §6), then the URI's entry, the
+//! record (compare-and-swap), its document, and the entry by user last, so
+//! that a collection stopped half way is finished by the next one; a reader
+//! that finds the record and then not its document reads the record again.
 
 use super::cs::*;
 use super::packed;
@@ -138,6 +141,9 @@ struct SledRecords {
     by_resource: sled::Tree,
     by_user: sled::Tree,
     pending: sled::Tree,
+    /// The ids of records collected as old history, with their decision
+    /// time: never claimed again (§6).
+    collected: sled::Tree,
 }
 
 fn user_key(user: &str, decided_at: i64, id: &str) -> Vec<u8> {
@@ -164,18 +170,27 @@ impl SledRecords {
             by_resource: tree(db, "cs.by_resource")?,
             by_user: tree(db, "cs.by_user")?,
             pending: tree(db, "cs.pending")?,
+            collected: tree(db, "cs.collected")?,
             db: durable,
         })
     }
 
     fn get_id(&self, id: &[u8]) -> Result<Option<DecisionRecord>, StoreError> {
-        match self
-            .decisions
-            .get(id)
-            .map_err(|e| backend_error("get", e))?
-        {
-            Some(bytes) => Ok(Some(self.with_document(id, decode(id, &bytes)?)?)),
-            None => Ok(None),
+        let read = || self.decisions.get(id).map_err(|e| backend_error("get", e));
+        let Some(bytes) = read()? else {
+            return Ok(None);
+        };
+        match self.with_document(id, decode(id, &bytes)?) {
+            Ok(record) => Ok(Some(record)),
+            // Collected (old history) between the two reads: the record
+            // goes before its document, so it is gone by now; read again.
+            Err(e) => match read()? {
+                None => Ok(None),
+                Some(again) if again != bytes => {
+                    Ok(Some(self.with_document(id, decode(id, &again)?)?))
+                }
+                Some(_) => Err(e),
+            },
         }
     }
 
@@ -316,6 +331,14 @@ impl DecisionRecords for SledRecords {
     fn claim_unflushed(&self, record: &DecisionRecord) -> Result<Claim, StoreError> {
         let id = record.key().id();
         let key = id.as_bytes();
+        let was_collected = || {
+            self.collected
+                .contains_key(key)
+                .map_err(|e| backend_error("claim", e))
+        };
+        if was_collected()? {
+            return Ok(Claim::Collected);
+        }
         if let Some(old) = self.get_id(key)? {
             return Ok(Claim::Existing(Box::new(old)));
         }
@@ -337,6 +360,12 @@ impl DecisionRecords for SledRecords {
             .compare_and_swap(key, None as Option<&[u8]>, Some(bytes))
             .map_err(err)?
         {
+            Ok(()) if was_collected()? => {
+                // The old record was collected while this claim ran (its key
+                // is put aside before the record goes): this one is undone.
+                self.decisions.remove(key).map_err(err)?;
+                Ok(Claim::Collected)
+            }
             Ok(()) => Ok(Claim::Fresh),
             Err(e) => {
                 // The winner's document is another (its decision or its
@@ -497,7 +526,7 @@ impl DecisionRecords for SledRecords {
                 Some(at) if at < cutoff => {}
                 _ => continue,
             }
-            if self.collect_one(&id)? {
+            if self.collect_one(&id, cutoff)? {
                 n += 1;
             }
             // The record is gone (now, or by an earlier collection that
@@ -521,16 +550,20 @@ fn decided_at_of(key: &[u8]) -> Option<i64> {
 }
 
 impl SledRecords {
-    /// Removes the record under `id` if its delivery is final and its
-    /// document not sealed, in an order that a crash at any step leaves
-    /// readable: the URI's index entry first (it is put back if the record
-    /// changed meanwhile), then the record (compare-and-swap against what
-    /// was read), then its documents. Says whether it went; a record gone
-    /// already has its documents removed again.
-    fn collect_one(&self, id: &[u8]) -> Result<bool, StoreError> {
+    /// Removes the record under `id` if it was decided before `cutoff`, its
+    /// delivery is final and its document not sealed, in an order that a
+    /// crash at any step leaves readable: its key put aside in
+    /// `cs.collected` (so that it is never claimed again), the URI's index
+    /// entry (put back if the record changed meanwhile), the record
+    /// (compare-and-swap against what was read), then its document. Says
+    /// whether it went. Of a record gone already (a collection stopped half
+    /// way), the documents left are removed.
+    fn collect_one(&self, id: &[u8], cutoff: i64) -> Result<bool, StoreError> {
         let err = |e| backend_error("collect_decided_before", e);
         let Some(bytes) = self.decisions.get(id).map_err(err)? else {
-            self.remove_documents(id)?;
+            if self.collected.contains_key(id).map_err(err)? {
+                self.remove_documents(id)?;
+            }
             return Ok(false);
         };
         let record: DecisionRecord = match decode(id, &bytes) {
@@ -540,9 +573,12 @@ impl SledRecords {
                 return Ok(false);
             }
         };
-        if record.delivery.is_pending() || record.sealed {
+        if record.decided_at >= cutoff || record.delivery.is_pending() || record.sealed {
             return Ok(false);
         }
+        self.collected
+            .insert(id, &record.decided_at.to_be_bytes())
+            .map_err(err)?;
         let uri = record.resource_uri.as_bytes();
         let unindexed = self
             .by_resource
@@ -555,17 +591,21 @@ impl SledRecords {
             .map_err(err)?
             .is_err()
         {
+            // Rewritten meanwhile: it stays, and so do its entries.
             if unindexed {
-                // Rewritten meanwhile: it stays, and so does its entry.
                 let _ = self
                     .by_resource
                     .compare_and_swap(uri, None as Option<&[u8]>, Some(id))
                     .map_err(err)?;
             }
+            self.collected.remove(id).map_err(err)?;
             return Ok(false);
         }
         self.pending.remove(id).map_err(err)?;
-        self.remove_documents(id)?;
+        // (A record of the layout before held its document itself.)
+        if let Some(doc_key) = document_ref(&record.document) {
+            self.documents.remove(doc_key.as_bytes()).map_err(err)?;
+        }
         Ok(true)
     }
 

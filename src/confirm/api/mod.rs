@@ -535,7 +535,7 @@ fn decision_request(body: &Value) -> Result<DecisionRequest, JsonError> {
         (status = 403, description = "`forbidden`: the confirmation is another user's.", body = doc::ErrorBody),
         (status = 404, description = "`not_found`: no such confirmation; `unknown_at_resource_server`.", body = doc::ErrorBody),
         (status = 409, description = "`view_changed`: `view` is not the digest of the current view; `already_decided`: the other decision was made before (with `status`, `decided_at`, `delivery`); `refused_by_resource_server` (with `decision`, `decided_at`, `delivery`).", body = doc::ErrorBody),
-        (status = 410, description = "`expired`; `gone`.", body = doc::ErrorBody),
+        (status = 410, description = "`expired`; `gone`; `decided_before`: this nonce was decided here before and that decision is no longer kept (`history_days`), so it is not confirmed again.", body = doc::ErrorBody),
         (status = 413, description = "`too_large`: the body is over 64 KiB.", body = doc::ErrorBody),
         (status = 415, description = "`unsupported_media_type`: the body is not `application/json`.", body = doc::ErrorBody),
         (status = 422, description = "`invalid_input`: a collected value is missing or wrong (§8; `problems`); `warnings_not_acknowledged`: accepting needs `acknowledge_warnings` (`problems`); `not_countersignable`.", body = doc::ErrorBody),

@@ -317,6 +317,9 @@ impl Cs {
                 })
             }
             Claim::Existing(old) => Ok(earlier(*old, who)?),
+            // Its record was collected as old history: the countersignature
+            // just made goes nowhere (§6: the nonce was countersigned once).
+            Claim::Collected => Err(CsError::DecidedBefore.into()),
         }
     }
 }

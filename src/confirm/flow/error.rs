@@ -34,6 +34,8 @@ pub enum CsError {
     Expired(String),
     #[error("the resource server says this request has expired or was already decided")]
     Gone,
+    #[error("this request was decided here before, and that decision is no longer kept: it is not confirmed again")]
+    DecidedBefore,
     #[error(
         "{origin} does not know this request: it may have been withdrawn, or the link is wrong"
     )]

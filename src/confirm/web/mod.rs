@@ -373,6 +373,7 @@ mod tests {
             "no nonce",
             "expired",
             "already decided",
+            "no longer kept",
             "Review it again",
             "8 s",
             "Method not allowed",

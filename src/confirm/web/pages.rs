@@ -230,6 +230,7 @@ pub fn title(e: &CsError) -> &'static str {
         CsError::NotCountersignable(_) => "This request cannot be confirmed",
         CsError::Expired(_) => "Request expired",
         CsError::Gone => "Request no longer open",
+        CsError::DecidedBefore => "Decided before",
         CsError::UnknownAtRs { .. } => "Unknown request",
         CsError::Changed => "The request changed",
         CsError::TooManyAttempts { .. } => "Too many attempts",

@@ -104,11 +104,17 @@ ALTER TABLE cs_records ALTER COLUMN packed SET STORAGE EXTERNAL;
     },
     // Old history collected (`history_days`): records are written in the
     // order of their decision time, so a block-range index finds the old
-    // ones at almost no cost to each insert.
+    // ones at almost no cost to each insert; the ids of those collected stay,
+    // so that a claim of one is refused (§6).
     Migration {
         version: 5,
-        name: "decision records found by decision time",
-        sql: "CREATE INDEX cs_records_decided ON cs_records USING brin (decided_at);",
+        name: "old history collected",
+        sql: "
+CREATE INDEX cs_records_decided ON cs_records USING brin (decided_at);
+CREATE TABLE cs_collected (
+    id text PRIMARY KEY,
+    decided_at bigint NOT NULL);
+",
     },
 ];
 
@@ -327,7 +333,9 @@ impl DecisionRecords for PgRecords {
                 .prepare_cached(
                     "INSERT INTO cs_records (origin, nonce, id, user_name, resource_uri,
                         decided_at, pending, next_try, sealed, body, packed)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                     SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::bigint,
+                            $7::boolean, $8::bigint, $9::boolean, $10::text, $11::bytea
+                     WHERE NOT EXISTS (SELECT 1 FROM cs_collected WHERE id = $3)
                      ON CONFLICT DO NOTHING",
                 )
                 .await
@@ -371,12 +379,20 @@ impl DecisionRecords for PgRecords {
                 Some(row) if row.get::<_, bool>("same_key") => {
                     Ok(Claim::Existing(Box::new(record_of(&row)?)))
                 }
-                // The row went between the statements (collected), or holds
-                // another key under this id.
-                _ => Err(corrupt(
+                Some(_) => Err(corrupt(
                     &r.id,
-                    "the record's id is taken by another key, or the record vanished",
+                    "the record's id is taken by another key",
                 )),
+                None => {
+                    let s = c
+                        .prepare_cached("SELECT 1 FROM cs_collected WHERE id = $1")
+                        .await
+                        .map_err(&err)?;
+                    match c.query_opt(&s, &[&r.id]).await.map_err(&err)? {
+                        Some(_) => Ok(Claim::Collected),
+                        None => Err(corrupt(&r.id, "the record vanished during its claim")),
+                    }
+                }
             }
         })
     }
@@ -567,10 +583,18 @@ impl DecisionRecords for PgRecords {
         // long history holds no lock and no transaction for long.
         let mut n = 0;
         loop {
+            // The conditions again on the rows deleted: a row changed since
+            // the inner look-up is judged as it is now. Each id stays in
+            // `cs_collected`, in the same statement.
             let batch = self.0.delete_where(
                 "collect decisions",
-                "DELETE FROM cs_records WHERE id IN (SELECT id FROM cs_records
-                 WHERE decided_at < $1 AND NOT pending AND NOT sealed LIMIT 2000)",
+                "WITH gone AS (
+                     DELETE FROM cs_records WHERE id IN (SELECT id FROM cs_records
+                         WHERE decided_at < $1 AND NOT pending AND NOT sealed LIMIT 2000)
+                       AND decided_at < $1 AND NOT pending AND NOT sealed
+                     RETURNING id, decided_at)
+                 INSERT INTO cs_collected (id, decided_at) SELECT id, decided_at FROM gone
+                 ON CONFLICT (id) DO NOTHING",
                 cutoff,
             )?;
             n += batch;
