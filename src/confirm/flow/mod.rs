@@ -161,7 +161,7 @@ impl Cs {
         }
         if deps.history_secs.is_some_and(|s| s < MIN_HISTORY_SECS) {
             return Err(CsError::Internal(format!(
-                "decisions must be kept at least {MIN_HISTORY_SECS} s, until their CHEQ has expired"
+                "history_days: decisions must be kept at least {MIN_HISTORY_SECS} s, until their CHEQ has expired"
             )));
         }
         for (origin, peer) in deps.registry.origins().zip(&deps.peers) {
