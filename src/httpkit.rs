@@ -17,21 +17,36 @@ use std::future::Future;
 use std::time::Duration;
 
 /// The root span of each request, for `tracing_actix_web::TracingLogger`:
-/// `tracing_actix_web`'s own (its fields, and the status or error recorded
-/// at the end), built only when a subscriber takes INFO spans. The default
-/// builder computes the span's fields (the connection's host and scheme,
-/// the route pattern, `otel.name`, a request id) before it learns whether
-/// the span is wanted: 1.6 % of a confirmation's instructions under
-/// `RUST_LOG=warn`, for a span that is then dropped (BENCHMARKS.md,
-/// "Fifteenth pass"). Errors are still logged by the middleware itself.
-/// The span's target is this module (`cheq::httpkit`), where the default
-/// builder's was `tracing_actix_web::root_span_builder`.
+/// the method, the route *pattern* (`/cheq/confirmations/{id}`), the
+/// request id and, at the end, the status. Never the path or the query as sent: a path may be a
+/// capability (a resource or result URI) and a query may carry an
+/// authorization code, and every event inside the request is printed with
+/// its span's fields. Built only when a subscriber takes INFO spans, so
+/// that nothing is computed for a span that would be dropped. A server
+/// error (5xx) is one ERROR event naming the route and what failed (error
+/// texts never hold a token or a capability); refusals (4xx) are the
+/// client's business and are not logged here.
 pub struct RequestSpan;
+
+/// What the request span names a request no route matched.
+const UNMATCHED: &str = "(unmatched)";
 
 impl tracing_actix_web::RootSpanBuilder for RequestSpan {
     fn on_request_start(request: &actix_web::dev::ServiceRequest) -> tracing::Span {
         if tracing::enabled!(tracing::Level::INFO) {
-            tracing_actix_web::root_span!(level = tracing::Level::INFO, request)
+            use actix_web::HttpMessage as _;
+            let route = request.match_pattern();
+            let id = request
+                .extensions()
+                .get::<tracing_actix_web::RequestId>()
+                .copied();
+            tracing::info_span!(
+                "HTTP request",
+                http.method = %request.method(),
+                http.route = %route.as_deref().unwrap_or(UNMATCHED),
+                http.status_code = tracing::field::Empty,
+                request_id = tracing::field::display(id.map(|i| i.to_string()).unwrap_or_default()),
+            )
         } else {
             tracing::Span::none()
         }
@@ -41,7 +56,20 @@ impl tracing_actix_web::RootSpanBuilder for RequestSpan {
         span: tracing::Span,
         outcome: &Result<actix_web::dev::ServiceResponse<B>, actix_web::Error>,
     ) {
-        tracing_actix_web::DefaultRootSpanBuilder::on_request_end(span, outcome);
+        let (status, error) = match outcome {
+            Ok(res) => (res.status(), res.response().error()),
+            Err(e) => (e.as_response_error().status_code(), Some(e)),
+        };
+        span.record("http.status_code", status.as_u16());
+        if let (true, Some(e)) = (status.is_server_error(), error) {
+            span.in_scope(|| {
+                tracing::error!(
+                    "answered {}: {}",
+                    status.as_u16(),
+                    crate::text::one_line(&e.to_string())
+                )
+            });
+        }
     }
 }
 
@@ -436,7 +464,9 @@ mod tests {
                     web::get().to(|| async { HttpResponse::Ok().finish() }),
                 ))
                 .await;
-            let request = actix_web::test::TestRequest::get().uri("/x/7").to_request();
+            let request = actix_web::test::TestRequest::get()
+                .uri("/x/7?code=secret-code")
+                .to_request();
             let res = actix_web::test::call_service(&app, request).await;
             assert_eq!(res.status(), StatusCode::OK);
             let seen = spans.0.lock().unwrap().clone();
@@ -445,6 +475,13 @@ mod tests {
                 assert_eq!(roots.len(), 1, "{seen:?}");
                 assert!(roots[0].1.contains("http.route=/x/{id};"), "{seen:?}");
                 assert!(roots[0].1.contains("http.method=GET;"), "{seen:?}");
+                // Neither the path as sent nor its query.
+                assert!(
+                    !seen
+                        .iter()
+                        .any(|(_, f)| f.contains("/x/7") || f.contains("secret-code")),
+                    "{seen:?}"
+                );
                 assert!(
                     seen.iter()
                         .any(|(n, f)| n == "record" && f.contains("http.status_code=200;")),

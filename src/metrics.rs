@@ -223,12 +223,13 @@ impl RsMetrics {
 #[serde(rename_all = "lowercase")]
 pub enum MetricsAccess {
     /// Anyone who can reach the server (behind a network that keeps
-    /// strangers out).
-    #[default]
+    /// strangers out, or on loopback).
     Open,
     /// Only a request with `Authorization: Bearer <token>`, the token being
     /// the contents of `metrics.secret` in the data directory (generated,
-    /// 0600, at the first start).
+    /// 0600, at the first start). The default: the metrics share the
+    /// server's public listener.
+    #[default]
     Token,
 }
 

@@ -196,6 +196,25 @@ pub struct FetchedJwks {
     /// One fetch at a time; the others wait for it and read its result.
     fetching: tokio::sync::Mutex<()>,
     fetches: std::sync::atomic::AtomicU64,
+    /// When this set was made: a peer that does not answer in the first
+    /// [`STARTUP_GRACE_SECS`] is most likely still starting.
+    born: DateTime<Utc>,
+}
+
+/// How long after start a peer that never answered is not yet worth a
+/// warning (servers started together fetch each other's keys before the
+/// other listens).
+pub const STARTUP_GRACE_SECS: i64 = 60;
+
+/// How loud a failed fetch is: a peer not up yet during start-up is normal
+/// (info); one that stopped answering, or never answered past the grace
+/// period, is a warning.
+pub fn failure_level(have_keys: bool, secs_since_start: i64) -> log::Level {
+    if !have_keys && secs_since_start < STARTUP_GRACE_SECS {
+        log::Level::Info
+    } else {
+        log::Level::Warn
+    }
 }
 
 impl std::fmt::Debug for FetchedJwks {
@@ -216,10 +235,11 @@ impl FetchedJwks {
         Ok(Arc::new(FetchedJwks {
             uri: uri.to_owned(),
             client: client()?,
-            clock,
             cached: RwLock::new(Cached::default()),
             fetching: tokio::sync::Mutex::new(()),
             fetches: std::sync::atomic::AtomicU64::new(0),
+            born: clock.now(),
+            clock,
         }))
     }
 
@@ -292,10 +312,18 @@ impl FetchedJwks {
                 true
             }
             Err(e) => {
-                if self.with(|c| c.have) {
-                    log::warn!("fetching trusted keys: {e}; keeping the keys read before");
+                let have = self.with(|c| c.have);
+                let level = failure_level(have, (self.clock.now() - self.born).num_seconds());
+                if have {
+                    log::log!(
+                        level,
+                        "fetching trusted keys: {e}; keeping the keys read before"
+                    );
                 } else {
-                    log::warn!("fetching trusted keys: {e}; none read yet, trying again");
+                    log::log!(
+                        level,
+                        "fetching trusted keys: {e}; none read yet, trying again"
+                    );
                 }
                 false
             }
@@ -550,5 +578,18 @@ mod tests {
         assert!(FetchedJwks::new("file:///etc/passwd", clock.clone()).is_err());
         assert!(FetchedJwks::new("https://keys.example/jwks.json", clock.clone()).is_ok());
         assert!(FetchedJwks::new("http://127.0.0.1:9/jwks.json", clock).is_ok());
+    }
+
+    /// A peer not up yet during start-up is not a warning; one that stops
+    /// answering, or never answers past the grace period, is.
+    #[test]
+    fn a_peer_still_starting_is_not_a_warning() {
+        assert_eq!(failure_level(false, 0), log::Level::Info);
+        assert_eq!(
+            failure_level(false, STARTUP_GRACE_SECS - 1),
+            log::Level::Info
+        );
+        assert_eq!(failure_level(false, STARTUP_GRACE_SECS), log::Level::Warn);
+        assert_eq!(failure_level(true, 0), log::Level::Warn);
     }
 }

@@ -87,10 +87,14 @@ impl Policy {
         (self.base_secs << over).min(self.max_secs)
     }
 
-    /// The delay before a check under this (delay) policy, given the state.
+    /// The delay before a check under this (delay) policy, given the state:
+    /// once the free failures are spent, the very next check waits (the
+    /// same as a refusing key would lock it out for one more failure).
     pub fn delay(&self, state: Option<LimitState>, now: i64) -> i64 {
         match state {
-            Some(s) if now - s.last_failure <= self.window_secs => self.penalty(s.failures),
+            Some(s) if now - s.last_failure <= self.window_secs => {
+                self.penalty(s.failures.saturating_add(1))
+            }
             _ => 0,
         }
     }

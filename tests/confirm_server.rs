@@ -40,7 +40,8 @@ async fn accept_runs_the_operation_once() {
     assert!(to_login.starts_with("/login?next="), "{to_login}");
     let res = b.login_at(&to_login, "alice", ALICE_PW).await;
     assert_eq!(res.status, 303, "{}", res.text);
-    let path = b.after_login(res.location()).await;
+    // The sign-in that followed the POST goes straight on to the page.
+    let path = res.location();
     assert!(path.starts_with("/c/"), "{path}");
     let page = b.get(&path).await;
     assert_eq!(page.status, 200, "{}", page.text);
@@ -579,7 +580,10 @@ async fn security_headers_and_session_cookie() {
         .await;
     let form = b.get(&res.location()).await;
     assert_security_headers(&form, "login page");
-    let cookies = form.set_cookies();
+    // The start's answer set the pre-login cookie (its POST is carried
+    // through sign-in); the login page keeps it.
+    assert!(form.set_cookies().is_empty(), "{:?}", form.set_cookies());
+    let cookies = res.set_cookies();
     assert_eq!(cookies.len(), 1, "{cookies:?}");
     let cookie = &cookies[0];
     assert!(cookie.starts_with("cheq_session="), "{cookie}");
@@ -1062,7 +1066,27 @@ async fn a_get_of_the_start_link_starts_nothing() {
             "no CHEQ was shown: {}",
             res.text
         );
+        // One button that says who asks; no box holding a raw URI.
+        assert!(
+            res.text.contains(&format!(
+                "request by <strong class=\"origin\">{}</strong>",
+                env.rs_url
+            )),
+            "{}",
+            res.text
+        );
+        assert!(
+            res.raw.contains("type=\"hidden\" name=\"resource_uri\""),
+            "{}",
+            res.raw
+        );
+        assert!(!res.raw.contains("type=\"url\""), "{}", res.raw);
     }
+    // A start link's GET with a forged tag starts nothing either.
+    let forged = format!("{link}&started=AAAA");
+    let res = b.get(&forged).await;
+    assert_eq!(res.status, 200, "{}", res.text);
+    assert!(!res.text.contains("UA23"), "{}", res.text);
     // The POST of the filled-in form starts it.
     let res = b.post(&link, &[("resource_uri", &pack.resource_uri)]).await;
     assert_eq!(res.status, 303, "{}", res.text);
@@ -1074,5 +1098,45 @@ async fn a_get_of_the_start_link_starts_nothing() {
     );
     let res = b.get(&other).await;
     assert_eq!(res.status, 400, "{}", res.text);
+    env.stop().await;
+}
+
+/// §2: the sign-in that follows a user's own POST goes on to the page; the
+/// tag that carries the POST holds only in the browser that posted, so a
+/// login link copied to another browser (or made up) starts nothing there.
+#[actix_web::test]
+async fn only_the_browser_that_posted_goes_on_to_the_page() {
+    let env = Env::start(Options::default()).await;
+    let pack = env.invoke().await;
+    let mut a = env.browser();
+    let res = a
+        .post(START, &[("resource_uri", pack.resource_uri.as_str())])
+        .await;
+    assert_eq!(res.status, 303, "{}", res.text);
+    let to_login = res.location();
+    assert!(
+        to_login.starts_with("/login?next=") && to_login.contains("started"),
+        "{to_login}"
+    );
+
+    // Another browser signs in through the same link: the start page, with
+    // its one button, and no confirmation started.
+    let mut b = env.browser();
+    let res = b.login_at(&to_login, "alice", ALICE_PW).await;
+    assert_eq!(res.status, 303, "{}", res.text);
+    let next = res.location();
+    assert!(!next.starts_with("/c/"), "{next}");
+    let page = b.get(&next).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(!page.text.contains("UA23"), "{}", page.text);
+    assert!(page.text.contains("Continue"), "{}", page.text);
+
+    // The browser that posted goes on to the page.
+    let res = a.login_at(&to_login, "alice", ALICE_PW).await;
+    assert_eq!(res.status, 303, "{}", res.text);
+    let path = res.location();
+    assert!(path.starts_with("/c/"), "{path}");
+    let page = a.get(&path).await;
+    assert!(page.text.contains("UA23"), "{}", page.text);
     env.stop().await;
 }

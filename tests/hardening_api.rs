@@ -167,3 +167,144 @@ async fn a_voice_decision_must_name_the_view_it_read() {
     assert_eq!(env.records("alice").len(), 1);
     env.stop().await;
 }
+
+/// `cheq ARGS…` with `input` on standard input: (success, stdout+stderr).
+fn cheq_with_stdin(args: &[&str], input: &str) -> (bool, String) {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cheq"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{input}\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Whether the CS honours `token`: an unknown confirmation is 404 for a
+/// good token, 401 for a refused one.
+async fn token_holds(cs_url: &str, token: &str) -> (bool, Value) {
+    let res = http_client()
+        .get(format!("{cs_url}/api/v1/confirmations/none-such"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    let (status, v, _) = json_answer(res).await;
+    assert!(status == 404 || status == 401, "{status}: {v}");
+    (status == 404, v)
+}
+
+/// §10: a token is bound to the credential it was issued for and to its
+/// gateway: a new PIN (set through the running server's admin socket) ends
+/// the tokens of the old one, and a gateway removed from the configuration
+/// takes its tokens with it across a restart. A session is bound to the
+/// password it signed in with in the same way.
+#[actix_web::test]
+async fn tokens_and_sessions_end_when_their_credential_or_gateway_goes() {
+    let setup = Setup::new();
+    let config = setup.path("cs.toml");
+    let plain = std::fs::read_to_string(&config).unwrap();
+    let with_gateway = format!(
+        "{plain}\n[[gateways]]\nclient_id = \"{GW}\"\nsecret_hash = \"{}\"\n",
+        cheq::confirm::auth::hash_secret(GW_SECRET).unwrap()
+    );
+    std::fs::write(&config, &with_gateway).unwrap();
+    let (ok, out) = user_add("alice", ALICE_PW, &["--config", &config]);
+    assert!(ok, "{out}");
+    let set_pin = |pin: &str| {
+        let (ok, out) = cheq_with_stdin(
+            &[
+                "user",
+                "set-pin",
+                "alice",
+                "--pin-stdin",
+                "--config",
+                &config,
+            ],
+            pin,
+        );
+        assert!(ok, "{out}");
+    };
+    set_pin(PIN);
+    let mut cs = setup.start_cs().await;
+    let gw = VoiceClient::new(&setup.cs_url, GW, GW_SECRET);
+
+    let first = gw.user_token("alice", PIN).await;
+    assert!(token_holds(&setup.cs_url, &first).await.0);
+    let mut b = Browser::new(&setup.cs_url);
+    b.sign_in("alice", ALICE_PW).await;
+    assert_eq!(b.get("/history").await.status, 200);
+
+    // A new PIN: the old PIN's token is refused, saying why; a token for the
+    // new PIN works; the password's session is not touched.
+    set_pin("975310");
+    let (holds, v) = token_holds(&setup.cs_url, &first).await;
+    assert!(!holds, "{v}");
+    assert!(
+        v["error_description"]
+            .as_str()
+            .unwrap_or("")
+            .contains("credential"),
+        "{v}"
+    );
+    let second = gw.user_token("alice", "975310").await;
+    assert!(token_holds(&setup.cs_url, &second).await.0);
+    assert_eq!(b.get("/history").await.status, 200);
+
+    // A new password: the session signed in with the old one is over.
+    let (ok, out) = cheq_with_stdin(
+        &[
+            "user",
+            "set-password",
+            "alice",
+            "--password-stdin",
+            "--config",
+            &config,
+        ],
+        "a-new-password-2",
+    );
+    assert!(ok, "{out}");
+    let res = b.get("/history").await;
+    assert_eq!(res.status, 303, "{}", res.text);
+    assert!(res.location().starts_with("/login"), "{}", res.location());
+    let mut again = Browser::new(&setup.cs_url);
+    assert_eq!(
+        again.login_at("/login", "alice", ALICE_PW).await.status,
+        401,
+        "the old password is refused"
+    );
+    again.sign_in("alice", "a-new-password-2").await;
+    assert_eq!(again.get("/history").await.status, 200);
+    // The PIN's token does not depend on the password.
+    assert!(token_holds(&setup.cs_url, &second).await.0);
+
+    // The gateway leaves the configuration: after a restart its tokens are
+    // refused.
+    cs.kill();
+    std::fs::write(&config, &plain).unwrap();
+    let _cs = setup.start_cs().await;
+    let (holds, v) = token_holds(&setup.cs_url, &second).await;
+    assert!(!holds, "{v}");
+    assert!(
+        v["error_description"]
+            .as_str()
+            .unwrap_or("")
+            .contains("gateway"),
+        "{v}"
+    );
+}

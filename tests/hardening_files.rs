@@ -71,17 +71,19 @@ async fn a_server_refuses_a_data_directory_open_to_others() {
     );
 }
 
-/// `metrics = "token"` at either server: `GET /metrics` answers only a
-/// request carrying the bearer token the server wrote (0600) into its data
-/// directory; without it, or with another, 401 with a Bearer challenge and
-/// no metric in the body.
+/// By default (no `metrics` key) at either server, `GET /metrics` answers
+/// only a request carrying the bearer token the server wrote (0600) into its
+/// data directory; without it, or with another, 401 with a Bearer challenge
+/// and no metric in the body. (`metrics = "open"` is for loopback and
+/// private networks, as the test configurations use.)
 #[tokio::test]
-async fn metrics_with_a_token_answer_only_its_bearer() {
+async fn metrics_answer_only_their_bearer_by_default() {
     let setup = Setup::new();
     for config in ["cs.toml", "rs.toml"] {
         let path = setup.dir.path().join(config);
         let text = std::fs::read_to_string(&path).unwrap();
-        std::fs::write(&path, format!("metrics = \"token\"\n{text}")).unwrap();
+        assert!(text.contains("metrics = \"open\"\n"), "{text}");
+        std::fs::write(&path, text.replace("metrics = \"open\"\n", "")).unwrap();
     }
     let _rs = setup.start_rs().await;
     let _cs = setup.start_cs().await;
@@ -120,6 +122,167 @@ async fn metrics_with_a_token_answer_only_its_bearer() {
         assert!(
             body.contains("cheq_jwks_requests_total"),
             "{origin}: {body}"
+        );
+    }
+}
+
+/// Log lines carry route patterns, never a path or query as sent: a whole
+/// flow, with refusals at both servers (unknown and unauthorised capability
+/// paths, a wrong password, a wrong PIN, a stale view, bad tokens), leaves
+/// none of the capabilities, credentials or tokens it used in either
+/// server's log, at the servers' own debug level.
+#[tokio::test]
+async fn no_capability_or_secret_reaches_a_log_line() {
+    const GW: &str = "voice-gw";
+    const GW_SECRET: &str = "gateway-secret-for-the-logs";
+    const PIN: &str = "864209";
+    let setup = Setup::new();
+    let config = setup.path("cs.toml");
+    let toml = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "{toml}\n[[gateways]]\nclient_id = \"{GW}\"\nsecret_hash = \"{}\"\n",
+            cheq::confirm::auth::hash_secret(GW_SECRET).unwrap()
+        ),
+    )
+    .unwrap();
+    let (ok, out) = user_add("alice", ALICE_PW, &["--config", &config]);
+    assert!(ok, "{out}");
+    let env = [("RUST_LOG", "info,cheq=debug")];
+    let rs_log = setup.dir.path().join("rs.log");
+    let cs_log = setup.dir.path().join("cs.log");
+    let rs = start_server_with(
+        "RS",
+        &["resource-server", "--config", &setup.path("rs.toml")],
+        &env,
+        &rs_log,
+        &setup.rs_url,
+    )
+    .await;
+    let cs = start_server_with(
+        "CS",
+        &["serve", "--config", &config],
+        &env,
+        &cs_log,
+        &setup.cs_url,
+    )
+    .await;
+    let mut secrets: Vec<String> = vec![
+        ALICE_PW.into(),
+        PIN.into(),
+        GW_SECRET.into(),
+        AGENT_SECRET.into(),
+        CS_SECRET.into(),
+    ];
+    let tail = |uri: &str| uri.rsplit('/').next().unwrap().to_owned();
+
+    let pack = invoke_flight(&setup.rs_url).await;
+    secrets.push(tail(&pack.resource_uri));
+    secrets.push(tail(&pack.result_uri));
+    assert_eq!(result_of(&pack.result_uri).await.0, 202);
+    // Refusals at the RS: a made-up result URI, the resource URI without
+    // the CS's token, a made-up resource URI.
+    let made_up = "Zm9yZ2VkLWNhcGFiaWxpdHktcGF0aA";
+    secrets.push(made_up.into());
+    let unknown_result = format!("{}/{made_up}", pack.result_uri.rsplit_once('/').unwrap().0);
+    assert_eq!(result_of(&unknown_result).await.0, 404);
+    let bare = reqwest::get(&pack.resource_uri).await.unwrap();
+    assert_eq!(bare.status(), 401);
+    let unknown_resource = format!(
+        "{}/{made_up}",
+        pack.resource_uri.rsplit_once('/').unwrap().0
+    );
+    assert!(reqwest::get(&unknown_resource)
+        .await
+        .unwrap()
+        .status()
+        .is_client_error());
+
+    // The page, with a wrong password first and a stale view.
+    let mut b = Browser::new(&setup.cs_url);
+    let res = b
+        .post("/", &[("resource_uri", pack.resource_uri.as_str())])
+        .await;
+    let to_login = res.location();
+    let wrong = b.login_at(&to_login, "alice", "not-alices-password").await;
+    assert_eq!(wrong.status, 401);
+    secrets.push("not-alices-password".into());
+    let res = b.login_at(&to_login, "alice", ALICE_PW).await;
+    let path = res.location();
+    assert!(path.starts_with("/c/"), "{path}");
+    secrets.push(b.session.clone().unwrap());
+    let page = b.get(&path).await;
+    let csrf = page.hidden("csrf").unwrap();
+    secrets.push(csrf.clone());
+    let stale = b
+        .post(
+            &path,
+            &[("csrf", &csrf), ("view", "stale"), ("decision", "accept")],
+        )
+        .await;
+    assert_eq!(stale.status, 409, "{}", stale.text);
+    let done = b.decide(&path, &page, "accept").await;
+    assert_eq!(done.status, 200, "{}", done.text);
+
+    // The voice API: a wrong PIN, a bad token.
+    let (ok, out) = {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cheq"))
+            .args([
+                "user",
+                "set-pin",
+                "alice",
+                "--pin-stdin",
+                "--config",
+                &config,
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(format!("{PIN}\n").as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert!(ok, "{out}");
+    let gw = VoiceClient::new(&setup.cs_url, GW, GW_SECRET);
+    gw.token("alice", "000000").await.expect(401, "wrong PIN");
+    let token = gw.user_token("alice", PIN).await;
+    secrets.push(token.clone());
+    gw.get(Some("made-up-token-value"), "x")
+        .await
+        .expect(401, "bad token");
+    gw.get(Some(&token), "none-such")
+        .await
+        .expect(404, "unknown");
+
+    // The result, then both logs read whole.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while result_of(&pack.result_uri).await.1["status"] != "accepted" {
+        assert!(std::time::Instant::now() < deadline, "not delivered");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    drop((cs, rs));
+    let logs = format!(
+        "{}\n{}",
+        std::fs::read_to_string(&cs_log).unwrap(),
+        std::fs::read_to_string(&rs_log).unwrap()
+    );
+    assert!(logs.lines().count() > 5, "the servers logged: {logs}");
+    for s in &secrets {
+        assert!(
+            !logs.contains(s.as_str()),
+            "{s:?} is in a log line:\n{logs}"
         );
     }
 }

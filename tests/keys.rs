@@ -662,3 +662,52 @@ async fn verify_reads_trust_by_jwks_uri_and_names_the_signing_key_and_its_state(
     assert!(!ok && err.contains("rule 2") && err.contains(&old), "{err}");
     env.stop().await;
 }
+
+/// `cheq demo` starts both servers, each fetching the other's key set by
+/// `jwks_uri` before the other listens: a normal start prints no warning
+/// (a peer still starting is not one), and both servers then trust each
+/// other's keys (a confirmation runs end to end).
+#[actix_web::test]
+async fn the_demo_starts_without_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cs_port, rs_port) = (free_port(), free_port());
+    let data = dir.path().join("demo");
+    let cs_url = format!("http://127.0.0.1:{cs_port}");
+    let rs_url = format!("http://127.0.0.1:{rs_port}");
+    let demo = start_server_with(
+        "demo",
+        &[
+            "demo",
+            "--data-dir",
+            &data.display().to_string(),
+            "--cs-port",
+            &cs_port.to_string(),
+            "--rs-port",
+            &rs_port.to_string(),
+        ],
+        &[("CHEQ_DEMO_PASSWORD", ALICE_PW)],
+        &dir.path().join("demo.log"),
+        &cs_url,
+    )
+    .await;
+    let pack = match cheq::resource::agent::invoke(
+        &rs_url,
+        cheq::cli::agent::DEMO_AGENT_ID,
+        cheq::cli::agent::DEMO_AGENT_SECRET,
+        "book_flight",
+        &flight_params(),
+    )
+    .await
+    .unwrap()
+    {
+        cheq::resource::agent::InvokeOutcome::NeedsConfirmation(pack) => pack,
+        other => panic!("expected a URI pack: {other:?}\n{}", demo.log()),
+    };
+    let mut b = Browser::new(&cs_url);
+    let (path, page) = b.open("/", &pack.resource_uri, "alice", ALICE_PW).await;
+    let done = b.decide(&path, &page, "accept").await;
+    assert_eq!(done.status, 200, "{}\n{}", done.text, demo.log());
+    until_accepted(&pack.result_uri, 20, || {}).await;
+    let log = demo.log();
+    assert!(!log.contains("WARN"), "{log}");
+}

@@ -448,8 +448,9 @@ fn two_instances_of_each_server_keep_every_guarantee_on_one_database() {
         );
         let total = query_count(&c.db, "SELECT count(*) FROM rs_executions", &[]).await;
         assert_eq!(total, i64::try_from(accepted).unwrap());
-        // The outbox is empty, as every instance reports it.
-        let deadline = Instant::now() + Duration::from_secs(20);
+        // The outbox is empty, as every instance reports it (each reads
+        // it for its metrics every 15 s).
+        let deadline = Instant::now() + Duration::from_secs(40);
         while counter_sum(&[c.cs2_url.as_str()], "cheq_deliveries_pending").await != 0 {
             assert!(Instant::now() < deadline, "{}", cs2.log());
             tokio::time::sleep(Duration::from_millis(300)).await;

@@ -276,6 +276,7 @@ fn sessions_expire(store: &CsStore) {
             amr: vec!["pwd".into()],
             provider: Some("example".into()),
             id_token: Some("eyJ.x.y".into()),
+            credential: Some("bound".into()),
         }),
         expires: 500,
     };

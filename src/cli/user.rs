@@ -1,5 +1,6 @@
 //! `cheq user add NAME [--email E] [--password-stdin] (--config FILE | --data-dir DIR)`
-//! and `cheq user set-pin NAME [--pin-stdin] (…)`: local accounts of the
+//! `cheq user set-password NAME [--password-stdin] (…)` and
+//! `cheq user set-pin NAME [--pin-stdin] (…)`: local accounts of the
 //! confirmation server. Works before the first start and while the server
 //! runs (through its admin socket, [`crate::confirm::admin`]).
 
@@ -20,8 +21,22 @@ pub struct Args {
 pub enum UserCommand {
     /// Add a user (the password is asked for, or read from standard input).
     Add(AddArgs),
-    /// Set a user's voice PIN (6 to 12 digits) for voice gateways.
+    /// Set a user's voice PIN (6 to 12 digits) for voice gateways; tokens
+    /// issued for the old PIN stop working.
     SetPin(PinArgs),
+    /// Set a user's password (asked for, or read from standard input); the
+    /// sessions signed in with the old one end.
+    SetPassword(PasswordArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PasswordArgs {
+    pub name: String,
+    /// Read the password as one line from standard input.
+    #[arg(long)]
+    pub password_stdin: bool,
+    #[command(flatten)]
+    pub place: Place,
 }
 
 /// Where the CS keeps its data.
@@ -134,6 +149,20 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
                 .map_err(|e| CliError::Server(e.to_string()))?;
             admin::put_user(&at, account, false).map_err(|e| CliError::Server(e.to_string()))?;
             write_out(out, &format!("added user {}\n", a.name))
+        }
+        UserCommand::SetPassword(a) => {
+            let (_, at) = data_dir(&a.place)?;
+            let password = if a.password_stdin {
+                read_line_stdin("password")?
+            } else {
+                prompt("password")?
+            };
+            // The same rules as a new account's password.
+            let checked = new_account(&a.name, None, &password)
+                .map_err(|e| CliError::Server(e.to_string()))?;
+            admin::set_password(&at, &a.name, checked.password_hash)
+                .map_err(|e| CliError::Server(e.to_string()))?;
+            write_out(out, &format!("set the password of {}\n", a.name))
         }
         UserCommand::SetPin(a) => {
             let (dir, at) = data_dir(&a.place)?;

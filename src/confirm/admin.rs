@@ -31,8 +31,18 @@ pub fn socket_path(data_dir: &Path) -> PathBuf {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 enum Request {
-    PutUser { account: Account, replace: bool },
-    SetPin { username: String, pin_hash: String },
+    PutUser {
+        account: Account,
+        replace: bool,
+    },
+    SetPin {
+        username: String,
+        pin_hash: String,
+    },
+    SetPassword {
+        username: String,
+        password_hash: String,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -63,6 +73,22 @@ fn apply(accounts: &dyn Accounts, request: Request) -> Result<(), String> {
                 .map_err(|e| e.to_string())?
                 .ok_or_else(|| format!("no user {username:?}"))?;
             account.pin_hash = Some(pin_hash);
+            accounts.put(&account, true).map_err(|e| e.to_string())
+        }
+        Request::SetPassword {
+            username,
+            password_hash,
+        } => {
+            let mut account = accounts
+                .get(&username)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("no user {username:?}"))?;
+            if account.external.is_some() {
+                return Err(format!(
+                    "{username:?} signs in with an identity provider and has no password here"
+                ));
+            }
+            account.password_hash = password_hash;
             accounts.put(&account, true).map_err(|e| e.to_string())
         }
     }
@@ -199,6 +225,22 @@ fn apply_at(place: &Place, request: Request) -> Result<(), AdminError> {
 /// server when there is one.
 pub fn put_user(place: &Place, account: Account, replace: bool) -> Result<(), AdminError> {
     apply_at(place, Request::PutUser { account, replace })
+}
+
+/// Sets a user's password hash, through the running server when there is
+/// one; the user's sessions signed in with the old password end.
+pub fn set_password(
+    place: &Place,
+    username: &str,
+    password_hash: String,
+) -> Result<(), AdminError> {
+    apply_at(
+        place,
+        Request::SetPassword {
+            username: username.to_owned(),
+            password_hash,
+        },
+    )
 }
 
 /// Sets a user's voice PIN hash, through the running server when there is one.

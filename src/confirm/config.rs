@@ -242,8 +242,8 @@ pub struct CsConfig {
     /// `text` (default) or `json` log lines.
     #[serde(default)]
     pub log_format: LogFormat,
-    /// Who may read `GET /metrics`: `open` (default) or `token` (a bearer
-    /// token, the contents of `metrics.secret` in `data_dir`).
+    /// Who may read `GET /metrics`: `token` (default: a bearer token, the
+    /// contents of `metrics.secret` in `data_dir`) or `open`.
     #[serde(default)]
     pub metrics: crate::metrics::MetricsAccess,
     /// OpenID Connect providers people may sign in with, beside local accounts.

@@ -862,6 +862,7 @@ pub fn identity_of(account: &Account, login: &ExternalLogin) -> Identity {
         amr: login.amr.clone(),
         provider: Some(login.provider.clone()),
         id_token: Some(login.id_token.clone()),
+        credential: None,
     }
 }
 

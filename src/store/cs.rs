@@ -293,6 +293,11 @@ pub struct Identity {
     /// endpoint (`id_token_hint`) at logout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id_token: Option<String>,
+    /// For a local account: a digest of the credential (password or PIN
+    /// hash) this identity signed in with. A session or token holding it is
+    /// honoured only while it is still the account's credential.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
 }
 
 impl Identity {

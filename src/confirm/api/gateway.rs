@@ -23,7 +23,21 @@ use std::future::{ready, Ready};
 struct ApiToken {
     identity: Identity,
     gateway: String,
+    /// A digest of the gateway's configured secret hash when the token was
+    /// issued: the token holds while that gateway is configured with it.
+    #[serde(default)]
+    gateway_secret: Option<String>,
     expires: i64,
+}
+
+/// What binds a token to its gateway's configured secret (each
+/// `secret_hash` has its own salt, so a new secret changes it).
+fn secret_digest(secret_hash: &str) -> String {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    h.update(b"cheq gateway\0");
+    h.update(secret_hash.as_bytes());
+    crate::sign::b64::encode(&h.finalize()[..16])
 }
 
 /// Issues and opens user tokens: sealed claims ([`crate::bearer`]) under a
@@ -178,6 +192,7 @@ impl Api {
         };
         let entry = ApiToken {
             identity: identity_of(&account, "pin", now),
+            gateway_secret: gateway_hash(&self.gateways, &gateway).map(secret_digest),
             gateway,
             expires: now + self.token_ttl,
         };
@@ -196,14 +211,29 @@ impl Api {
         let token = parse_bearer(authorization)
             .map_err(|_| invalid_token("a bearer token from /api/v1/token is required"))?;
         let found: Option<ApiToken> = self.tokens.key.open(token);
-        match found {
-            Some(t) if t.expires > self.cs.now().timestamp() => {
-                log::debug!("raw API call by {} via {}", t.identity.sub, t.gateway);
-                Ok(t.identity)
-            }
-            Some(_) => Err(invalid_token("the token has expired")),
-            None => Err(invalid_token("the token is unknown")),
+        let t = match found {
+            Some(t) if t.expires > self.cs.now().timestamp() => t,
+            Some(_) => return Err(invalid_token("the token has expired")),
+            None => return Err(invalid_token("the token is unknown")),
+        };
+        // §10: a token stops working when its gateway is removed (or its
+        // secret changed) or the user's PIN changed since it was issued.
+        let gateway_holds = gateway_hash(&self.gateways, &t.gateway)
+            .is_some_and(|hash| t.gateway_secret.as_deref() == Some(&*secret_digest(hash)));
+        if !gateway_holds {
+            return Err(invalid_token(
+                "the token's gateway is no longer registered with these credentials",
+            ));
         }
+        if !crate::confirm::auth::credential_holds(&*self.login.accounts, &t.identity)
+            .map_err(cs)?
+        {
+            return Err(invalid_token(
+                "the credential the token was issued for has changed",
+            ));
+        }
+        log::debug!("raw API call by {} via {}", t.identity.sub, t.gateway);
+        Ok(t.identity)
     }
 }
 

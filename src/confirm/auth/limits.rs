@@ -341,15 +341,30 @@ mod tests {
     #[test]
     fn account_delays_grow_to_their_cap() {
         let p = Policy::ACCOUNT;
-        let delays: Vec<i64> = (0..12).map(|f| p.penalty(f)).collect();
-        assert_eq!(delays, [0, 0, 0, 0, 0, 0, 1, 2, 4, 8, 15, 15]);
-        let s = LimitState {
-            failures: 9,
+        let after = |failures| LimitState {
+            failures,
             locked_until: 0,
             last_failure: 100,
         };
-        assert_eq!(p.delay(Some(s), 100), 8);
-        assert_eq!(p.delay(Some(s), 100 + 24 * 3600 + 1), 0, "forgotten");
+        // After 5 failures the next check (the 6th) waits 1 s, as the
+        // README's table says; then 2 s, 4 s, … up to 15 s.
+        let delays: Vec<i64> = (0..12).map(|f| p.delay(Some(after(f)), 100)).collect();
+        assert_eq!(delays, [0, 0, 0, 0, 0, 1, 2, 4, 8, 15, 15, 15]);
+        assert_eq!(p.delay(Some(after(8)), 100), 8);
+        assert_eq!(p.delay(Some(after(8)), 100 + 24 * 3600 + 1), 0, "forgotten");
+    }
+
+    /// A user's PIN: the sixth check after five wrong PINs already waits.
+    #[tokio::test]
+    async fn the_sixth_pin_check_waits() {
+        let (_dir, l) = limiter();
+        let pin = LimitKey::Pin("alice".into());
+        for _ in 0..4 {
+            l.fail(&pin, 0).unwrap();
+        }
+        assert_eq!(l.delay_of(&pin, "10.0.0.1", 0).unwrap(), 0, "5th check");
+        l.fail(&pin, 0).unwrap();
+        assert_eq!(l.delay_of(&pin, "10.0.0.1", 0).unwrap(), 1, "6th check");
     }
 
     #[tokio::test]
@@ -404,8 +419,8 @@ mod tests {
         assert_eq!(
             l.delay_of(&LimitKey::Account("alice".into()), "10.0.0.2", 0)
                 .unwrap(),
-            1,
-            "the account is slowed"
+            2,
+            "the account is slowed (6 failures: the 7th check waits 2 s)"
         );
         let ok = l
             .guarded(&good, "10.0.0.2", Budget::People, 0, || Ok(Some(())))

@@ -22,6 +22,7 @@ use crate::store::cs::{AccountPutError, Accounts};
 use crate::store::StoreError;
 use argon2::password_hash::{PasswordHash, PasswordHasher, SaltString};
 use argon2::Argon2;
+use sha2::Digest as _;
 use std::sync::Arc;
 
 /// Why an account or session operation failed.
@@ -373,7 +374,45 @@ pub fn identity_of(account: &Account, amr: &str, now: i64) -> Identity {
         amr: vec![amr.to_owned()],
         provider: None,
         id_token: None,
+        credential: credential_of(account, amr),
     }
+}
+
+/// The digest that binds a local sign-in to the credential it used: the
+/// PIN's hash for `amr` `pin`, else the password's. Each hash has its own
+/// random salt, so setting a credential again (even to the same secret)
+/// changes it.
+fn credential_of(account: &Account, amr: &str) -> Option<String> {
+    let hash = if amr == "pin" {
+        account.pin_hash.as_deref()?
+    } else {
+        account.password_hash.as_str()
+    };
+    if hash.is_empty() {
+        return None;
+    }
+    let mut h = sha2::Sha256::new();
+    h.update(b"cheq credential\0");
+    h.update(hash.as_bytes());
+    Some(crate::sign::b64::encode(&h.finalize()[..16]))
+}
+
+/// Whether the sign-in `who` still stands (§10: a token is bound to the
+/// credential it was issued for, and so is a session): for a local account,
+/// while the account exists and its credential is the one signed in with.
+/// A sign-in at an identity provider is the provider's to end.
+pub fn credential_holds(accounts: &dyn Accounts, who: &Identity) -> Result<bool, StoreError> {
+    if who.provider.is_some() {
+        return Ok(true);
+    }
+    let Some(bound) = &who.credential else {
+        return Ok(false);
+    };
+    let amr = who.amr.first().map(String::as_str).unwrap_or("pwd");
+    Ok(accounts
+        .get(&who.sub)?
+        .and_then(|a| credential_of(&a, amr))
+        .is_some_and(|now| crate::sign::same_secret(now.as_bytes(), bound.as_bytes())))
 }
 
 #[cfg(test)]

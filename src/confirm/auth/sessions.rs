@@ -94,6 +94,21 @@ impl SessionService {
         let expected = self.csrf_token(session_id);
         !expected.is_empty() && crate::sign::same_secret(expected.as_bytes(), token.as_bytes())
     }
+
+    /// The tag that a user's own `POST` of `resource_uri` (§2) gives the
+    /// sign-in that follows it, bound to the browser's pre-login cookie
+    /// value: with it the sign-in goes on to start the confirmation, which a
+    /// link (a `GET`) never does. The NUL separators keep it apart from any
+    /// session's CSRF token (session ids are base64url).
+    pub fn start_tag(&self, pre_login_id: &str, resource_uri: &str) -> String {
+        self.csrf_token(&format!("start\0{pre_login_id}\0{resource_uri}"))
+    }
+
+    /// Did this browser's own `POST` of `resource_uri` give `tag`? (constant time)
+    pub fn check_start_tag(&self, pre_login_id: &str, resource_uri: &str, tag: &str) -> bool {
+        let expected = self.start_tag(pre_login_id, resource_uri);
+        !expected.is_empty() && crate::sign::same_secret(expected.as_bytes(), tag.as_bytes())
+    }
 }
 
 #[cfg(test)]
@@ -136,5 +151,19 @@ mod tests {
         assert_ne!(s.csrf_token("session two"), expected);
         let other = SessionService::new(store.sessions.clone(), vec![8; 32], 100);
         assert!(!other.check_csrf("session one", &expected));
+    }
+
+    /// A start tag holds for its browser and its URI only, and is never a
+    /// CSRF token.
+    #[test]
+    fn a_start_tag_is_bound_to_the_browser_and_the_uri() {
+        let (_dir, store) = store();
+        let s = SessionService::new(store.sessions.clone(), vec![9; 32], 100);
+        let tag = s.start_tag("browser-a", "http://rs/cheq/1");
+        assert!(s.check_start_tag("browser-a", "http://rs/cheq/1", &tag));
+        assert!(!s.check_start_tag("browser-b", "http://rs/cheq/1", &tag));
+        assert!(!s.check_start_tag("browser-a", "http://rs/cheq/2", &tag));
+        assert!(!s.check_start_tag("browser-a", "http://rs/cheq/1", ""));
+        assert!(!s.check_csrf("browser-a", &tag));
     }
 }

@@ -29,6 +29,8 @@ pub const MAX_BACKOFF_SECS: i64 = 30;
 const MAX_DELIVERIES_PER_ROUND: usize = 32;
 /// How long a leased delivery is the worker's alone.
 pub const LEASE_SECS: i64 = 30;
+/// How often the delivery worker reads the outbox's size for the metrics.
+pub const OUTBOX_SUMMARY_SECS: i64 = 15;
 
 /// Seconds before the next delivery attempt: 1, 2, 4, … capped at 30.
 pub fn backoff(attempts: u32) -> i64 {
@@ -244,11 +246,18 @@ impl Cs {
         self.wake.notify_one();
     }
 
-    /// Delivers pending decisions whose time has come, forever: started with
+    /// Delivers pending decisions whose time has come, forever (and reads
+    /// the outbox's size for the metrics now and then): started with
     /// the server, so decisions left pending by a previous run go out too.
     pub async fn run_deliveries(self: Arc<Self>) {
+        let mut summarised_at: Option<i64> = None;
         loop {
             let now = self.clock.now().timestamp();
+            if summarised_at.map_or(true, |t| now - t >= OUTBOX_SUMMARY_SECS || now < t) {
+                summarised_at = Some(now);
+                let cs = self.clone();
+                let _ = tokio::task::spawn_blocking(move || cs.summarise_outbox()).await;
+            }
             let due = self
                 .store
                 .records

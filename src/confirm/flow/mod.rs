@@ -132,7 +132,13 @@ pub struct Cs {
     delivery_locks: Vec<tokio::sync::Mutex<()>>,
     wake: tokio::sync::Notify,
     metrics: crate::metrics::CsMetrics,
+    /// When the oldest pending delivery was decided, as the delivery worker
+    /// last read the outbox ([`NO_PENDING`] when none was).
+    oldest_pending_at: std::sync::atomic::AtomicI64,
 }
+
+/// `oldest_pending_at` when the outbox held nothing pending.
+const NO_PENDING: i64 = i64::MIN;
 
 impl std::fmt::Debug for Cs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -191,25 +197,41 @@ impl Cs {
                 .collect(),
             wake: tokio::sync::Notify::new(),
             metrics: crate::metrics::CsMetrics::new(),
+            oldest_pending_at: std::sync::atomic::AtomicI64::new(NO_PENDING),
         })
     }
 
-    /// What this instance counted, with the outbox read from the store
-    /// (`GET /metrics`). Blocking: it reads the store.
+    /// What this instance counted, and the outbox as the delivery worker
+    /// last read it (`GET /metrics`). Reads no store: a scrape costs the
+    /// same whatever the outbox holds and however often it comes.
     pub fn metrics_text(&self) -> String {
+        let oldest = self
+            .oldest_pending_at
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let age = if oldest == NO_PENDING {
+            0
+        } else {
+            (self.clock.now().timestamp() - oldest).max(0)
+        };
+        self.metrics.oldest_pending_age.set(age);
+        self.metrics.render()
+    }
+
+    /// Reads the outbox's size and oldest pending decision into the
+    /// metrics (the delivery worker, every [`deliver::OUTBOX_SUMMARY_SECS`]).
+    pub(crate) fn summarise_outbox(&self) {
         match self.store.records.pending_summary() {
             Ok((n, oldest)) => {
-                let now = self.clock.now().timestamp();
                 self.metrics
                     .deliveries_pending
                     .set(i64::try_from(n).unwrap_or(i64::MAX));
-                self.metrics
-                    .oldest_pending_age
-                    .set(oldest.map_or(0, |t| (now - t).max(0)));
+                self.oldest_pending_at.store(
+                    oldest.unwrap_or(NO_PENDING),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
             }
             Err(e) => log::warn!("metrics: cannot read the delivery outbox: {e}"),
         }
-        self.metrics.render()
     }
 
     /// The metrics this instance counts.

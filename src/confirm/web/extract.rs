@@ -40,7 +40,18 @@ fn visitor(req: &HttpRequest) -> Result<Visitor, CsError> {
     };
     let id = cookie.value().to_owned();
     let now = state.cs.now().timestamp();
-    Ok(Visitor(state.sessions.get(&id, now)?.map(|s| (id, s))))
+    let Some(session) = state.sessions.get(&id, now)? else {
+        return Ok(Visitor(None));
+    };
+    // A sign-in whose credential has changed since (a new password) is
+    // over: its session ends here, on whichever instance sees it first.
+    if let Some(who) = &session.identity {
+        if !crate::confirm::auth::credential_holds(&*state.accounts, who)? {
+            state.sessions.remove(&id)?;
+            return Ok(Visitor(None));
+        }
+    }
+    Ok(Visitor(Some((id, session))))
 }
 
 impl FromRequest for Visitor {

@@ -81,8 +81,14 @@ pub(super) async fn home(
         .resource_uri
         .map(|u| u.trim().to_owned())
         .filter(|u| !u.is_empty());
+    let mut asker = None;
     if let Some(uri) = &given {
         state.cs.check_registered(uri)?;
+        // A registered URI is on its RS's origin (§2), the one the
+        // confirmation page names as the requester.
+        asker = url::Url::parse(uri)
+            .ok()
+            .map(|u| u.origin().ascii_serialization());
         if !visitor.signed_in() {
             let query =
                 serde_urlencoded::to_string([("resource_uri", uri.as_str())]).unwrap_or_default();
@@ -97,12 +103,14 @@ pub(super) async fn home(
         user: user.as_deref(),
         csrf,
         resource_uri: given.as_deref().unwrap_or(""),
+        asker: asker.as_deref(),
     };
     Ok(html(StatusCode::OK, render(&page)?))
 }
 
 pub(super) async fn start_confirmation(
     state: web::Data<CsState>,
+    req: HttpRequest,
     visitor: Visitor,
     query: web::Query<StartForm>,
     body: web::Bytes,
@@ -117,20 +125,80 @@ pub(super) async fn start_confirmation(
         .or_else(|| query.into_inner().resource_uri)
         .filter(|u| !u.trim().is_empty())
         .ok_or_else(|| CsError::BadRequest("the field resource_uri is missing".into()))?;
-    begin(&state, &visitor, &uri)
+    begin(&state, &req, &visitor, &uri)
 }
 
 /// §2: a registered resource URI → 303 to its page, through login if needed.
-fn begin(state: &CsState, visitor: &Visitor, uri: &str) -> Page {
+fn begin(state: &CsState, req: &HttpRequest, visitor: &Visitor, uri: &str) -> Page {
     if !visitor.signed_in() {
         // Refuse an unregistered URI at once, but store nothing for a
-        // visitor who has not signed in: come back here after login.
+        // visitor who has not signed in. The sign-in that follows carries
+        // this POST (a tag bound to the browser's pre-login cookie) and
+        // goes on to the page; see `after_sign_in`.
         state.cs.check_registered(uri)?;
-        let query = serde_urlencoded::to_string([("resource_uri", uri.trim())]).unwrap_or_default();
-        return Ok(to_login(&format!("{}?{query}", state.start_path)));
+        let (pre_login, fresh) = match super::extract::pre_login_id(req) {
+            Some(id) => (id, false),
+            None => (crate::sign::b64::encode(rand::random::<[u8; 32]>()), true),
+        };
+        let uri = uri.trim();
+        let query = serde_urlencoded::to_string([
+            ("resource_uri", uri),
+            (START_TAG, &state.sessions.start_tag(&pre_login, uri)),
+        ])
+        .unwrap_or_default();
+        let mut res = to_login(&format!("{}?{query}", state.start_path));
+        if fresh {
+            res.add_cookie(&session_cookie(state, &pre_login))
+                .map_err(|e| CsError::Internal(e.to_string()))?;
+        }
+        return Ok(res);
     }
     let id = state.cs.start(uri)?;
     Ok(see_other(&format!("/c/{id}")))
+}
+
+/// The query member of a start link that carries the user's own `POST`
+/// through sign-in.
+const START_TAG: &str = "started";
+
+/// §2: where a sign-in goes on to. A sign-in that followed the user's own
+/// `POST` of a resource URI in this browser (its `next` is the start link
+/// with that POST's tag) starts the confirmation and goes to its page, so no
+/// second click is needed; anything else goes to `next`. A start that fails
+/// now (the store, a URI no longer registered) goes to `next` as well, whose
+/// page then says what is wrong.
+pub(super) fn after_sign_in(state: &CsState, pre_login_id: Option<&str>, next: &str) -> String {
+    let started = || -> Option<String> {
+        let pre_login = pre_login_id?;
+        let (path, query) = next.split_once('?')?;
+        if path != state.start_path {
+            return None;
+        }
+        let mut uri = None;
+        let mut tag = None;
+        for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+            match &*k {
+                "resource_uri" => uri = Some(v.into_owned()),
+                START_TAG => tag = Some(v.into_owned()),
+                _ => {}
+            }
+        }
+        let (uri, tag) = (uri?, tag?);
+        if !state.sessions.check_start_tag(pre_login, &uri, &tag) {
+            return None;
+        }
+        match state.cs.start(&uri) {
+            Ok(id) => Some(format!("/c/{id}")),
+            Err(e) => {
+                tracing::info!(
+                    "a confirmation could not be started after sign-in: {}",
+                    crate::text::one_line(&e.to_string())
+                );
+                None
+            }
+        }
+    };
+    started().unwrap_or_else(|| next.to_owned())
 }
 
 #[derive(serde::Deserialize)]
@@ -287,7 +355,7 @@ pub(super) async fn login(
     let id = state
         .sessions
         .create(Some(identity_of(&account, "pwd", t)), t)?;
-    let mut res = see_other(&next);
+    let mut res = see_other(&after_sign_in(&state, Some(&old_id), &next));
     res.add_cookie(&session_cookie(&state, &id))
         .map_err(|e| CsError::Internal(e.to_string()))?;
     Ok(res)

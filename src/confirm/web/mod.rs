@@ -225,11 +225,7 @@ async fn metrics(state: web::Data<CsState>, req: HttpRequest) -> HttpResponse {
     if let Some(refused) = crate::httpkit::metrics_refused(state.metrics_token.as_ref(), &req) {
         return refused;
     }
-    let cs = state.cs.clone();
-    let text = web::block(move || cs.metrics_text())
-        .await
-        .unwrap_or_default();
-    crate::httpkit::metrics_response(text)
+    crate::httpkit::metrics_response(state.cs.metrics_text())
 }
 
 fn resource(path: &str) -> actix_web::Resource {

@@ -187,7 +187,13 @@ pub(super) async fn callback(
         "signed in with an identity provider as {}",
         account.username
     );
-    let mut res = see_other(&safe_next(Some(pending.next())));
+    let next = safe_next(Some(pending.next()));
+    let pre_login = super::extract::pre_login_id(&req);
+    let mut res = see_other(&super::handlers::after_sign_in(
+        &state,
+        pre_login.as_deref(),
+        &next,
+    ));
     res.add_cookie(&session_cookie(&state, &id))
         .map_err(|e| CsError::Internal(e.to_string()))?;
     let mut gone = Cookie::build(pending_cookie_name(state.secure_cookies), "")

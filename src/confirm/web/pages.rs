@@ -14,8 +14,10 @@ use indexmap::IndexMap;
 pub struct StartPage<'a> {
     pub user: Option<&'a str>,
     pub csrf: String,
-    /// The resource URI of a start link, filled into the form.
+    /// The resource URI of a start link, carried by the form.
     pub resource_uri: &'a str,
+    /// The origin of the resource server that asks (a start link's).
+    pub asker: Option<&'a str>,
 }
 
 #[derive(Template)]
