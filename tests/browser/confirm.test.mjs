@@ -181,7 +181,8 @@ test('alice accepts a booking in Chromium and the RS runs it', async () => {
   await page.fill('input[name=username]', 'alice');
   await page.fill('input[name=password]', password);
   await Promise.all([page.waitForNavigation(), page.click('button[type=submit], input[type=submit]')]);
-  await continueIfAsked(page);
+  // §2: the sign-in that followed the POST goes straight on to the page.
+  assert.ok(new URL(page.url()).pathname.startsWith('/c/'), page.url());
 
   const text = await page.textContent('body');
   for (const fact of ['UA23', '2026-12-08', 'BUSINESS', '1200', rs]) {

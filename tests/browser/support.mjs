@@ -41,12 +41,16 @@ export function launchChromium() {
   });
 }
 
-/** PROTOCOL.md §11: after sign-in the start link shows the filled-in start
- * form (a GET starts nothing); the user's click on Continue starts it. */
+/** PROTOCOL.md §11: after sign-in the start link shows one button that
+ * names who asks (a GET starts nothing); the user's click on Continue starts
+ * it. A sign-in that followed the user's own POST (§2) is already on the
+ * confirmation page, and nothing is asked. */
 export async function continueIfAsked(page) {
-  if (await page.$('form input#resource_uri')) {
-    const value = await page.inputValue('input#resource_uri');
-    if (!value) throw new Error('the start form is not filled in');
-    await Promise.all([page.waitForNavigation(), page.click('form:has(input#resource_uri) button[type=submit]')]);
+  if (await page.$('form#start input[name=resource_uri][type=hidden]')) {
+    const value = await page.getAttribute('form#start input[name=resource_uri]', 'value');
+    if (!value) throw new Error('the start form carries no resource URI');
+    const asker = await page.textContent('p .origin');
+    if (!asker) throw new Error('the start page does not say who asks');
+    await Promise.all([page.waitForNavigation(), page.click('form#start button[type=submit]')]);
   }
 }
