@@ -142,6 +142,12 @@ fn tampered(doc: &str, i: Option<usize>, member: &str) -> String {
 
 #[test]
 fn node_jose_verifies_every_signature_of_our_decided_cheqs() {
+    if !cheq::testkit::can_run(
+        "the JOSE interop tests with node's jose",
+        &[cheq::testkit::Outside::Node("jose")],
+    ) {
+        return;
+    }
     let (rs_jwks, cs_jwks) = (fixture("rs.public.json"), fixture("cs.public.json"));
     for decision in [Decision::Accept, Decision::Reject] {
         let doc = our_decided(decision);
@@ -193,6 +199,12 @@ fn node_jose_verifies_every_signature_of_our_decided_cheqs() {
 
 #[test]
 fn node_jose_honours_crit() {
+    if !cheq::testkit::can_run(
+        "the JOSE interop tests with node's jose",
+        &[cheq::testkit::Outside::Node("jose")],
+    ) {
+        return;
+    }
     // A document whose resource header marks a parameter critical that
     // node's verifier was not told it understands: refused there.
     let made = node_sign(&["--break", "unknown-crit"], false);
@@ -223,6 +235,12 @@ fn node_jose_honours_crit() {
 /// with the two servers' published keys.
 #[actix_web::test]
 async fn node_jose_verifies_a_decision_of_a_running_cs() {
+    if !cheq::testkit::can_run(
+        "the JOSE interop tests with node's jose",
+        &[cheq::testkit::Outside::Node("jose")],
+    ) {
+        return;
+    }
     let env = Env::start(Options {
         gateways: vec![Gateway::new("voice-gw", "voice-gateway-secret-0123")],
         ..Options::default()
@@ -321,6 +339,12 @@ fn cheq_verify(doc: &str, expect: Option<&str>) -> (Option<i32>, String, String)
 
 #[test]
 fn cheqs_node_signs_verify_here() {
+    if !cheq::testkit::can_run(
+        "the JOSE interop tests with node's jose",
+        &[cheq::testkit::Outside::Node("jose")],
+    ) {
+        return;
+    }
     let ctx = Context::at(Utc::now());
     for decision in ["accept", "reject"] {
         let made = node_sign(&["--decision", decision], true);
@@ -359,6 +383,12 @@ fn cheqs_node_signs_verify_here() {
 
 #[test]
 fn broken_cheqs_node_signs_are_refused_here() {
+    if !cheq::testkit::can_run(
+        "the JOSE interop tests with node's jose",
+        &[cheq::testkit::Outside::Node("jose")],
+    ) {
+        return;
+    }
     let ctx = Context::at(Utc::now());
     for (what, decided) in [
         ("unknown-crit", false),

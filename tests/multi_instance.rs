@@ -33,6 +33,15 @@ use serde_json::Value;
 use std::time::{Duration, Instant};
 
 /// The throwaway database of one test.
+/// Whether a PostgreSQL server is here for these tests (else they are
+/// skipped, saying so; `scripts/test` starts one).
+fn postgres() -> bool {
+    cheq::testkit::can_run(
+        "the multi-instance tests on PostgreSQL",
+        &[cheq::testkit::Outside::Postgres],
+    )
+}
+
 fn database(name: &str) -> String {
     cheq::store::pg::test_database(name).unwrap()
 }
@@ -210,6 +219,9 @@ impl Cluster {
 
 #[test]
 fn two_instances_of_each_server_keep_every_guarantee_on_one_database() {
+    if !postgres() {
+        return;
+    }
     let c = Cluster::new("multi");
     let cs_config = c.setup.path("cs.toml");
     // `cheq user add` writes to the database itself (no server yet, and
@@ -560,6 +572,9 @@ async fn timed_get(base: &str, path: &str) -> (u16, Duration) {
 
 #[test]
 fn readyz_follows_the_database_and_no_instance_exits_while_it_is_away() {
+    if !postgres() {
+        return;
+    }
     let (postgres, db) = OwnPostgres::start();
     let setup = Setup::new();
     let envs = [("CHEQ_DATABASE_URL", db.as_str())];
@@ -728,6 +743,9 @@ fn unrelated_ca() -> String {
 /// names `localhost` (not 127.0.0.1) and is signed by the cluster's own CA.
 #[test]
 fn postgresql_connections_are_encrypted_and_checked_as_sslmode_says() {
+    if !postgres() {
+        return;
+    }
     let db = database("tls_modes");
     let ca = cluster_ca();
     let other = unrelated_ca();
@@ -848,6 +866,9 @@ fn cheq_cli(args: &[&str], envs: &[(&str, &str)]) -> (bool, String) {
 
 #[test]
 fn cheq_migrate_applies_the_schema_of_the_server_a_configuration_names() {
+    if !postgres() {
+        return;
+    }
     let setup = Setup::new();
     let db = database("migrate_cli");
     let envs = [("CHEQ_DATABASE_URL", db.as_str())];
@@ -925,6 +946,9 @@ fn cheq_migrate_applies_the_schema_of_the_server_a_configuration_names() {
 
 #[test]
 fn the_demo_runs_on_postgresql() {
+    if !postgres() {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let db = database("demo");
     // Over TLS, the server's certificate checked against the cluster's CA

@@ -110,6 +110,12 @@ fn the_voice_text_reads_every_fact_speakably() {
 
 #[test]
 fn the_ssml_is_well_formed_and_marks_characters_dates_and_money() {
+    if !cheq::testkit::can_run(
+        "the voice tests that parse SSML with Python",
+        &[cheq::testkit::Outside::Python("xml.dom.minidom")],
+    ) {
+        return;
+    }
     let v = flight();
     let s = &v.voice().ssml;
     well_formed_xml(s).unwrap();
@@ -134,6 +140,12 @@ fn the_ssml_is_well_formed_and_marks_characters_dates_and_money() {
 
 #[test]
 fn values_that_look_like_markup_are_escaped() {
+    if !cheq::testkit::can_run(
+        "the voice tests that parse SSML with Python",
+        &[cheq::testkit::Outside::Python("xml.dom.minidom")],
+    ) {
+        return;
+    }
     let v = view_of(
         json!([{"parameter name": "memo", "parameter value": "<break time=\"9s\"/> & </speak>"}]),
         "Send <b>note</b>",
@@ -148,6 +160,12 @@ fn values_that_look_like_markup_are_escaped() {
 
 #[test]
 fn deceptive_text_is_warned_about_in_both_views() {
+    if !cheq::testkit::can_run(
+        "the voice tests that parse SSML with Python",
+        &[cheq::testkit::Outside::Python("xml.dom.minidom")],
+    ) {
+        return;
+    }
     let v = view_of(
         json!([
             {"parameter name": "payee", "parameter value": "Acme \u{202E}gnp.exe"},
@@ -235,6 +253,12 @@ fn names_and_descriptions_never_supply_a_currency() {
 /// name or description claims; the page and the voice both carry it.
 #[test]
 fn parameter_unit_names_the_currency_or_unit() {
+    if !cheq::testkit::can_run(
+        "the voice tests that parse SSML with Python",
+        &[cheq::testkit::Outside::Python("xml.dom.minidom")],
+    ) {
+        return;
+    }
     let v = view_of(
         json!([
             {"parameter name": "料金 (円)", "parameter value": "120000", "parameter unit": "JPY"},
@@ -355,6 +379,12 @@ fn wav_info(bytes: &[u8]) -> (u32, u16, u16, usize) {
 
 #[test]
 fn espeak_ng_speaks_the_ssml() {
+    if !cheq::testkit::can_run(
+        "the speech test with espeak-ng",
+        &[cheq::testkit::Outside::Program("espeak-ng")],
+    ) {
+        return;
+    }
     let v = flight();
     let dir = tempfile::tempdir().unwrap();
     let ssml = dir.path().join("view.ssml");

@@ -691,9 +691,21 @@ pub fn fresh_database(base_url: &str, prefix: &str) -> Result<String, StoreError
     Ok(url.to_string())
 }
 
-/// The environment variable naming the PostgreSQL server the tests and
-/// benchmarks use (`scripts/pg start` prints it; `scripts/test` sets it).
-pub const TEST_DATABASE_ENV: &str = "CHEQ_TEST_DATABASE_URL";
+pub use crate::testkit::TEST_DATABASE_ENV;
+
+/// A fresh database on the test server of [`TEST_DATABASE_ENV`], or `None`
+/// when there is none and the tests of `prefix` are skipped (see
+/// [`crate::testkit::can_run`]).
+pub fn test_database_or_skip(prefix: &str) -> Option<String> {
+    use crate::testkit::{can_run, Outside};
+    if !can_run("the PostgreSQL tests", &[Outside::Postgres]) {
+        return None;
+    }
+    match test_database(prefix) {
+        Ok(url) => Some(url),
+        Err(e) => panic!("a test database for {prefix}: {e}"),
+    }
+}
 
 /// A fresh database on the test server of [`TEST_DATABASE_ENV`].
 pub fn test_database(prefix: &str) -> Result<String, String> {
