@@ -10,6 +10,7 @@
 //!
 //! The CHEQ is a realistic booking (support/fixture.rs). Criterion's "thrpt"
 //! line is operations per second.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 #[path = "support/fixture.rs"]
 mod fixture;

@@ -17,6 +17,7 @@
 //! It prints one JSON line last: the honest login's latency before and
 //! during the flood, the answers to the flood by status, and the memory
 //! before, at the end of the flood and after settling.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

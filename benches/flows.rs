@@ -24,6 +24,7 @@
 //! `CHEQ_BENCH_CS` may name several CS instances (comma-separated, on one
 //! PostgreSQL database): the browsers are spread over them, all with the one
 //! session signed in at the first.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

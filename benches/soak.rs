@@ -17,6 +17,7 @@
 //!    the soak began.
 //!
 //! The last line is one JSON object with the figures BENCHMARKS.md quotes.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};

@@ -10,6 +10,7 @@
 //! PostgreSQL one in a fresh database of `CHEQ_TEST_DATABASE_URL`
 //! (`scripts/bench` starts a throwaway server; without it, PostgreSQL is
 //! skipped with a note).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::time::{Duration, Instant};
 

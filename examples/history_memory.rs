@@ -9,6 +9,7 @@
 //! `CHEQ_ROUND`, `CHEQ_KEEP` change the run; `CHEQ_DATABASE_URL` runs it on
 //! PostgreSQL). Each round also says how long its collection took.
 #![forbid(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use cheq::cheq::{Channel, Decision};
 use cheq::store::cs::{DecisionRecord, Delivery};

@@ -4,6 +4,7 @@
 //! the one `benches/core.rs` measures.
 //!
 //! usage: instructions raw-countersign|countersign|raw-verify2|verify-decision [N]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 #[path = "../benches/support/fixture.rs"]
 mod fixture;

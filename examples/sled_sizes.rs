@@ -8,6 +8,7 @@
 //! sled splits a node it walks through when the node is past its split
 //! rule, so a build with other rules writes to the database it reads (and a
 //! build that knows fewer kinds of log entry cannot read it).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::os::unix::fs::MetadataExt;
 

@@ -5,9 +5,9 @@
 //! `PROTOCOL.md` (version 1).
 //!
 //! Layout by role:
-//! - [`cheq`]: the CHEQ object and URI pack, and their validation (§1, §4). No I/O.
-//! - [`sign`]: keys, trust, JWS General JSON Serialization, signing,
-//!   countersigning and verification (§5, §9). No I/O.
+//! - [`cheq`] and [`sign`]: the signing core, the crate `cheq-core`
+//!   (re-exported here): the CHEQ object and URI pack (§1, §4); keys, trust,
+//!   JWS, signing, countersigning and verification (§5, §9). No I/O.
 //! - [`store`]: the durable replay store (§6).
 //! - [`confirm`]: the confirmation server (§2–§6, §8).
 //! - [`configfile`]: reading TOML configuration, errors naming the key.
@@ -19,11 +19,10 @@
 //! - [`text`]: making untrusted text safe for one line of a log.
 //! - [`testkit`]: the loopback CS + RS configurations of the tests, benches and demo.
 //! - [`cli`]: the `cheq` command line.
-#![forbid(unsafe_code)]
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub use cheq_core::{cheq, sign};
 
 pub mod bearer;
-pub mod cheq;
 pub mod cli;
 pub mod configfile;
 pub mod confirm;
@@ -35,7 +34,6 @@ pub mod metrics;
 pub mod peerkeys;
 pub mod recent;
 pub mod resource;
-pub mod sign;
 pub mod store;
 pub mod testkit;
 pub mod text;

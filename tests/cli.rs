@@ -2,6 +2,7 @@
 //!
 //! Inputs are built with the library itself; every time-dependent command gets
 //! `--now`, so the tests do not depend on the clock.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;

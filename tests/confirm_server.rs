@@ -4,6 +4,7 @@
 //! CSRF, security headers, history and evidence, rate limiting, and crash and
 //! restart of both servers as real processes. The harness is in
 //! `tests/common/mod.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! (`fuzz/seeds/`): the properties the fuzzers check hold on the realistic
 //! documents, as part of `cargo test`. The time-bounded runs are
 //! `scripts/fuzz check` (stable) and `scripts/fuzz run TARGET SECS`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 #[path = "../fuzz/targets/mod.rs"]
 mod targets;

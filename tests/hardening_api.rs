@@ -1,6 +1,7 @@
 //! The raw API's strictness (PROTOCOL.md §10): every answer under `/api/v1/`
 //! is JSON, the framework's own refusals included, and a voice decision must
 //! name the view it read.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

@@ -6,6 +6,7 @@
 //! 127.0.0.3, …), so the CS sees a stranger and the owner as two addresses.
 //! Everything runs in one test, in order, because it counts the argon2 checks
 //! the process makes.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

@@ -7,6 +7,7 @@
 //! - §3: the token endpoint's answer is read bounded (a 64 MiB answer is cut
 //!   off after 16 KiB, whether its length is announced or not), and concurrent
 //!   page loads of a fresh CS make one token request between them.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! create in them 0600 (argon2 hashes of passwords and PINs, sealed-document
 //! keys, secrets, databases), and a server refuses to start in a data
 //! directory that is open to others. Real processes, started as a host would.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

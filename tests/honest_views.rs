@@ -11,6 +11,7 @@
 //! The CHEQs with chosen dates come from a small stand-in resource server,
 //! registered at the CS and signing with the reference RS's key (which the CS
 //! trusts for it). The harness is in `tests/common/mod.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

@@ -5,6 +5,7 @@
 //! must verify with joserfc (`tests/interop/verify.py`). The Python side is
 //! installed by `tests/interop/install.sh`, which the test command runs; when it
 //! is missing these tests fail rather than skip.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use cheq::sign::{
     countersign, sign_resource, verify_decision, verify_resource, Channel, Context, Decision,

@@ -14,6 +14,7 @@
 //! node's side is installed by `tests/jose/install.sh` (jose pinned at
 //! 6.2.17), which the test command runs; when it is missing these tests fail
 //! rather than skip.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

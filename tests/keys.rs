@@ -7,6 +7,7 @@
 //! the system's, so that a `cheq keys` process (system time) acting "now"
 //! acts in the servers' past; moves of that clock stand for waiting.
 //! The harness is in `tests/common/mod.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

@@ -9,6 +9,7 @@
 //! with a sealed `requestState`). A bridge given `--token-file` serves only
 //! its bearer, to the SDK as to a raw request, and the CLI refuses to serve
 //! beyond loopback without one.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

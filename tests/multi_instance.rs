@@ -21,6 +21,7 @@
 //!   here run over `prefer`, encrypted): the demo runs over `verify-full`,
 //!   every connection of its servers encrypted, and a certificate that does
 //!   not check out is refused, whoever signed it or whatever name it bears.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

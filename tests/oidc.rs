@@ -3,6 +3,7 @@
 //! a provider that misbehaves on purpose (`tests/oidc/rogue.mjs`, signing
 //! with node's jose) as real processes on loopback. A browser is played by a
 //! reqwest client with a cookie jar that follows no redirect by itself.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

@@ -17,6 +17,7 @@
 //!     uses it), and every status met is described for its route.
 //!
 //! The harness is in `tests/common/mod.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

@@ -4,6 +4,7 @@
 //! document for the nonce is a replay), and its collection of expired state.
 //! The crash is simulated by writing, through the store's traits, exactly
 //! what the interrupted steps had written.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use cheq::cheq::Cheq;
 use cheq::keyring::KeyRing;

@@ -1,6 +1,7 @@
 //! The reference resource server on real sockets: A2T tools, URI pack (§1),
 //! fetch (§3), decision and replay (§6), result (§7), collected values (§8),
 //! expiry, restart persistence, the token endpoint.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use actix_web::web;
 use cheq::cheq::UriPack;

@@ -1,5 +1,6 @@
 //! RFC 8037 Appendix A.4: the signing core reproduces the published Ed25519 JWS
 //! for the published key and payload, byte for byte (and A.5: verifies it).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use cheq::sign::{assemble, b64, sign_entry, PublicKey, SigningKey};
 

@@ -1,5 +1,6 @@
 //! The signing core against PROTOCOL.md §5: the happy path, then one negative
 //! test per verification rule, each asserting the exact error variant.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use cheq::sign::{
     assemble, b64, countersign, sign_entry, sign_resource, verify_decision, verify_own_decision,

@@ -3,6 +3,7 @@
 //! so that every backend runs the same checks (today: sled, on real files in
 //! temporary directories), then what only a real database can show:
 //! reopening keeps everything.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use cheq::cheq::{Channel, Decision};
 use cheq::store::cs::{

@@ -4,6 +4,7 @@
 //! real files in temporary directories), then what only a real database can
 //! show: reopening keeps everything, and records the RS wrote before the
 //! traits existed still read.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use cheq::cheq::Decision;
 use cheq::store::rs::{CheqRecord, CheqState, Execution, RsStore, Transition};

@@ -1,5 +1,6 @@
 //! Tests of the sled replay store (`PROTOCOL.md` §6) on real files in temporary
 //! directories. No mocks.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::sync::{Arc, Barrier};
 

@@ -6,6 +6,7 @@
 //! collection of private data (§8) through the API and through the HTML form,
 //! with a scan of the CS data directory for the private values afterwards.
 //! The harness is in `tests/common/mod.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! The voice view (PROTOCOL.md §10) and deceptive-text warnings, from a real
 //! signed and verified CHEQ; the SSML is rendered to audio by a real speech
 //! synthesiser (Debian's espeak-ng, installed by tests/voice/install.sh).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use cheq::confirm::view::CheqView;
 use cheq::sign::{sign_resource, verify_resource, Context, Jwks, SigningKey, TrustStore};

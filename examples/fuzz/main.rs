@@ -19,6 +19,7 @@
 //! Environment: `CHEQ_FUZZ_SEED` (the mutation RNG's seed; printed),
 //! `CHEQ_FUZZ_HANG_SECS` (the hang limit per input, default 10),
 //! `CHEQ_FUZZ_REGISTRY_STRICT=0` turns off (see fuzz/targets/registry.rs).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 #[path = "../../fuzz/targets/mod.rs"]
 mod targets;

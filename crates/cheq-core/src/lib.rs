@@ -1,0 +1,16 @@
+//! # cheq-core
+//!
+//! The signing core of CHEQ, the protocol by which a human confirms, outside
+//! the AI agent, an action the agent wants to take (`docs/PROTOCOL.md`,
+//! version 1). It is what a resource server written in Rust, or an offline
+//! verifier, depends on: no I/O, no async runtime, no HTTP (the compiler
+//! holds it to that: none of those crates is a dependency).
+//!
+//! - [`cheq`]: the CHEQ object and URI pack, the strict JSON reader, and
+//!   their validation (§1, §4); the protocol words as types.
+//! - [`sign`]: keys and trust, JWS General JSON Serialization, signing,
+//!   countersigning and the verification pipeline (§5, §9).
+#![forbid(unsafe_code)]
+
+pub mod cheq;
+pub mod sign;
