@@ -33,9 +33,17 @@ pub const SERVERS: &[(&str, &str)] = &[
     ("https://bank.example", "/"),
 ];
 
-fn registry() -> &'static Registry {
-    static R: OnceLock<Registry> = OnceLock::new();
-    R.get_or_init(|| Registry::new(SERVERS.iter().copied()))
+/// The registry of [`SERVERS`], each valued with its position.
+fn registry() -> &'static Registry<usize> {
+    static R: OnceLock<Registry<usize>> = OnceLock::new();
+    R.get_or_init(|| {
+        Registry::new(
+            SERVERS
+                .iter()
+                .enumerate()
+                .map(|(i, (origin, prefix))| (*origin, *prefix, i)),
+        )
+    })
 }
 
 /// Is the STRICT property checked?
@@ -47,7 +55,7 @@ pub fn strict() -> bool {
 pub fn run(data: &[u8]) -> u64 {
     let text = String::from_utf8_lossy(data);
     let r = registry();
-    let found = r.find(&text);
+    let found = r.find(&text).map(|i| **i);
     if let Ok(i) = found {
         check_accepted(&text, i);
         if strict() {
@@ -61,7 +69,7 @@ pub fn run(data: &[u8]) -> u64 {
     let pick = (super::fnv(data) % SERVERS.len() as u64) as usize;
     let (origin, prefix) = SERVERS[pick];
     let plain = format!("{origin}{prefix}confirmations/{token}");
-    assert_eq!(r.find(&plain), Ok(pick), "{plain} refused");
+    assert_eq!(r.find(&plain).map(|i| **i), Ok(pick), "{plain} refused");
     let path = url::Url::parse(&text)
         .map(|u| u.path().to_owned())
         .unwrap_or_default();
@@ -126,7 +134,7 @@ pub fn escapes_prefix(uri: &str, i: usize) -> Option<String> {
 pub fn run_strict(uri: &[u8]) -> Result<(), String> {
     let text = String::from_utf8_lossy(uri);
     match registry().find(&text) {
-        Ok(i) => escapes_prefix(&text, i).map_or(Ok(()), Err),
+        Ok(i) => escapes_prefix(&text, **i).map_or(Ok(()), Err),
         Err(_) => Ok(()),
     }
 }

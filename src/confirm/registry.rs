@@ -16,17 +16,20 @@
 //! or is `.` or `..` (also before a `;` parameter).
 
 use crate::cheq::uri::parse_cheq_uri;
+use std::sync::Arc;
 use url::Url;
 
 /// How many rounds of percent-decoding a path may take before it stops
 /// changing; `%25252f` (three rounds) is already more than any honest URI has.
 const MAX_DECODING_ROUNDS: usize = 3;
 
-/// One registered resource server, as the registry sees it.
-#[derive(Debug, Clone)]
-pub struct Registered {
+/// One registered resource server: where its URIs are, and what the caller
+/// keeps for it (for the CS, its client, keys and settings).
+#[derive(Debug)]
+struct Registered<T> {
     origin: Url,
     path_prefix: String,
+    value: Arc<T>,
 }
 
 /// Why a resource URI is refused.
@@ -40,37 +43,48 @@ pub enum RegistryError {
     UnsafePath { uri: String, reason: &'static str },
 }
 
-/// The registered resource servers, in configuration order.
-#[derive(Debug, Clone, Default)]
-pub struct Registry {
-    entries: Vec<Registered>,
+/// The registered resource servers, in configuration order, each with its
+/// value: a look-up gives the resource server itself, not a position in
+/// lists kept beside the registry.
+#[derive(Debug)]
+pub struct Registry<T> {
+    entries: Vec<Registered<T>>,
 }
 
-impl Registry {
-    /// Builds the registry from `(origin, path_prefix)` pairs (already validated
-    /// by the configuration).
-    pub fn new<'a>(servers: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+impl<T> Default for Registry<T> {
+    fn default() -> Self {
+        Registry {
+            entries: Vec::new(),
+        }
+    }
+}
+
+impl<T> Registry<T> {
+    /// Builds the registry from `(origin, path_prefix, value)` triples, the
+    /// origins and prefixes already validated by the configuration.
+    pub fn new<'a>(servers: impl IntoIterator<Item = (&'a str, &'a str, T)>) -> Self {
         let entries = servers
             .into_iter()
-            .filter_map(|(origin, prefix)| {
+            .filter_map(|(origin, prefix, value)| {
                 Url::parse(origin).ok().map(|origin| Registered {
                     origin,
                     path_prefix: prefix.to_owned(),
+                    value: Arc::new(value),
                 })
             })
             .collect();
         Registry { entries }
     }
 
-    /// Each registered resource server's origin, in order.
-    pub fn origins(&self) -> impl Iterator<Item = String> + '_ {
+    /// Each registered resource server's origin and value, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (String, &Arc<T>)> + '_ {
         self.entries
             .iter()
-            .map(|r| r.origin.origin().ascii_serialization())
+            .map(|r| (r.origin.origin().ascii_serialization(), &r.value))
     }
 
-    /// The index of the resource server `resource_uri` belongs to.
-    pub fn find(&self, resource_uri: &str) -> Result<usize, RegistryError> {
+    /// The resource server `resource_uri` belongs to.
+    pub fn find(&self, resource_uri: &str) -> Result<&Arc<T>, RegistryError> {
         let unsafe_path = |reason| RegistryError::UnsafePath {
             uri: resource_uri.to_owned(),
             reason,
@@ -93,7 +107,7 @@ impl Registry {
         let decoded = decoded_path(url.path()).map_err(unsafe_path)?;
         self.entries
             .iter()
-            .position(|r| {
+            .find(|r| {
                 r.origin.scheme() == url.scheme()
                     && r.origin.host() == url.host()
                     && r.origin.port_or_known_default() == url.port_or_known_default()
@@ -102,6 +116,7 @@ impl Registry {
                     && decoded.starts_with(&r.path_prefix)
                     && decoded.len() > r.path_prefix.len()
             })
+            .map(|r| &r.value)
             .ok_or_else(|| RegistryError::NotRegistered(resource_uri.to_owned()))
     }
 }
@@ -185,10 +200,11 @@ fn percent_decode(bytes: &[u8]) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    fn registry() -> Registry {
+    /// Two resource servers, whose values are their positions.
+    fn registry() -> Registry<usize> {
         Registry::new([
-            ("https://api.airline.example", "/cheq/"),
-            ("http://127.0.0.1:8081", "/cheq/"),
+            ("https://api.airline.example", "/cheq/", 0),
+            ("http://127.0.0.1:8081", "/cheq/", 1),
         ])
     }
 
@@ -196,13 +212,16 @@ mod tests {
     fn registered_uris_are_found() {
         let r = registry();
         assert_eq!(
-            r.find("https://api.airline.example/cheq/confirmations/abc")
+            **r.find("https://api.airline.example/cheq/confirmations/abc")
                 .unwrap(),
             0
         );
-        assert_eq!(r.find("https://api.airline.example:443/cheq/x").unwrap(), 0);
         assert_eq!(
-            r.find("http://127.0.0.1:8081/cheq/confirmations/x?y=1")
+            **r.find("https://api.airline.example:443/cheq/x").unwrap(),
+            0
+        );
+        assert_eq!(
+            **r.find("http://127.0.0.1:8081/cheq/confirmations/x?y=1")
                 .unwrap(),
             1
         );
@@ -286,11 +305,20 @@ mod tests {
     fn the_prefix_is_checked_on_the_decoded_path() {
         let r = registry();
         // Honest encodings inside a segment stay acceptable …
-        assert_eq!(r.find("https://api.airline.example/cheq/a%20b").unwrap(), 0);
-        assert_eq!(r.find("https://api.airline.example/cheq/a%2Bb").unwrap(), 0);
-        assert_eq!(r.find("https://api.airline.example/cheq/a%25b").unwrap(), 0);
         assert_eq!(
-            r.find("https://api.airline.example/cheq/x.y/..z").unwrap(),
+            **r.find("https://api.airline.example/cheq/a%20b").unwrap(),
+            0
+        );
+        assert_eq!(
+            **r.find("https://api.airline.example/cheq/a%2Bb").unwrap(),
+            0
+        );
+        assert_eq!(
+            **r.find("https://api.airline.example/cheq/a%25b").unwrap(),
+            0
+        );
+        assert_eq!(
+            **r.find("https://api.airline.example/cheq/x.y/..z").unwrap(),
             0
         );
         // … and the prefix must hold as written and as the RS reads it.

@@ -4,7 +4,7 @@
 use super::auth::{Limiter, LocalLogin, SessionService};
 use super::config::{ConfigError, CsConfig};
 use super::fetch::RsClient;
-use super::flow::{Cs, Deps};
+use super::flow::{Cs, Deps, RegisteredRs};
 use super::registry::Registry;
 use super::web::{configure, security_headers, CsState};
 use crate::httpkit::{spawn_periodic, COLLECT_EVERY};
@@ -58,27 +58,27 @@ pub async fn build_state(
         clock.clone(),
     )?;
     keys.signer()?;
-    let mut peers = Vec::new();
-    let mut clients = Vec::new();
+    let mut registered = Vec::new();
     for (i, rs) in config.resource_servers.iter().enumerate() {
-        let peer = PeerKeys::new(rs.jwks.as_deref(), rs.jwks_uri.as_deref(), clock.clone())
+        let keys = PeerKeys::new(rs.jwks.as_deref(), rs.jwks_uri.as_deref(), clock.clone())
             .map_err(|e| ServerError::Jwks {
                 index: i,
                 message: e.to_string(),
             })?;
-        peer.prefetch();
-        peers.push(peer);
-        clients.push(
-            RsClient::new(&rs.token_url, &rs.client_id, &rs.client_secret)
-                .map_err(|message| ServerError::RsClient { index: i, message })?,
-        );
+        keys.prefetch();
+        let client = RsClient::new(&rs.token_url, &rs.client_id, &rs.client_secret)
+            .map_err(|message| ServerError::RsClient { index: i, message })?;
+        registered.push((
+            rs.origin.as_str(),
+            rs.path_prefix.as_str(),
+            RegisteredRs {
+                client,
+                keys,
+                max_auth_age: config.max_auth_age(i),
+            },
+        ));
     }
-    let registry = Registry::new(
-        config
-            .resource_servers
-            .iter()
-            .map(|r| (r.origin.as_str(), r.path_prefix.as_str())),
-    );
+    let registry = Registry::new(registered);
     let secret = match &config.session_secret {
         Some(s) => s.as_bytes().to_vec(),
         None => load_or_create_secret(&config.data_dir.join("session.secret"))?,
@@ -93,15 +93,10 @@ pub async fn build_state(
         Cs::new(Deps {
             public_url: config.public_url.clone(),
             keys,
-            peers,
             registry,
-            clients,
             store: store.clone(),
             clock,
             sealer,
-            max_auth_age: (0..config.resource_servers.len())
-                .map(|i| config.max_auth_age(i))
-                .collect(),
             history_secs: config.history_days.map(|d| i64::from(d) * 86400),
         })
         .map_err(|e| ServerError::Other(e.to_string()))?,

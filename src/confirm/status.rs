@@ -43,8 +43,18 @@ pub fn of(e: &CsError) -> (StatusCode, &'static str) {
 #[cfg(test)]
 pub fn every_error() -> Vec<(CsError, u16)> {
     vec![
-        (CsError::NotRegistered("x".into()), 400),
-        (CsError::BadRequest("missing resource_uri".into()), 400),
+        (
+            CsError::NotRegistered(crate::confirm::registry::RegistryError::NotRegistered(
+                "http://x/cheq/y".into(),
+            )),
+            400,
+        ),
+        (
+            CsError::BadRequest(crate::confirm::flow::BadRequest::MissingField(
+                "resource_uri",
+            )),
+            400,
+        ),
         (CsError::NotFound, 404),
         (
             CsError::UnknownAtRs {
@@ -81,7 +91,10 @@ pub fn every_error() -> Vec<(CsError, u16)> {
             },
             504,
         ),
-        (CsError::NotCountersignable("no nonce".into()), 422),
+        (
+            CsError::NotCountersignable(crate::cheq::CountersignableError::BadNonce),
+            422,
+        ),
         (CsError::Expired("2026-01-01T00:00:00Z".into()), 410),
         (CsError::Gone, 410),
         (CsError::DecidedBefore, 410),
@@ -97,8 +110,19 @@ pub fn every_error() -> Vec<(CsError, u16)> {
             },
             503,
         ),
-        (CsError::Unavailable("connection refused".into()), 503),
-        (CsError::SigningUnavailable("no key is active".into()), 503),
+        (
+            CsError::Unavailable(std::sync::Arc::new(crate::store::StoreError::Unavailable {
+                op: "claim",
+                message: "connection refused".into(),
+            })),
+            503,
+        ),
+        (
+            CsError::SigningUnavailable(std::sync::Arc::new(
+                crate::keyring::KeyRingError::NoActiveKey,
+            )),
+            503,
+        ),
         (CsError::Internal("sled exploded".into()), 500),
     ]
 }

@@ -45,11 +45,14 @@ pub fn json_error(e: CsError) -> JsonError {
             "internal error".to_owned()
         }
         CsError::Unavailable(detail) => {
-            log::warn!("{}", crate::text::one_line(detail));
+            log::warn!("{}", crate::text::one_line(&detail.to_string()));
             e.to_string()
         }
         CsError::SigningUnavailable(detail) => {
-            log::error!("cannot sign: {}", crate::text::one_line(detail));
+            log::error!(
+                "cannot sign: {}",
+                crate::text::one_line(&detail.to_string())
+            );
             e.to_string()
         }
         e => e.to_string(),

@@ -237,7 +237,7 @@ impl Cs {
         let signer = self
             .keys
             .signer()
-            .map_err(|e| CsError::SigningUnavailable(e.to_string()))?;
+            .map_err(|e| CsError::SigningUnavailable(Arc::new(e)))?;
         let document = countersign(
             verified,
             &signer,
@@ -258,7 +258,7 @@ impl Cs {
             CountersignError::SubjectMismatch { subject, user } => {
                 CsError::WrongUser { subject, user }
             }
-            e => CsError::BadRequest(e.to_string()),
+            e => CsError::BadRequest(crate::confirm::flow::BadRequest::Countersign(e)),
         })?;
         // §8: a sensitive value is never written in clear, even before delivery.
         let sensitive = seals(verified, collected.as_ref());

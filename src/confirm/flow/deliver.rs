@@ -124,15 +124,15 @@ impl Cs {
         // the decision before a crash here lost the word of it, and then it
         // answers the same again.
         let late = now > record.expires + CLOCK_SKEW_SECS;
-        let Ok(rs) = self.registry.find(&record.resource_uri) else {
+        let Ok(rs) = self.registry.find(&record.resource_uri).cloned() else {
             let gone = Delivery::Refused {
                 refusal: Refusal::Unregistered,
                 at: now,
             };
             return self.finish_blocking(record, gone, Some(document)).await;
         };
-        let client = self.clients.get(rs)?;
-        let answer = client
+        let answer = rs
+            .client
             .deliver(&record.resource_uri, record.decision, &document)
             .await
             .map_err(|e| e.to_string());

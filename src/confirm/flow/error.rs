@@ -2,16 +2,35 @@
 //! domain's words; each front end turns it into a status through the one
 //! table of `confirm::status`, and into words for a person or a program.
 
+use crate::cheq::CountersignableError;
 use crate::confirm::auth::AuthError;
+use crate::confirm::registry::RegistryError;
+use crate::keyring::KeyRingError;
 use crate::store::StoreError;
+use std::sync::Arc;
+
+/// What is wrong with a request as sent (400).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BadRequest {
+    #[error("the form could not be read: {0}")]
+    Form(String),
+    #[error("the query could not be read: {0}")]
+    Query(String),
+    #[error("the field {0} is missing")]
+    MissingField(&'static str),
+    #[error("the decision must be accept or reject")]
+    Decision,
+    #[error("{0}")]
+    Countersign(crate::sign::CountersignError),
+}
 
 /// Why a confirmation could not go on.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CsError {
     #[error("{0}")]
-    NotRegistered(String),
+    NotRegistered(#[from] RegistryError),
     #[error("{0}")]
-    BadRequest(String),
+    BadRequest(#[from] BadRequest),
     #[error("no such confirmation")]
     NotFound,
     #[error("the form's security token is missing or wrong")]
@@ -29,7 +48,7 @@ pub enum CsError {
     #[error("{origin} signed this request with a key this service has not read yet; try again in {retry_after} s")]
     KeysPending { origin: String, retry_after: i64 },
     #[error("{0}")]
-    NotCountersignable(String),
+    NotCountersignable(CountersignableError),
     #[error("this request expired at {0}")]
     Expired(String),
     #[error("the resource server says this request has expired or was already decided")]
@@ -51,11 +70,11 @@ pub enum CsError {
     #[error("the service is busy; try again in a moment")]
     Busy,
     #[error("the service cannot reach its database; try again in a moment")]
-    Unavailable(String),
+    Unavailable(Arc<StoreError>),
     /// The CS's own signing key cannot be used now (none active, or its
     /// file unreadable): an operator's problem, not the request's.
     #[error("the service cannot sign decisions right now; try again later")]
-    SigningUnavailable(String),
+    SigningUnavailable(Arc<KeyRingError>),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -63,7 +82,7 @@ pub enum CsError {
 impl From<StoreError> for CsError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::Unavailable { .. } => CsError::Unavailable(e.to_string()),
+            StoreError::Unavailable { .. } => CsError::Unavailable(Arc::new(e)),
             e => CsError::Internal(e.to_string()),
         }
     }

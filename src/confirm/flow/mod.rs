@@ -26,7 +26,7 @@ pub mod error;
 pub mod inputs;
 
 pub use decide::{DecideError, Decided, DecisionRequest};
-pub use error::CsError;
+pub use error::{BadRequest, CsError};
 pub use inputs::{Collected, InputProblems};
 
 use super::fetch::{FetchError, RsClient};
@@ -86,22 +86,36 @@ impl Open {
     }
 }
 
+/// A resource server this CS works for (§2): what it needs to reach it,
+/// trust it and honour its settings, found together by one look-up.
+pub struct RegisteredRs {
+    /// The CS's OAuth client at the RS (§3, §6).
+    pub client: RsClient,
+    /// The RS's published keys (§9).
+    pub keys: PeerKeys,
+    /// The oldest sign-in that may decide for it, in seconds
+    /// (`max_auth_age_secs`).
+    pub max_auth_age: Option<i64>,
+}
+
+impl std::fmt::Debug for RegisteredRs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisteredRs")
+            .field("max_auth_age", &self.max_auth_age)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What the CS is made of.
 pub struct Deps {
     pub public_url: String,
     /// The CS's own key set (§9).
     pub keys: Arc<KeyRing>,
-    /// Each registered RS's keys, in the registry's order.
-    pub peers: Vec<PeerKeys>,
-    pub registry: Registry,
-    /// One client per registered RS, in the registry's order.
-    pub clients: Vec<RsClient>,
+    /// The resource servers it works for.
+    pub registry: Registry<RegisteredRs>,
     pub store: CsStore,
     pub clock: Arc<dyn Clock>,
     pub sealer: Sealer,
-    /// Per registered RS (registry order): the oldest sign-in that may
-    /// decide for it, in seconds (`max_auth_age_secs`).
-    pub max_auth_age: Vec<Option<i64>>,
     /// How long a decision is kept after it was made, in seconds
     /// (`history_days`); `None`: for good. At least [`MIN_HISTORY_SECS`].
     pub history_secs: Option<i64>,
@@ -112,14 +126,11 @@ pub struct Cs {
     public_url: String,
     cs_origin: String,
     keys: Arc<KeyRing>,
-    peers: Vec<PeerKeys>,
     trust: TrustStore,
-    registry: Registry,
-    clients: Vec<RsClient>,
+    registry: Registry<RegisteredRs>,
     store: CsStore,
     clock: Arc<dyn Clock>,
     sealer: Sealer,
-    max_auth_age: Vec<Option<i64>>,
     history_secs: Option<i64>,
     verified: Recent<Arc<Open>>,
     /// Started confirmations, as stored (they do not change once started).
@@ -127,7 +138,7 @@ pub struct Cs {
     /// The registered RS of each resource URI looked up last (the registry
     /// does not change while the CS runs; a flow asks four or five times,
     /// and each look-up parses the URI).
-    registered: Recent<usize>,
+    registered: Recent<Arc<RegisteredRs>>,
     locks: Vec<Mutex<()>>,
     delivery_locks: Vec<tokio::sync::Mutex<()>>,
     wake: tokio::sync::Notify,
@@ -160,33 +171,25 @@ impl Cs {
     /// The CS of `deps`; fails when a registered origin is not an origin.
     pub fn new(deps: Deps) -> Result<Self, CsError> {
         let mut trust = TrustStore::new();
-        if deps.registry.origins().count() != deps.peers.len() {
-            return Err(CsError::Internal(
-                "one set of keys is needed per registered resource server".into(),
-            ));
-        }
         if deps.history_secs.is_some_and(|s| s < MIN_HISTORY_SECS) {
             return Err(CsError::Internal(format!(
                 "history_days: decisions must be kept at least {MIN_HISTORY_SECS} s, until their CHEQ has expired"
             )));
         }
-        for (origin, peer) in deps.registry.origins().zip(&deps.peers) {
+        for (origin, rs) in deps.registry.iter() {
             trust
-                .add(true, &origin, peer.source())
+                .add(true, &origin, rs.keys.source())
                 .map_err(|e| CsError::Internal(e.to_string()))?;
         }
         Ok(Cs {
             cs_origin: origin_of(&deps.public_url),
             public_url: deps.public_url,
             keys: deps.keys,
-            peers: deps.peers,
             trust,
             registry: deps.registry,
-            clients: deps.clients,
             store: deps.store,
             clock: deps.clock,
             sealer: deps.sealer,
-            max_auth_age: deps.max_auth_age,
             history_secs: deps.history_secs,
             verified: Recent::new(VERIFIED_CACHE),
             entries: Recent::new(ENTRY_CACHE),
@@ -271,24 +274,24 @@ impl Cs {
     }
 
     /// §2: refuses a resource URI that is not under a registered RS.
-    pub fn check_registered(&self, resource_uri: &str) -> Result<usize, CsError> {
+    pub fn check_registered(&self, resource_uri: &str) -> Result<Arc<RegisteredRs>, CsError> {
         let resource_uri = resource_uri.trim();
-        if let Some(index) = self.registered.get(resource_uri) {
-            return Ok(index);
+        if let Some(rs) = self.registered.get(resource_uri) {
+            return Ok(rs);
         }
-        let index = self
+        let rs = self
             .registry
             .find(resource_uri)
-            .map_err(|e| CsError::NotRegistered(e.to_string()))?;
-        self.registered.put(resource_uri, index);
-        Ok(index)
+            .map_err(CsError::NotRegistered)?
+            .clone();
+        self.registered.put(resource_uri, rs.clone());
+        Ok(rs)
     }
 
     /// Refuses `who` when the RS of `resource_uri` wants a fresher sign-in
     /// than theirs (`max_auth_age_secs`).
     pub fn check_fresh(&self, resource_uri: &str, who: &Identity) -> Result<(), CsError> {
-        let index = self.check_registered(resource_uri)?;
-        match self.max_auth_age.get(index).copied().flatten() {
+        match self.check_registered(resource_uri)?.max_auth_age {
             Some(max) if self.now().timestamp() - who.auth_time > max => {
                 Err(CsError::Reauthenticate { max_age_secs: max })
             }
@@ -319,27 +322,16 @@ impl Cs {
         self.started(id)?.ok_or(CsError::NotFound)
     }
 
-    /// The client of the RS a resource URI belongs to, looked up in the
-    /// registry every time (the configuration may have changed since).
-    fn client(&self, resource_uri: &str) -> Result<&RsClient, CsError> {
-        let rs = self.check_registered(resource_uri)?;
-        self.clients
-            .get(rs)
-            .ok_or_else(|| CsError::Internal("resource server no longer configured".into()))
-    }
-
     /// §3: `GET <resource uri>` within the page deadline.
     async fn fetch(&self, entry: &ConfirmationEntry) -> Result<Vec<u8>, CsError> {
         // Named in errors only: parsed when one is made.
         let origin = || origin_of(&entry.resource_uri);
         let started = std::time::Instant::now();
-        let fetched = tokio::time::timeout(
-            PAGE_DEADLINE,
-            self.client(&entry.resource_uri)?
-                .fetch_cheq(&entry.resource_uri),
-        )
-        .await
-        .map_err(|_| CsError::Timeout { origin: origin() });
+        let rs = self.check_registered(&entry.resource_uri)?;
+        let fetched =
+            tokio::time::timeout(PAGE_DEADLINE, rs.client.fetch_cheq(&entry.resource_uri))
+                .await
+                .map_err(|_| CsError::Timeout { origin: origin() });
         self.metrics
             .fetch_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -362,7 +354,8 @@ impl Cs {
     /// with the RS's keys as fresh as its cache headers allow; a key id not
     /// seen before may fetch them again (at most once a minute, §9).
     async fn verify(&self, resource_uri: &str, document: &[u8]) -> Result<VerifiedCheq, CsError> {
-        let peer = self.peers.get(self.check_registered(resource_uri)?);
+        let rs = self.check_registered(resource_uri)?;
+        let peer = Some(&rs.keys);
         if let Some(peer) = peer {
             peer.ensure_fresh().await;
         }
@@ -400,9 +393,7 @@ impl Cs {
             })
             .map_err(|e| match e {
                 VerifyError::Expired { expires } => CsError::Expired(expires),
-                VerifyError::NotCountersignable(reason) => {
-                    CsError::NotCountersignable(reason.to_string())
-                }
+                VerifyError::NotCountersignable(reason) => CsError::NotCountersignable(reason),
                 e => CsError::Untrusted {
                     origin: origin_of(resource_uri),
                     reason: format!("rule {} of the protocol failed: {e}", e.rule()),

@@ -12,7 +12,7 @@ use super::{
 use crate::cheq::{Channel, Decision};
 use crate::confirm::auth::{identity_of, Authenticator, Budget, LimitKey};
 use crate::confirm::flow::{
-    Collected, CsError, DecideError, DecisionRequest, InputProblems, Loaded, Open,
+    BadRequest, Collected, CsError, DecideError, DecisionRequest, InputProblems, Loaded, Open,
 };
 use crate::store::cs::DecisionRecord;
 use actix_web::cookie::Cookie;
@@ -119,12 +119,14 @@ pub(super) async fn start_confirmation(
         return Err(CsError::PayloadTooLarge.into());
     }
     let form: StartForm = serde_urlencoded::from_bytes(&body)
-        .map_err(|e| CsError::BadRequest(format!("the form could not be read: {e}")))?;
+        .map_err(|e| CsError::BadRequest(BadRequest::Form(e.to_string())))?;
     let uri = form
         .resource_uri
         .or_else(|| query.into_inner().resource_uri)
         .filter(|u| !u.trim().is_empty())
-        .ok_or_else(|| CsError::BadRequest("the field resource_uri is missing".into()))?;
+        .ok_or(CsError::BadRequest(BadRequest::MissingField(
+            "resource_uri",
+        )))?;
     begin(&state, &req, &visitor, &uri)
 }
 
@@ -454,7 +456,7 @@ impl DecisionForm {
             return Err(CsError::PayloadTooLarge);
         }
         let fields = serde_urlencoded::from_bytes(body)
-            .map_err(|e| CsError::BadRequest(format!("the form could not be read: {e}")))?;
+            .map_err(|e| CsError::BadRequest(BadRequest::Form(e.to_string())))?;
         Ok(DecisionForm { fields })
     }
 
@@ -487,7 +489,7 @@ pub(super) async fn decide(
     let decision = form
         .field("decision")
         .and_then(Decision::parse)
-        .ok_or_else(|| CsError::BadRequest("the decision must be accept or reject".into()))?;
+        .ok_or(CsError::BadRequest(BadRequest::Decision))?;
     let typed = form.inputs();
     let request = DecisionRequest {
         decision,

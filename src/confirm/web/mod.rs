@@ -117,9 +117,14 @@ impl ResponseError for WebError {
             CsError::Internal(detail) => {
                 log::error!("internal error: {}", crate::text::one_line(detail));
             }
-            CsError::Unavailable(detail) => log::warn!("{}", crate::text::one_line(detail)),
+            CsError::Unavailable(detail) => {
+                log::warn!("{}", crate::text::one_line(&detail.to_string()))
+            }
             CsError::SigningUnavailable(detail) => {
-                log::error!("cannot sign: {}", crate::text::one_line(detail));
+                log::error!(
+                    "cannot sign: {}",
+                    crate::text::one_line(&detail.to_string())
+                );
             }
             _ => {}
         }
@@ -175,15 +180,17 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<CsState>) {
                         actix_web::error::UrlencodedError::Overflow { .. } => {
                             CsError::PayloadTooLarge
                         }
-                        e => CsError::BadRequest(format!("the form could not be read: {e}")),
+                        e => CsError::BadRequest(crate::confirm::flow::BadRequest::Form(
+                            e.to_string(),
+                        )),
                     };
                     WebError::from(err).into()
                 }),
         )
         .app_data(web::QueryConfig::default().error_handler(|e, _| {
-            WebError::from(CsError::BadRequest(format!(
-                "the query could not be read: {e}"
-            )))
+            WebError::from(CsError::BadRequest(
+                crate::confirm::flow::BadRequest::Query(e.to_string()),
+            ))
             .into()
         }))
         .service(
