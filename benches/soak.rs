@@ -1,4 +1,4 @@
-//! How memory and disk grow with work (issue 13): the resident memory of one
+//! How memory and disk grow with work: the resident memory of one
 //! `cheq demo` (both servers in one process) and the data it keeps on disk,
 //! over many complete flows, and with many confirmations left pending.
 //!

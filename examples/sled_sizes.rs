@@ -2,7 +2,7 @@
 //! values, and the leaves that hold them with their mean entries
 //! (`cargo run --release --example sled_sizes -- DIR...`), beside what its
 //! files take on disk. Used to find where the disk and the memory per
-//! decided confirmation go (BENCHMARKS.md, issue 13).
+//! decided confirmation go (BENCHMARKS.md).
 //!
 //! Build it from the same sources as the server that wrote the database:
 //! sled splits a node it walks through when the node is past its split

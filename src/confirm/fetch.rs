@@ -146,9 +146,9 @@ fn classify(e: reqwest::Error) -> FetchError {
 /// The TLS connector of the CS's clients: what reqwest builds by default
 /// (the system's root certificates, host names and certificates checked,
 /// SNI), built once. Building it reads and parses the system's root
-/// certificates, twice over (about 50 ms here): each thread's first request
-/// to an RS paid that when every client built its own, and the first
-/// confirmations after a start waited for it (issue 13, fourteenth pass).
+/// certificates, twice over: each thread's first request to an RS paid
+/// that when every client built its own, and the first confirmations after
+/// a start waited for it (BENCHMARKS.md: the p99 of a fresh demo).
 fn tls_connector() -> Result<native_tls::TlsConnector, String> {
     native_tls::TlsConnector::builder()
         .build()

@@ -297,12 +297,13 @@ impl std::fmt::Debug for CheqRs {
 /// recent pages, which the cache holds however much older data is kept,
 /// and its writes add to the same few pages (sled rewrites a page it
 /// changes). With random keys, every look-up in a tree larger than the
-/// cache read a page back from disk (issue 13). The text is not in time
-/// order everywhere: base64url's alphabet is not in ASCII's (`z` is followed
-/// by `0`), so where a leading character passes from `z` to `0` (and at
-/// `9`, `-`, `_`) new keys sort before the ones just made. They still sit
+/// cache read a page back from disk. The text is not in time order
+/// everywhere: base64url's alphabet is not in ASCII's (`z` is followed by
+/// `0`), so where a leading character passes from `z` to `0` (and at `9`,
+/// `-`, `_`) new keys sort before the ones just made. They still sit
 /// together; what this costs is that a tree's keys are not added at one end
-/// only, which no store here relies on (BENCHMARKS.md, seventeenth pass).
+/// only, which no store here relies on (BENCHMARKS.md: ids that sort as
+/// text, with the rightmost leaf split near its end, bought nothing).
 /// The random part alone carries the bits §1 and §4 ask for.
 fn ordered_b64(at: DateTime<Utc>, n: usize) -> String {
     let ms = u64::try_from(at.timestamp_millis()).unwrap_or(0);

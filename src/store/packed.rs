@@ -37,12 +37,11 @@ pub const MIN_RUN: usize = 16;
 /// 64 KiB payload (§4) with its headers and signatures, well under it.
 pub const MAX_STREAM: usize = 1 << 20;
 
-/// zstd level: the smallest output for these sizes levels off at 3 (a
-/// document of 1,691 bytes packs to 461 bytes; 19 saves a few bytes more at
-/// many times the cost). Level 1 was measured (BENCHMARKS.md, "Fifteenth
-/// pass"): 0.9 % fewer instructions per confirmation on sled, but 488 bytes
-/// for that document and, over the PostgreSQL soak, 4,137 bytes per decided
-/// confirmation instead of 3,963, past the 4 KiB that issue 13 allows.
+/// zstd level: the smallest output for these sizes levels off at 3 (19
+/// saves a few bytes more at many times the cost). Level 1 was measured
+/// (BENCHMARKS.md): slightly fewer instructions per confirmation, but larger
+/// packed documents, which took PostgreSQL's disk per decided confirmation
+/// past its goal.
 const LEVEL: i32 = 3;
 
 /// How many compression and decompression contexts are kept for reuse: a

@@ -100,9 +100,9 @@ pub const CACHE_BYTES: u64 = 32 * 1024 * 1024;
 /// levels, which skip the entropy coding of literals (the patched sled takes
 /// levels down to −7; sled 0.34 refused any below 1). The records are JSON
 /// around base64url text, and the documents in them are packed (compressed)
-/// already: level 1 spent 3.7 % more instructions per confirmation than −1
-/// for 3 % less disk (BENCHMARKS.md, "Fifteenth pass"), and higher
-/// levels several times the CPU for little more (issue 13). The level is
+/// already: level 1 spent more instructions per confirmation than −1 for
+/// little less disk, and higher levels several times the CPU for little
+/// more (BENCHMARKS.md). The level is
 /// not stored: a database written at any level reads at any other.
 pub const COMPRESSION_LEVEL: i32 = -1;
 

@@ -1,12 +1,12 @@
-//! Connections driven by the thread that calls (issue 13: PostgreSQL's flow
+//! Connections driven by the thread that calls (for PostgreSQL's flow
 //! rate).
 //!
 //! The store traits are synchronous ([`super`]). Through the pool, a call
 //! was a hand-off: the calling thread put its query on the pool's runtime
 //! and slept; a runtime thread woke to send it, woke again when the answer
 //! came, and woke the caller. Three threads woke for every statement, where
-//! one round trip needs one: BENCHMARKS.md (issue 13, ninth pass) counted
-//! 52 – 56 thread switches per flow on PostgreSQL against 17 – 19 on sled.
+//! one round trip needs one, and a flow on PostgreSQL made far more thread
+//! switches than one on sled (BENCHMARKS.md: what driving them here bought).
 //!
 //! Here a connection belongs to no runtime. Its socket is non-blocking and
 //! registered with a poller of its own ([`mio`]); the thread that takes the

@@ -37,8 +37,7 @@ use tokio::sync::{mpsc, Semaphore};
 
 /// How many batches may run at once (each on its own connection). Two keep
 /// the database busy while the next batch gathers; more make smaller
-/// batches and more statements for the same records (measured in
-/// BENCHMARKS.md, issue 13).
+/// batches and more statements for the same records.
 pub const IN_FLIGHT: usize = 2;
 
 /// The most records one statement carries.

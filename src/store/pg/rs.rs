@@ -58,9 +58,9 @@ ALTER TABLE rs_cheqs ALTER COLUMN packed SET STORAGE EXTERNAL;
 ];
 
 /// How many pending records the RS keeps in memory on PostgreSQL
-/// ([`RsStore::recent_records`]): at about 1.3 KB each, 5 MB at most, for
-/// two statements fewer per confirmation (BENCHMARKS.md, issue 13,
-/// eighteenth pass).
+/// ([`RsStore::recent_records`]): a bounded few megabytes, for two
+/// statements fewer per confirmation (the fetch's and the decision's reads
+/// of a record this process just minted; BENCHMARKS.md).
 pub const RECENT_RECORDS: usize = 4096;
 
 /// Every RS store on `pg`, after applying the RS schema.

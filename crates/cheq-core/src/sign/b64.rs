@@ -3,8 +3,8 @@
 //!
 //! base64-simd does the work (vector instructions where the CPU has them,
 //! chosen at run time): a signed document is mostly base64url, and the
-//! `base64` crate's scalar decoder was about 15,000 instructions of each
-//! verification (BENCHMARKS.md, issue 13). Its decoder is as strict as ours
+//! `base64` crate's scalar decoder was a measurable part of each
+//! verification (BENCHMARKS.md). Its decoder is as strict as ours
 //! must be; the unit test below and the fuzz target `b64` hold it to the
 //! `base64` crate's strict decoder.
 
