@@ -8,6 +8,12 @@
 //!   keyed by the client session, the tool and a digest of its arguments, and
 //!   names it to the client by an opaque random `elicitationId`
 //!   ([`Bridge::call_in_session`]). The result URI never leaves the bridge.
+//!   One task, the poller, reads the results of all pending calls, each no
+//!   sooner than the RS's `Retry-After` and less often as the call ages
+//!   ([`next_read_in`]); the client is told once per call that its state is
+//!   final, whether the poller or the client's retry read it first. The
+//!   bounds ([`MAX_PENDING`], [`MAX_PENDING_PER_SESSION`]) count a call from
+//!   the moment its RS call starts, so calls made at once cannot pass them.
 //! - **2026-07-28** (stateless, multi round-trip requests): the bridge keeps
 //!   nothing; the pending call travels in the `requestState`, sealed with
 //!   ChaCha20-Poly1305 under a key of this process (so the client can neither
@@ -16,6 +22,9 @@
 //!
 //! The elicitation URL is the CS's start link (`<confirmation uri>?resource_uri=…`):
 //! no credential, no personal data, not pre-authenticated (§11).
+//!
+//! The bridge calls the RS as one [`Agent`]: one HTTP client whose
+//! connections are reused, and one token until shortly before it expires.
 
 pub mod schema;
 pub mod server;
@@ -489,32 +498,20 @@ impl Bridge {
                 .iter()
                 .find(|(_, p)| p.session == session && p.digest == digest && p.tool == tool)
                 .map(|(id, _)| id.clone());
-            match hit {
-                Some(id) => {
-                    let collect = match calls.map.get(&id).map(|p| &p.watch) {
-                        Some(Watch::Final { .. }) => true,
-                        _ => false,
-                    };
-                    if collect {
-                        calls.map.remove(&id).and_then(|p| match p.watch {
-                            Watch::Final { outcome, .. } => {
-                                Some((id, Found::Final(outcome, p.notify)))
-                            }
-                            Watch::Waiting { .. } => None,
-                        })
-                    } else {
-                        calls.map.get(&id).and_then(|p| match &p.watch {
-                            Watch::Waiting { result_uri, .. } => Some((
-                                id.clone(),
-                                Found::Waiting {
-                                    result_uri: result_uri.clone(),
-                                    elicitation: p.elicitation.clone(),
-                                },
-                            )),
-                            Watch::Final { .. } => None,
-                        })
+            match hit.and_then(|id| calls.map.remove(&id).map(|p| (id, p))) {
+                // Final: collected, so forgotten.
+                Some((id, p)) => match p.watch {
+                    Watch::Final { outcome, .. } => Some((id, Found::Final(outcome, p.notify))),
+                    Watch::Waiting { ref result_uri, .. } => {
+                        let found = Found::Waiting {
+                            result_uri: result_uri.clone(),
+                            elicitation: p.elicitation.clone(),
+                        };
+                        // Still pending: kept.
+                        calls.map.insert(id.clone(), p);
+                        Some((id, found))
                     }
-                }
+                },
                 None => {
                     calls.sweep(Instant::now());
                     let mine = calls.map.values().filter(|p| p.session == session).count()
@@ -698,6 +695,42 @@ mod tests {
             message_for("book_flight", "https://confirm.example/confirm?x=1"),
             "Confirm 'book_flight' at https://confirm.example"
         );
+    }
+
+    #[test]
+    fn reads_wait_for_retry_after_and_thin_out_with_age() {
+        let s = Duration::from_secs;
+        assert_eq!(next_read_in(s(0), None), POLL_INTERVAL);
+        assert_eq!(next_read_in(s(0), Some(s(1))), POLL_INTERVAL);
+        assert_eq!(next_read_in(s(0), Some(s(9))), s(9));
+        assert_eq!(next_read_in(s(60), None), s(6));
+        assert_eq!(next_read_in(s(3600), None), MAX_POLL_INTERVAL);
+        assert_eq!(next_read_in(s(3600), Some(s(45))), s(45));
+        assert_eq!(error_backoff(1), 2 * POLL_INTERVAL);
+        assert!(error_backoff(2) > error_backoff(1));
+        assert_eq!(error_backoff(u32::MAX), MAX_ERROR_BACKOFF);
+    }
+
+    /// A call whose RS call fails gives its slot back: the bound is not
+    /// used up by failures.
+    #[tokio::test]
+    async fn a_failed_call_gives_its_slot_back() {
+        // Nothing listens on port 1 of loopback: every RS call fails.
+        let bridge = Bridge::new(BridgeConfig {
+            rs: "http://127.0.0.1:1".into(),
+            client_id: "agent".into(),
+            secret: "secret".into(),
+        })
+        .unwrap();
+        for i in 0..MAX_PENDING_PER_SESSION + 2 {
+            let args = obj(json!({"i": i}));
+            let err = bridge.call_in_session("s", "t", &args, None).await;
+            assert!(matches!(err, Err(BridgeError::Rs(_))), "{err:?}");
+        }
+        let calls = bridge.shared.lock();
+        assert_eq!(calls.reserved_total, 0);
+        assert!(calls.reserved.is_empty());
+        assert!(calls.map.is_empty());
     }
 
     #[test]
