@@ -942,7 +942,10 @@ impl Counts {
 }
 
 fn occurrences(haystack: &[u8], needle: &[u8]) -> usize {
-    haystack.windows(needle.len()).filter(|w| *w == needle).count()
+    haystack
+        .windows(needle.len())
+        .filter(|w| *w == needle)
+        .count()
 }
 
 /// A TCP relay on loopback in front of the RS at `rs` (real sockets both
