@@ -295,7 +295,7 @@ impl Agent {
     ) -> Result<reqwest::Response, AgentError> {
         let token = self.token().await?;
         let res = make(&token).send().await?;
-        if res.status() != reqwest::StatusCode::UNAUTHORIZED {
+        if res.status().as_u16() != 401 {
             return Ok(res);
         }
         self.forget_token(&token);
