@@ -35,13 +35,18 @@ async fn start_bridge(env: &Env, dir: &std::path::Path) -> BridgeProc {
 
 /// The same, with `extra` arguments to `cheq mcp`.
 async fn start_bridge_with(env: &Env, dir: &std::path::Path, extra: &[&str]) -> BridgeProc {
+    start_bridge_to(&env.rs_url, dir, extra).await
+}
+
+/// The bridge in front of the RS at `rs_url`.
+async fn start_bridge_to(rs_url: &str, dir: &std::path::Path, extra: &[&str]) -> BridgeProc {
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let log = dir.join(format!("mcp-{port}.log"));
     let mut args = vec![
         "mcp",
         "--rs",
-        &env.rs_url,
+        rs_url,
         "--listen",
         &listen,
         "--client-id",
@@ -807,5 +812,287 @@ async fn a_bridge_with_a_token_serves_only_its_bearer() {
         assert_ne!(code, Some(0), "{text}");
         assert!(text.contains(name) && text.contains(said), "{text}");
     }
+    env.stop().await;
+}
+
+/// How many lines the client printed for a `notifications/elicitation/complete`
+/// naming `id`.
+fn completions(py: &mut Py, id: &str) -> usize {
+    py.everything()
+        .lines()
+        .filter(|l| l.contains("notifications/elicitation/complete") && l.contains(id))
+        .count()
+}
+
+/// §11 and MCP 2025-11-25: the completion notice is sent once the RS reports
+/// a final state, also when the client's retry read that state before the
+/// bridge's own watch did, and exactly once either way.
+#[actix_web::test]
+async fn the_completion_notice_comes_once_whoever_collects_first() {
+    let env = Env::start(Options::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bridge = start_bridge(&env, dir.path()).await;
+    let mut c = Py::connect(&bridge.url, LEGACY);
+
+    // The retry comes right after the decision: it reads the final state
+    // before the bridge's watch does, and collects the result.
+    c.send(json!({"op": "call", "tool": "book_flight", "args": flight_params()}));
+    let el = c.next("elicit")["params"].clone();
+    let id = el["elicitationId"].as_str().unwrap().to_owned();
+    decide_at_link(&env, el["url"].as_str().unwrap(), "accept", &[]).await;
+    c.send(json!({"op": "call", "tool": "book_flight", "args": flight_params()}));
+    let accepted = c.next("result")["result"].clone();
+    assert_eq!(
+        accepted["structuredContent"]["status"], "accepted",
+        "{accepted}"
+    );
+    c.send(json!({"op": "wait_complete", "id": id, "secs": 30}));
+    c.next("complete");
+
+    // The client waits for the notice before its retry: the watch reads the
+    // final state first.
+    let mut other = flight_params();
+    other.insert("price_usd".into(), json!(1300));
+    c.send(json!({"op": "call", "tool": "book_flight", "args": other}));
+    let el2 = c.next("elicit")["params"].clone();
+    let id2 = el2["elicitationId"].as_str().unwrap().to_owned();
+    decide_at_link(&env, el2["url"].as_str().unwrap(), "reject", &[]).await;
+    c.send(json!({"op": "wait_complete", "id": id2, "secs": 30}));
+    c.next("complete");
+    c.send(json!({"op": "call", "tool": "book_flight", "args": other}));
+    let rejected = c.next("result")["result"].clone();
+    assert_eq!(
+        rejected["structuredContent"]["status"], "rejected",
+        "{rejected}"
+    );
+
+    // One notice each, even after the bridge had time to read again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    c.send(json!({"op": "list"}));
+    c.next("tools");
+    assert_eq!(completions(&mut c, &id), 1, "{:#?}", c.seen);
+    assert_eq!(completions(&mut c, &id2), 1, "{:#?}", c.seen);
+    env.stop().await;
+}
+
+/// The pending-call bound of a session holds for calls made all at once:
+/// the slot is taken when the call is checked, before the RS is asked.
+#[actix_web::test]
+async fn calls_made_at_once_in_one_session_stay_within_its_bound() {
+    let env = Env::start(Options::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bridge = start_bridge(&env, dir.path()).await;
+    let mut c = Py::connect(&bridge.url, LEGACY);
+    let bound = cheq::mcp::MAX_PENDING_PER_SESSION;
+    let calls = bound + bound / 2;
+    let args_list: Vec<Map<String, Value>> = (0..calls)
+        .map(|i| {
+            let mut args = flight_params();
+            args.insert("price_usd".into(), json!(1_000 + i));
+            args
+        })
+        .collect();
+    c.send(json!({"op": "call_many", "tool": "book_flight", "args_list": args_list}));
+    let outcomes = c.next("many")["outcomes"].clone();
+    let outcomes = outcomes.as_array().unwrap();
+    assert_eq!(outcomes.len(), calls);
+    let mut pending = std::collections::HashSet::new();
+    let mut busy = 0;
+    for o in outcomes {
+        if o["error"]["code"] == -32042 {
+            let id = o["error"]["data"]["elicitations"][0]["elicitationId"].clone();
+            assert!(id.is_string(), "{o}");
+            pending.insert(id.to_string());
+        } else if o["result"]["structuredContent"]["status"] == "busy" {
+            busy += 1;
+        } else {
+            panic!("neither pending nor busy: {o}");
+        }
+    }
+    assert_eq!(pending.len(), bound, "{busy} busy");
+    assert_eq!(busy, calls - bound);
+
+    // Full: one more is refused.
+    let mut more = flight_params();
+    more.insert("price_usd".into(), json!(5_000));
+    c.send(json!({"op": "call", "tool": "book_flight", "args": more}));
+    let refused = c.next("result")["result"].clone();
+    assert_eq!(refused["structuredContent"]["status"], "busy", "{refused}");
+    env.stop().await;
+}
+
+/// What the bridge sent the RS, counted by a TCP relay in front of it.
+#[derive(Default)]
+struct Counts {
+    connections: std::sync::atomic::AtomicUsize,
+    requests: std::sync::atomic::AtomicUsize,
+    tokens: std::sync::atomic::AtomicUsize,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl Counts {
+    fn get(&self) -> (usize, usize, usize, usize) {
+        use std::sync::atomic::Ordering::SeqCst;
+        (
+            self.connections.load(SeqCst),
+            self.requests.load(SeqCst),
+            self.tokens.load(SeqCst),
+            self.reads.load(SeqCst),
+        )
+    }
+}
+
+fn occurrences(haystack: &[u8], needle: &[u8]) -> usize {
+    haystack
+        .windows(needle.len())
+        .filter(|w| *w == needle)
+        .count()
+}
+
+/// A TCP relay on loopback in front of the RS at `rs` (real sockets both
+/// ways), as a reverse proxy whose address the RS's answers give as its own
+/// (the RS's `host:port` in them becomes the relay's, of the same length),
+/// so that result URIs are read through it too. It counts the connections
+/// the bridge opens, its requests, its token requests and its reads of
+/// result URIs, and makes the RS's `Retry-After: 1` on a pending result say
+/// 9 s. It runs on a thread of its own, since the test's thread blocks while
+/// it waits for the client.
+fn counting_relay(rs: &str) -> (String, std::sync::Arc<Counts>) {
+    let target = rs.trim_start_matches("http://").to_owned();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let me = listener.local_addr().unwrap().to_string();
+    assert_eq!(me.len(), target.len(), "{me} and {target}");
+    let url = format!("http://{me}");
+    let counts = std::sync::Arc::new(Counts::default());
+    let all = counts.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(relay(listener, target, me, all));
+    });
+    (url, counts)
+}
+
+/// Replaces every `from` in `bytes` with `to` (of the same length).
+fn replace_all(bytes: &mut [u8], from: &[u8], to: &[u8]) {
+    let mut i = 0;
+    while i + from.len() <= bytes.len() {
+        if &bytes[i..i + from.len()] == from {
+            bytes[i..i + from.len()].copy_from_slice(to);
+            i += from.len();
+        } else {
+            i += 1;
+        }
+    }
+}
+
+async fn relay(
+    listener: std::net::TcpListener,
+    target: String,
+    me: String,
+    all: std::sync::Arc<Counts>,
+) {
+    use std::sync::atomic::Ordering::SeqCst;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+    while let Ok((inbound, _)) = listener.accept().await {
+        all.connections.fetch_add(1, SeqCst);
+        let Ok(outbound) = tokio::net::TcpStream::connect(&target).await else {
+            continue;
+        };
+        let (mut from_bridge, mut to_bridge) = inbound.into_split();
+        let (mut from_rs, mut to_rs) = outbound.into_split();
+        let counts = all.clone();
+        let (rs_host, relay_host) = (target.clone(), me.clone());
+        tokio::spawn(async move {
+            // Everything the bridge sent on this connection, so that a
+            // request cut across two reads is counted once.
+            let mut sent = Vec::new();
+            let mut buf = vec![0u8; 16 * 1024];
+            let mut seen = (0, 0, 0);
+            while let Ok(n) = from_bridge.read(&mut buf).await {
+                if n == 0 || to_rs.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+                sent.extend_from_slice(&buf[..n]);
+                let now = (
+                    occurrences(&sent, b" HTTP/1.1\r\n"),
+                    occurrences(&sent, b"POST /oauth/token "),
+                    occurrences(&sent, b"GET /cheq/results/"),
+                );
+                counts.requests.fetch_add(now.0 - seen.0, SeqCst);
+                counts.tokens.fetch_add(now.1 - seen.1, SeqCst);
+                counts.reads.fetch_add(now.2 - seen.2, SeqCst);
+                seen = now;
+            }
+            let _ = to_rs.shutdown().await;
+        });
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 16 * 1024];
+            while let Ok(n) = from_rs.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                let chunk = &mut buf[..n];
+                replace_all(chunk, rs_host.as_bytes(), relay_host.as_bytes());
+                let lower = chunk.to_ascii_lowercase();
+                let needle = b"retry-after: 1\r\n";
+                if let Some(at) = lower.windows(needle.len()).position(|w| w == needle) {
+                    chunk[at + needle.len() - 3] = b'9';
+                }
+                if to_bridge.write_all(chunk).await.is_err() {
+                    break;
+                }
+            }
+            let _ = to_bridge.shutdown().await;
+        });
+    }
+}
+
+/// The bridge talks to the RS as one agent: one token for all its calls (not
+/// one per call), its connections kept and reused (not one per request),
+/// and a pending call's result read no sooner than the RS's `Retry-After`.
+#[actix_web::test]
+async fn the_bridge_keeps_one_token_and_its_connections_and_honours_retry_after() {
+    let env = Env::start(Options::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (relay, counts) = counting_relay(&env.rs_url);
+    let bridge = start_bridge_to(&relay, dir.path(), &[]).await;
+    let mut c = Py::connect(&bridge.url, LEGACY);
+    c.send(json!({"op": "list"}));
+    c.next("tools");
+    for price in 10..16 {
+        let mut args = cheap_flight();
+        args.insert("price_usd".into(), json!(price));
+        c.send(json!({"op": "call", "tool": "book_flight", "args": args}));
+        let done = c.next("result")["result"].clone();
+        assert_eq!(done["structuredContent"]["status"], "done", "{done}");
+    }
+    c.send(json!({"op": "call", "tool": "book_flight", "args": flight_params()}));
+    c.next("elicit");
+
+    // The bridge's first read of the result, then none before the 9 s
+    // the RS (through the relay) asked for.
+    let mut first = None;
+    for _ in 0..200 {
+        if counts.get().3 >= 1 {
+            first = Some(std::time::Instant::now());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(first.is_some(), "the bridge never read the result");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (connections, requests, tokens, reads) = counts.get();
+    assert_eq!(tokens, 1, "{requests} requests");
+    assert!(requests >= 9, "{requests}");
+    assert!(
+        connections <= 2,
+        "{connections} connections for {requests} requests"
+    );
+    assert_eq!(reads, 1, "read again before Retry-After");
     env.stop().await;
 }

@@ -49,11 +49,14 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             args.rs
         )));
     }
-    let bridge = Arc::new(Bridge::new(BridgeConfig {
-        rs: args.rs.trim_end_matches('/').to_owned(),
-        client_id: args.client_id,
-        secret,
-    }));
+    let bridge = Arc::new(
+        Bridge::new(BridgeConfig {
+            rs: args.rs.trim_end_matches('/').to_owned(),
+            client_id: args.client_id,
+            secret,
+        })
+        .map_err(|e| CliError::Server(e.to_string()))?,
+    );
     let rt = super::servers::runtime()?;
     if args.stdio {
         // Standard output carries MCP: nothing else may be written there.

@@ -8,6 +8,12 @@
 //!   keyed by the client session, the tool and a digest of its arguments, and
 //!   names it to the client by an opaque random `elicitationId`
 //!   ([`Bridge::call_in_session`]). The result URI never leaves the bridge.
+//!   One task, the poller, reads the results of all pending calls, each no
+//!   sooner than the RS's `Retry-After` and less often as the call ages
+//!   ([`next_read_in`]); the client is told once per call that its state is
+//!   final, whether the poller or the client's retry read it first. The
+//!   bounds ([`MAX_PENDING`], [`MAX_PENDING_PER_SESSION`]) count a call from
+//!   the moment its RS call starts, so calls made at once cannot pass them.
 //! - **2026-07-28** (stateless, multi round-trip requests): the bridge keeps
 //!   nothing; the pending call travels in the `requestState`, sealed with
 //!   ChaCha20-Poly1305 under a key of this process (so the client can neither
@@ -16,15 +22,19 @@
 //!
 //! The elicitation URL is the CS's start link (`<confirmation uri>?resource_uri=…`):
 //! no credential, no personal data, not pre-authenticated (§11).
+//!
+//! The bridge calls the RS as one [`Agent`]: one HTTP client whose
+//! connections are reused, and one token until shortly before it expires.
 
 pub mod schema;
 pub mod server;
 pub mod state;
 
-use crate::resource::agent::{self, AgentError, InvokeOutcome, ResultStatus};
+use crate::resource::agent::{Agent, AgentError, InvokeOutcome, ResultRead, ResultStatus};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 /// The most pending confirmations the bridge keeps for 2025-11-25 sessions;
@@ -34,10 +44,23 @@ pub const MAX_PENDING: usize = 10_000;
 pub const MAX_PENDING_PER_SESSION: usize = 64;
 /// How long a pending confirmation is kept at most (longer than any CHEQ lives).
 pub const PENDING_TTL: Duration = Duration::from_secs(25 * 3600);
-/// How often the bridge reads the RS's result of a pending 2025-11-25 call.
-pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 /// How long a final outcome waits to be collected before it is dropped.
 pub const COLLECT_TTL: Duration = Duration::from_secs(3600);
+/// The shortest wait between two reads of a pending call's result: the
+/// first read comes this long after the call.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
+/// The longest wait between two reads of a pending call's result that the
+/// bridge chooses itself; the RS's `Retry-After` may ask for a longer one
+/// (up to [`agent::MAX_RETRY_AFTER`](crate::resource::agent::MAX_RETRY_AFTER)).
+pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(10);
+/// The longest wait after reads that failed in a row.
+pub const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(60);
+/// How many result reads the poller has under way at once.
+pub const POLL_CONCURRENCY: usize = 16;
+
+/// Told the `elicitationId` of a pending call once the RS reports its final
+/// state (the bridge calls it once per call, whoever read that state first).
+pub type Notifier = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Where the bridge reaches the RS, and as whom.
 #[derive(Clone)]
@@ -119,21 +142,230 @@ pub enum Outcome {
     },
 }
 
+/// Where a pending 2025-11-25 call stands.
+enum Watch {
+    /// Not final yet: the poller reads `result_uri` at `due`.
+    Waiting {
+        result_uri: String,
+        due: Instant,
+        /// Reads that failed in a row.
+        failures: u32,
+    },
+    /// Final, since `at`; kept for the retry to collect.
+    Final { outcome: Final, at: Instant },
+}
+
 struct Pending {
     session: String,
     tool: String,
     digest: String,
-    result_uri: String,
     elicitation: Elicitation,
     created: Instant,
-    outcome: Option<(Final, Instant)>,
+    watch: Watch,
+    /// Taken by whoever first sees the final state, so that the client is
+    /// told exactly once.
+    notify: Option<Notifier>,
+}
+
+/// The pending 2025-11-25 calls, and the slots held by calls whose RS call
+/// is under way (counted against the bounds like the calls they may become).
+#[derive(Default)]
+struct Calls {
+    map: HashMap<String, Pending>,
+    reserved: HashMap<String, usize>,
+    reserved_total: usize,
+}
+
+impl Calls {
+    fn release(&mut self, session: &str) {
+        self.reserved_total = self.reserved_total.saturating_sub(1);
+        if let Some(n) = self.reserved.get_mut(session) {
+            *n -= 1;
+            if *n == 0 {
+                self.reserved.remove(session);
+            }
+        }
+    }
+
+    fn sweep(&mut self, now: Instant) {
+        self.map.retain(|_, p| match &p.watch {
+            Watch::Final { at, .. } => now.duration_since(*at) < COLLECT_TTL,
+            Watch::Waiting { .. } => now.duration_since(p.created) < PENDING_TTL,
+        });
+    }
+}
+
+/// What the bridge and its poller share.
+struct Shared {
+    agent: Agent,
+    calls: Mutex<Calls>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Calls> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a read of call `id`'s result, and tells the client once it
+    /// is final (unless someone already did).
+    fn record(&self, id: &str, read: Result<ResultRead, AgentError>) {
+        let now = Instant::now();
+        let notify = {
+            let mut calls = self.lock();
+            let Some(p) = calls.map.get_mut(id) else {
+                return;
+            };
+            let Watch::Waiting { due, failures, .. } = &mut p.watch else {
+                return;
+            };
+            match read {
+                Ok(ResultRead::Final(status)) => {
+                    p.watch = Watch::Final {
+                        outcome: status.into(),
+                        at: now,
+                    };
+                    p.notify.take()
+                }
+                Ok(ResultRead::Pending { retry_after }) => {
+                    *failures = 0;
+                    *due = now + next_read_in(now.duration_since(p.created), retry_after);
+                    None
+                }
+                Err(e) => {
+                    *failures = failures.saturating_add(1);
+                    *due = now + error_backoff(*failures);
+                    tracing::debug!(error = %e, "a pending call's result could not be read");
+                    None
+                }
+            }
+        };
+        if let Some(notify) = notify {
+            notify(id);
+        }
+    }
+
+    /// One walk of the pending calls: sweeps, reads every result that is
+    /// due ([`POLL_CONCURRENCY`] at a time) and records it. Returns whether
+    /// any call is left to watch, and when the next read is due.
+    async fn poll_round(self: &Arc<Self>) -> Option<Instant> {
+        let now = Instant::now();
+        let due: Vec<(String, String)> = {
+            let mut calls = self.lock();
+            calls.sweep(now);
+            calls
+                .map
+                .iter_mut()
+                .filter_map(|(id, p)| match &mut p.watch {
+                    Watch::Waiting {
+                        result_uri, due, ..
+                    } if *due <= now => {
+                        // Not read again before this read has ended (or
+                        // timed out) and said when.
+                        *due = now + crate::resource::agent::REQUEST_TIMEOUT + POLL_INTERVAL;
+                        Some((id.clone(), result_uri.clone()))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut queue = due.into_iter();
+        let mut reads = tokio::task::JoinSet::new();
+        loop {
+            while reads.len() < POLL_CONCURRENCY {
+                let Some((id, uri)) = queue.next() else {
+                    break;
+                };
+                let shared = self.clone();
+                reads.spawn(async move {
+                    let read = shared.agent.read_result(&uri).await;
+                    shared.record(&id, read);
+                });
+            }
+            if reads.join_next().await.is_none() {
+                break;
+            }
+        }
+        let calls = self.lock();
+        calls
+            .map
+            .values()
+            .filter_map(|p| match &p.watch {
+                Watch::Waiting { due, .. } => Some(*due),
+                Watch::Final { .. } => None,
+            })
+            .min()
+    }
+}
+
+/// How long until the next read of a call that has been pending for `age`:
+/// [`POLL_INTERVAL`] at first, then a tenth of its age (a user who has not
+/// decided for a while is read less often), at most [`MAX_POLL_INTERVAL`];
+/// never sooner than the RS's `Retry-After`.
+pub fn next_read_in(age: Duration, retry_after: Option<Duration>) -> Duration {
+    let own = (age / 10).clamp(POLL_INTERVAL, MAX_POLL_INTERVAL);
+    own.max(retry_after.unwrap_or(Duration::ZERO))
+}
+
+/// How long until the next read after `failures` failed reads in a row.
+pub fn error_backoff(failures: u32) -> Duration {
+    POLL_INTERVAL
+        .saturating_mul(1 << failures.min(8))
+        .min(MAX_ERROR_BACKOFF)
+}
+
+/// The one task that reads the results of all pending 2025-11-25 calls. It
+/// ends with the bridge.
+async fn poller(shared: Weak<Shared>, wake: Arc<tokio::sync::Notify>) {
+    loop {
+        let next = match shared.upgrade() {
+            Some(shared) => shared.poll_round().await,
+            None => return,
+        };
+        match next {
+            // Rounds at most every quarter second, however the reads fall.
+            Some(at) => {
+                let soonest = Instant::now() + Duration::from_millis(250);
+                tokio::time::sleep_until(at.max(soonest).into()).await;
+            }
+            // Nothing to watch: until a call is added.
+            None => wake.notified().await,
+        }
+    }
+}
+
+/// A slot held for a call whose RS call is under way; given back when
+/// dropped unless the call became pending ([`Reservation::fill`]).
+struct Reservation<'a> {
+    shared: &'a Shared,
+    session: &'a str,
+    held: bool,
+}
+
+impl Reservation<'_> {
+    /// Turns the slot into the pending call `id`, under one lock.
+    fn fill(mut self, id: String, pending: Pending) {
+        let mut calls = self.shared.lock();
+        calls.release(self.session);
+        calls.map.insert(id, pending);
+        self.held = false;
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.held {
+            self.shared.lock().release(self.session);
+        }
+    }
 }
 
 /// The bridge: the RS it fronts, the pending confirmations of 2025-11-25
-/// sessions, and the key of 2026-07-28 request states.
+/// sessions and their poller, and the key of 2026-07-28 request states.
 pub struct Bridge {
     config: BridgeConfig,
-    pending: Mutex<HashMap<String, Pending>>,
+    shared: Arc<Shared>,
+    wake: Arc<tokio::sync::Notify>,
+    poller_started: AtomicBool,
     states: state::StateKey,
 }
 
@@ -188,13 +420,30 @@ fn random_id() -> String {
     crate::sign::b64::encode(bytes)
 }
 
+/// What a 2025-11-25 call found of an earlier one.
+enum Found {
+    Final(Final, Option<Notifier>),
+    Waiting {
+        result_uri: String,
+        elicitation: Elicitation,
+    },
+}
+
 impl Bridge {
-    pub fn new(config: BridgeConfig) -> Self {
-        Bridge {
+    /// A bridge to the RS of `config`, as its agent: one HTTP client and one
+    /// token for every call.
+    pub fn new(config: BridgeConfig) -> Result<Self, BridgeError> {
+        let agent = Agent::new(&config.rs, &config.client_id, &config.secret)?;
+        Ok(Bridge {
             config,
-            pending: Mutex::new(HashMap::new()),
+            shared: Arc::new(Shared {
+                agent,
+                calls: Mutex::new(Calls::default()),
+            }),
+            wake: Arc::new(tokio::sync::Notify::new()),
+            poller_started: AtomicBool::new(false),
             states: state::StateKey::generate(),
-        }
+        })
     }
 
     pub fn config(&self) -> &BridgeConfig {
@@ -203,7 +452,7 @@ impl Bridge {
 
     /// The RS's tool signatures (A2T).
     pub async fn tools(&self) -> Result<Vec<Value>, BridgeError> {
-        Ok(agent::list_tools(&self.config.rs, &self.config.client_id, &self.config.secret).await?)
+        Ok(self.shared.agent.list_tools().await?)
     }
 
     async fn invoke(
@@ -211,73 +460,120 @@ impl Bridge {
         tool: &str,
         args: &Map<String, Value>,
     ) -> Result<InvokeOutcome, BridgeError> {
-        Ok(agent::invoke(
-            &self.config.rs,
-            &self.config.client_id,
-            &self.config.secret,
-            tool,
-            args,
-        )
-        .await?)
+        Ok(self.shared.agent.invoke(tool, args).await?)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn sweep(map: &mut HashMap<String, Pending>, now: Instant) {
-        map.retain(|_, p| match &p.outcome {
-            Some((_, at)) => now.duration_since(*at) < COLLECT_TTL,
-            None => now.duration_since(p.created) < PENDING_TTL,
-        });
+    /// Starts the poller (once, on the runtime of the first pending call)
+    /// and wakes it.
+    fn watch(&self) {
+        if !self.poller_started.swap(true, Ordering::SeqCst) {
+            tokio::spawn(poller(Arc::downgrade(&self.shared), self.wake.clone()));
+        }
+        self.wake.notify_one();
     }
 
     /// A call from a 2025-11-25 session. A retry of the same tool with the
     /// same arguments from the same session finds its pending confirmation:
     /// the final outcome once there is one (then it is forgotten), else the
     /// same elicitation again. Another session never finds it.
+    ///
+    /// A new pending call is watched by the bridge's poller; `notify` is
+    /// told its `elicitationId` once the RS reports a final state, whether
+    /// the poller or a retry read it first.
     pub async fn call_in_session(
         &self,
         session: &str,
         tool: &str,
         args: &Map<String, Value>,
+        notify: Option<Notifier>,
     ) -> Result<Outcome, BridgeError> {
         let digest = args_digest(tool, args);
+        // The lookup, the bounds and the reservation of a slot, under one
+        // lock: calls made at once cannot all pass the check and then all
+        // add a pending call.
         let found = {
-            let map = self.lock();
-            map.iter()
+            let mut calls = self.shared.lock();
+            let hit = calls
+                .map
+                .iter()
                 .find(|(_, p)| p.session == session && p.digest == digest && p.tool == tool)
-                .map(|(id, p)| (id.clone(), p.result_uri.clone(), p.outcome.clone()))
-        };
-        if let Some((id, result_uri, outcome)) = found {
-            let outcome = match outcome {
-                Some((f, _)) => Some(f),
-                None => agent::check_result(&result_uri).await?.map(Final::from),
-            };
-            let mut map = self.lock();
-            return Ok(match outcome {
-                Some(f) => {
-                    map.remove(&id);
-                    Outcome::Final(f)
-                }
-                None => match map.get(&id) {
-                    Some(p) => Outcome::Pending {
-                        elicitation: p.elicitation.clone(),
-                        handle: id,
-                        new: false,
-                    },
-                    None => return Err(BridgeError::Busy),
+                .map(|(id, _)| id.clone());
+            match hit.and_then(|id| calls.map.remove(&id).map(|p| (id, p))) {
+                // Final: collected, so forgotten.
+                Some((id, p)) => match p.watch {
+                    Watch::Final { outcome, .. } => Some((id, Found::Final(outcome, p.notify))),
+                    Watch::Waiting { ref result_uri, .. } => {
+                        let found = Found::Waiting {
+                            result_uri: result_uri.clone(),
+                            elicitation: p.elicitation.clone(),
+                        };
+                        // Still pending: kept.
+                        calls.map.insert(id.clone(), p);
+                        Some((id, found))
+                    }
                 },
-            });
-        }
-        {
-            let mut map = self.lock();
-            Self::sweep(&mut map, Instant::now());
-            let mine = map.values().filter(|p| p.session == session).count();
-            if map.len() >= MAX_PENDING || mine >= MAX_PENDING_PER_SESSION {
-                return Err(BridgeError::Busy);
+                None => {
+                    calls.sweep(Instant::now());
+                    let mine = calls.map.values().filter(|p| p.session == session).count()
+                        + calls.reserved.get(session).copied().unwrap_or(0);
+                    if calls.map.len() + calls.reserved_total >= MAX_PENDING
+                        || mine >= MAX_PENDING_PER_SESSION
+                    {
+                        return Err(BridgeError::Busy);
+                    }
+                    *calls.reserved.entry(session.to_owned()).or_default() += 1;
+                    calls.reserved_total += 1;
+                    None
+                }
             }
+        };
+        match found {
+            Some((id, Found::Final(outcome, notify))) => {
+                if let Some(notify) = notify {
+                    notify(&id);
+                }
+                Ok(Outcome::Final(outcome))
+            }
+            Some((
+                id,
+                Found::Waiting {
+                    result_uri,
+                    elicitation,
+                },
+            )) => match self.shared.agent.read_result(&result_uri).await? {
+                ResultRead::Final(status) => {
+                    // Collected here: forgotten, and the client told, unless
+                    // the poller saw it final first and told it already.
+                    let notify = self.shared.lock().map.remove(&id).and_then(|p| p.notify);
+                    if let Some(notify) = notify {
+                        notify(&id);
+                    }
+                    Ok(Outcome::Final(status.into()))
+                }
+                ResultRead::Pending { .. } => Ok(Outcome::Pending {
+                    elicitation,
+                    handle: id,
+                    new: false,
+                }),
+            },
+            None => self.call_new(session, tool, args, digest, notify).await,
         }
+    }
+
+    /// A new call, for which a slot is reserved.
+    async fn call_new(
+        &self,
+        session: &str,
+        tool: &str,
+        args: &Map<String, Value>,
+        digest: String,
+        notify: Option<Notifier>,
+    ) -> Result<Outcome, BridgeError> {
+        let slot = Reservation {
+            shared: &self.shared,
+            session,
+            held: true,
+        };
         let pack = match self.invoke(tool, args).await? {
             InvokeOutcome::Done(output) => return Ok(Outcome::Done(output)),
             InvokeOutcome::NeedsConfirmation(pack) => pack,
@@ -287,18 +583,24 @@ impl Bridge {
             message: message_for(tool, &pack.confirmation_uri),
         };
         let id = random_id();
-        self.lock().insert(
+        let now = Instant::now();
+        slot.fill(
             id.clone(),
             Pending {
                 session: session.to_owned(),
                 tool: tool.to_owned(),
                 digest,
-                result_uri: pack.result_uri,
                 elicitation: elicitation.clone(),
-                created: Instant::now(),
-                outcome: None,
+                created: now,
+                watch: Watch::Waiting {
+                    result_uri: pack.result_uri,
+                    due: now + POLL_INTERVAL,
+                    failures: 0,
+                },
+                notify,
             },
         );
+        self.watch();
         Ok(Outcome::Pending {
             elicitation,
             handle: id,
@@ -306,36 +608,9 @@ impl Bridge {
         })
     }
 
-    /// Waits (polling the result URI, as `Retry-After` says) until the
-    /// pending confirmation `id` has a final outcome, records it for the
-    /// retry to collect, and returns it; `None` when it is gone or failed.
-    ///
-    /// It stops as soon as the entry is gone (collected by a retry, or
-    /// swept), so a collected call costs the RS nothing more; between reads
-    /// it waits [`POLL_INTERVAL`], so 10,000 pending calls cost the RS at
-    /// most 5,000 reads a second, and typically far fewer.
-    pub async fn wait_final(&self, id: &str) -> Option<Final> {
-        let deadline = Instant::now() + PENDING_TTL;
-        loop {
-            let result_uri = self.lock().get(id).map(|p| p.result_uri.clone())?;
-            // A transient failure of the RS is retried; the call stays pending.
-            if let Ok(Some(status)) = agent::check_result(&result_uri).await {
-                let f = Final::from(status);
-                let mut map = self.lock();
-                let p = map.get_mut(id)?;
-                p.outcome = Some((f.clone(), Instant::now()));
-                return Some(f);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
-    }
-
     /// How many 2025-11-25 confirmations are pending or uncollected.
     pub fn pending_count(&self) -> usize {
-        self.lock().len()
+        self.shared.lock().map.len()
     }
 
     /// A 2026-07-28 call. Without `request_state` it invokes the tool; with
@@ -352,7 +627,7 @@ impl Bridge {
         let now = std::time::SystemTime::now();
         if let Some(sealed) = request_state {
             let pending = self.states.open(sealed, &digest, now)?;
-            if let Some(status) = agent::check_result(&pending.result_uri).await? {
+            if let Some(status) = self.shared.agent.check_result(&pending.result_uri).await? {
                 return Ok(Outcome::Final(status.into()));
             }
             let elicitation = Elicitation {
@@ -420,6 +695,42 @@ mod tests {
             message_for("book_flight", "https://confirm.example/confirm?x=1"),
             "Confirm 'book_flight' at https://confirm.example"
         );
+    }
+
+    #[test]
+    fn reads_wait_for_retry_after_and_thin_out_with_age() {
+        let s = Duration::from_secs;
+        assert_eq!(next_read_in(s(0), None), POLL_INTERVAL);
+        assert_eq!(next_read_in(s(0), Some(s(1))), POLL_INTERVAL);
+        assert_eq!(next_read_in(s(0), Some(s(9))), s(9));
+        assert_eq!(next_read_in(s(60), None), s(6));
+        assert_eq!(next_read_in(s(3600), None), MAX_POLL_INTERVAL);
+        assert_eq!(next_read_in(s(3600), Some(s(45))), s(45));
+        assert_eq!(error_backoff(1), 2 * POLL_INTERVAL);
+        assert!(error_backoff(2) > error_backoff(1));
+        assert_eq!(error_backoff(u32::MAX), MAX_ERROR_BACKOFF);
+    }
+
+    /// A call whose RS call fails gives its slot back: the bound is not
+    /// used up by failures.
+    #[tokio::test]
+    async fn a_failed_call_gives_its_slot_back() {
+        // Nothing listens on port 1 of loopback: every RS call fails.
+        let bridge = Bridge::new(BridgeConfig {
+            rs: "http://127.0.0.1:1".into(),
+            client_id: "agent".into(),
+            secret: "secret".into(),
+        })
+        .unwrap();
+        for i in 0..MAX_PENDING_PER_SESSION + 2 {
+            let args = obj(json!({"i": i}));
+            let err = bridge.call_in_session("s", "t", &args, None).await;
+            assert!(matches!(err, Err(BridgeError::Rs(_))), "{err:?}");
+        }
+        let calls = bridge.shared.lock();
+        assert_eq!(calls.reserved_total, 0);
+        assert!(calls.reserved.is_empty());
+        assert!(calls.map.is_empty());
     }
 
     #[test]

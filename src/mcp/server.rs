@@ -15,14 +15,16 @@
 //! A call that needs confirmation is answered:
 //! - at 2025-11-25: with a `URLElicitationRequiredError` (-32042) naming an
 //!   opaque `elicitationId`, then `notifications/elicitation/complete` for it
-//!   once the RS reports a final state; the retried call returns the result;
+//!   once the RS reports a final state, exactly once, whether the bridge's
+//!   poller or the client's retry read that state first; the retried call
+//!   returns the result;
 //! - at 2026-07-28: with an `InputRequiredResult` holding a URL-mode
 //!   `elicitation/create` and the sealed `requestState`; the retry carrying
 //!   it gets the result, or the same elicitation while the user has not
 //!   decided.
 
 use super::schema::tool_def;
-use super::{Bridge, BridgeError, Elicitation, Final, Outcome};
+use super::{Bridge, BridgeError, Elicitation, Final, Notifier, Outcome};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
     CustomNotification, ElicitRequest, ElicitRequestParams, ElicitationCapability, ErrorCode,
@@ -41,6 +43,8 @@ use std::sync::Arc;
 pub const URL_ELICITATION_REQUIRED: i32 = -32042;
 /// The key of the confirmation in an `InputRequiredResult`'s `inputRequests`.
 pub const INPUT_KEY: &str = "cheq_confirmation";
+/// How long sending `notifications/elicitation/complete` may take.
+pub const NOTIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// The revisions served.
 pub const VERSIONS: &[ProtocolVersion] =
     &[ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28];
@@ -146,7 +150,25 @@ impl McpBridge {
         args: &Map<String, Value>,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let outcome = match self.bridge.call_in_session(&self.session, tool, args).await {
+        let peer = context.peer.clone();
+        let notify: Notifier = Arc::new(move |id: &str| {
+            let peer = peer.clone();
+            let note = CustomNotification::new(
+                "notifications/elicitation/complete",
+                Some(json!({"elicitationId": id})),
+            );
+            tokio::spawn(async move {
+                // A client that went away, or stopped reading, is not
+                // waited for.
+                let send = peer.send_notification(ServerNotification::CustomNotification(note));
+                let _ = tokio::time::timeout(NOTIFY_TIMEOUT, send).await;
+            });
+        });
+        let outcome = match self
+            .bridge
+            .call_in_session(&self.session, tool, args, Some(notify))
+            .await
+        {
             Ok(o) => o,
             Err(e) => return answer_error(e),
         };
@@ -156,24 +178,8 @@ impl McpBridge {
             Outcome::Pending {
                 elicitation,
                 handle,
-                new,
+                ..
             } => {
-                if new {
-                    let bridge = self.bridge.clone();
-                    let peer = context.peer.clone();
-                    let id = handle.clone();
-                    tokio::spawn(async move {
-                        if bridge.wait_final(&id).await.is_some() {
-                            let note = CustomNotification::new(
-                                "notifications/elicitation/complete",
-                                Some(json!({"elicitationId": id})),
-                            );
-                            let _ = peer
-                                .send_notification(ServerNotification::CustomNotification(note))
-                                .await;
-                        }
-                    });
-                }
                 if supports_url_elicitation(context) {
                     Err(McpError::new(
                         ErrorCode(URL_ELICITATION_REQUIRED),

@@ -19,6 +19,9 @@ Commands:
   {"op": "call_once", "tool": T, "args": {...}, "state": S}  (2026-07-28)
       one round only: prints {"event": "input_required", "state", ...},
       {"event": "result"} or {"event": "error"}.
+  {"op": "call_many", "tool": T, "args_list": [{...}, ...]}
+      2025-11-25: all the calls at once on the one session; prints
+      {"event": "many", "outcomes": [{"result": ...} | {"error": ...}, ...]}.
   {"op": "wait_complete", "id": ID, "secs": N}
       waits for notifications/elicitation/complete for ID.
   {"op": "quit"}
@@ -117,6 +120,16 @@ class Driver:
                         emit({"event": "input_required", "state": data.get("requestState"), "result": data})
                     else:
                         emit({"event": "result", "result": data})
+                elif op == "call_many":
+                    async def one(args):
+                        try:
+                            result = await client.call_tool(cmd["tool"], args)
+                            return {"result": dump(result)}
+                        except MCPError as e:
+                            return {"error": dump(e.error)}
+
+                    outcomes = await asyncio.gather(*(one(a) for a in cmd["args_list"]))
+                    emit({"event": "many", "outcomes": outcomes})
                 elif op == "wait_complete":
                     deadline = asyncio.get_running_loop().time() + cmd.get("secs", 30)
                     while cmd["id"] not in self.completed:
