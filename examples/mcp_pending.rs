@@ -8,6 +8,7 @@
 //! `cargo run --release --example mcp_pending` (defaults: 640 calls, 60 s
 //! measured after 5 s).
 #![forbid(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a measuring tool: a failed unwrap is a failed run
 
 use cheq::mcp::{Bridge, BridgeConfig, Outcome};
 use cheq::testkit::LoopbackPair;

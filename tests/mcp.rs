@@ -594,6 +594,12 @@ async fn a_private_value_typed_at_the_cs_never_reaches_the_client() {
 /// `cheq mcp --stdio`, launched by the SDK as a subprocess, in both revisions.
 #[actix_web::test]
 async fn stdio_in_both_revisions() {
+    if !cheq::testkit::can_run(
+        "the MCP tests with the official Python SDK",
+        &[cheq::testkit::Outside::Python("mcp")],
+    ) {
+        return;
+    }
     let env = Env::start(Options::default()).await;
     let bin = env!("CARGO_BIN_EXE_cheq");
     // Let the in-process servers start before this thread blocks on the client.
@@ -679,6 +685,12 @@ async fn origin_and_host_are_checked() {
 /// without one. Beyond loopback, no token means no start.
 #[actix_web::test]
 async fn a_bridge_with_a_token_serves_only_its_bearer() {
+    if !cheq::testkit::can_run(
+        "the MCP tests with the official Python SDK",
+        &[cheq::testkit::Outside::Python("mcp")],
+    ) {
+        return;
+    }
     use std::os::unix::fs::PermissionsExt;
     let env = Env::start(Options::default()).await;
     let dir = tempfile::tempdir().unwrap();
