@@ -747,6 +747,63 @@ async fn failed_callbacks_are_limited_per_address_before_a_code_is_redeemed() {
     assert!(signed_in(&web).await);
 }
 
+/// A callback played again with all the browser had (the code, the state
+/// and the pending sign-in's cookie): the provider refuses the code it has
+/// already redeemed, which is the caller's doing, not the provider's
+/// trouble: 400, counted against the address like every bad callback.
+#[actix_web::test]
+async fn a_replayed_callback_is_the_callers_fault_and_counted() {
+    let w = world("", "").await;
+    let env = &w.env;
+    let web = Web::new(&env.cs_origin);
+    // The start, by hand, to keep the pending sign-in's cookie.
+    let start = web
+        .http
+        .get(web.url("/oidc/login/example?next=%2Fhistory"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(start.status(), 303);
+    let pending = start
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|c| c.starts_with("cheq_oidc="))
+        .and_then(|c| c.split(';').next())
+        .expect("the pending sign-in's cookie")
+        .to_owned();
+    let authorize = start.headers()["location"].to_str().unwrap().to_owned();
+    let (_, seen) = web.follow(&authorize).await;
+    let callback = web
+        .callback_url(seen.last().unwrap(), "carol", CAROL_IDP_PW)
+        .await;
+    let ok = web.get(&callback).await;
+    assert_eq!(ok.status, 303, "{}", ok.text);
+    assert!(signed_in(&web).await);
+    let replayer = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let replay = || async {
+        let res = replayer
+            .get(&callback)
+            .header("cookie", &pending)
+            .send()
+            .await
+            .unwrap();
+        (res.status().as_u16(), res.text().await.unwrap())
+    };
+    // Policy::ADDRESS: 20 free failures; the 21st locks the address.
+    for i in 0..21 {
+        let (status, text) = replay().await;
+        assert_eq!(status, 400, "replay {i}: {text}");
+        assert!(text.contains("was used already"), "{text}");
+    }
+    let (status, text) = replay().await;
+    assert_eq!(status, 429, "{text}");
+}
+
 #[actix_web::test]
 async fn every_bad_id_token_is_refused_by_its_own_rule() {
     let w = world("", "").await;

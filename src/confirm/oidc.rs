@@ -122,6 +122,11 @@ pub enum LoginError {
     StateMismatch,
     #[error("{provider} did not sign you in ({error})")]
     Refused { provider: String, error: String },
+    /// The token endpoint refused the code (`invalid_grant`, RFC 6749
+    /// §5.2): already redeemed, expired, or not issued for this sign-in's
+    /// PKCE verifier. The visitor's doing: a replayed or made-up callback.
+    #[error("{provider} refused the code of this sign-in: it was used already, or is not this sign-in's")]
+    CodeRefused { provider: String },
     #[error("{provider} refused to complete the sign-in: {detail}")]
     TokenRequest { provider: String, detail: String },
     #[error("{provider}'s answer cannot be trusted: {problem}")]
@@ -716,6 +721,13 @@ fn token_error<E: std::error::Error>(
 ) -> LoginError {
     use openidconnect::RequestTokenError;
     match e {
+        RequestTokenError::ServerResponse(r)
+            if *r.error() == openidconnect::core::CoreErrorResponseType::InvalidGrant =>
+        {
+            LoginError::CodeRefused {
+                provider: provider.to_owned(),
+            }
+        }
         RequestTokenError::ServerResponse(r) => LoginError::TokenRequest {
             provider: provider.to_owned(),
             detail: crate::text::one_line(r.error().as_ref()),
