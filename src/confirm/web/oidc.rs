@@ -210,7 +210,7 @@ pub(super) async fn callback(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::confirm::oidc::IdTokenProblem;
+    use crate::confirm::oidc::{Endpoint, IdTokenProblem, ProviderHttpError};
     use actix_web::body::MessageBody;
 
     #[test]
@@ -239,10 +239,21 @@ mod tests {
             (
                 LoginError::Unreachable {
                     provider: p(),
-                    detail: "refused".into(),
+                    cause: ProviderHttpError::Transport(Endpoint::Discovery, "refused".into()),
                 },
                 502,
                 "could not be reached",
+            ),
+            (
+                LoginError::Unreachable {
+                    provider: p(),
+                    cause: ProviderHttpError::TooLarge {
+                        what: Endpoint::Token,
+                        limit: 65536,
+                    },
+                },
+                502,
+                "sent a token answer too large to read",
             ),
             (
                 LoginError::Misconfigured {

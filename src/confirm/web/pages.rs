@@ -294,6 +294,7 @@ pub fn login_error_page(e: &crate::confirm::oidc::LoginError, status: u16) -> St
     use crate::confirm::oidc::LoginError as L;
     let (title, message) = match e {
         L::UnknownProvider(_) => ("Unknown sign-in provider", format!("{}. Choose a way to sign in from the sign-in page.", capitalized(&e.to_string()))),
+        L::Unreachable { provider, cause: crate::confirm::oidc::ProviderHttpError::TooLarge { what, .. } } => ("Sign-in provider not usable", format!("{provider} sent a {what} too large to read, so you were not signed in. Try again later, or sign in another way.")),
         L::Unreachable { provider, .. } => ("Sign-in provider unreachable", format!("{provider} could not be reached, so you were not signed in. Try again in a moment, or sign in another way.")),
         L::Misconfigured { provider, .. } => ("Sign-in provider not usable", format!("{provider} is not set up correctly for this service, so you were not signed in. Tell the service's operator.")),
         L::NoPendingLogin => ("Sign-in not recognised", "This sign-in was not started in this browser, or it took longer than 10 minutes. Nothing was stored. Start again from the sign-in page.".to_owned()),
