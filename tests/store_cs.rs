@@ -322,7 +322,7 @@ fn sessions_expire(store: &CsStore) {
         identity: Some(Identity {
             sub: "ivy".into(),
             also_known_as: vec![],
-            auth_time: 1,
+            auth_time: Some(1),
             amr: vec!["pwd".into()],
             provider: Some("example".into()),
             id_token: Some("eyJ.x.y".into()),

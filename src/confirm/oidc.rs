@@ -3,9 +3,10 @@
 //! OpenID Connect relying party, authorization code flow with PKCE, `state`
 //! and `nonce` (OpenID Connect Core 1.0 §3.1), on the `openidconnect` crate.
 //!
-//! - [`Providers::begin`] discovers the provider (cached), and returns the
-//!   authorization URL and a [`Pending`] login sealed for a cookie: nothing is
-//!   stored for a visitor who has not finished signing in.
+//! - [`Providers::begin`] discovers the provider (cached; a failure too, for
+//!   [`DISCOVERY_RETRY_SECS`]), and returns the authorization URL and a
+//!   [`Pending`] login sealed for a cookie: nothing is stored for a visitor
+//!   who has not finished signing in.
 //! - [`Providers::finish`] checks the callback against that cookie (`state`),
 //!   redeems the code (PKCE verifier, `client_secret_basic` or
 //!   `client_secret_post`), and checks the ID token as Core §3.1.3.7 says, one
@@ -13,7 +14,13 @@
 //!   a key of the provider's JWKS (fetched again, at most once a minute, when
 //!   a token names an unknown `kid`), an algorithm of [`ALLOWED_ALGS`] (never
 //!   `none`, never HMAC), issuer, audience, `azp`, expiry, `iat`, `nonce`,
-//!   and `auth_time` when a fresh sign-in was asked for.
+//!   and `auth_time` when a fresh sign-in was asked for (`max_age`, which
+//!   obliges the provider to send it). Without one, a provider that sends no
+//!   `auth_time` leaves the time of the sign-in unknown: never taken to be
+//!   the callback's, so that no freshness rule passes on it.
+//! - Every answer of a provider (discovery, JWKS, token, UserInfo) is read
+//!   through [`super::fetch::send_capped`]: timeouts, no redirect, and at
+//!   most [`Endpoint::limit`] bytes.
 //! - [`account_for`] maps (issuer, `sub`) to a CS account; an e-mail becomes a
 //!   name the user may decide for only when `email_verified` is true, and the
 //!   store refuses an e-mail that another account (local, or of another
@@ -257,7 +264,9 @@ pub struct ExternalLogin {
     pub subject: String,
     /// The e-mail, only if the provider said it verified it.
     pub verified_email: Option<String>,
-    pub auth_time: i64,
+    /// When the user authenticated, as the provider reported it (`None`
+    /// when its ID token has no `auth_time`).
+    pub auth_time: Option<i64>,
     pub amr: Vec<String>,
     pub id_token: String,
 }
@@ -726,7 +735,6 @@ impl Providers {
             provider: p.name.clone(),
             problem,
         })?;
-        let now = self.now();
         let mut verified_email = match (claims.email(), claims.email_verified()) {
             (Some(e), Some(true)) => Some(e.as_str().to_owned()),
             _ => None,
@@ -748,7 +756,7 @@ impl Providers {
             issuer: p.issuer.clone(),
             subject: claims.subject().as_str().to_owned(),
             verified_email,
-            auth_time: claims.auth_time().map_or(now, |t| t.timestamp()),
+            auth_time: claims.auth_time().map(|t| t.timestamp()),
             amr: amr_of(&amr),
             id_token: id_token.to_string(),
         };
@@ -818,14 +826,12 @@ impl Providers {
             .clone();
         check_azp(&claims, &p.client_id)?;
         check_iat(claims.issue_time().timestamp(), now.timestamp())?;
-        if let Some(max_age) = pending.m {
-            check_auth_time(
-                claims.auth_time().map(|t| t.timestamp()),
-                max_age,
-                pending.t,
-                now.timestamp(),
-            )?;
-        }
+        check_auth_time(
+            claims.auth_time().map(|t| t.timestamp()),
+            pending.m,
+            pending.t,
+            now.timestamp(),
+        )?;
         Ok(claims)
     }
 
@@ -967,22 +973,31 @@ fn check_iat(iat: i64, now: i64) -> Result<(), IdTokenProblem> {
 
 /// Step 13: when a fresh sign-in was asked (`max_age`), `auth_time` is
 /// present, within `max_age`, and not before the sign-in was started.
+/// Without `max_age` it may be absent (the time stays unknown), but a time
+/// reported is never in the future.
 fn check_auth_time(
     auth_time: Option<i64>,
-    max_age: i64,
+    max_age: Option<i64>,
     started: i64,
     now: i64,
 ) -> Result<(), IdTokenProblem> {
-    let Some(t) = auth_time else {
-        return Err(IdTokenProblem::AuthTime(
-            "the provider sent no auth_time".into(),
-        ));
+    let t = match (auth_time, max_age) {
+        (Some(t), _) => t,
+        (None, None) => return Ok(()),
+        (None, Some(_)) => {
+            return Err(IdTokenProblem::AuthTime(
+                "the provider sent no auth_time".into(),
+            ))
+        }
     };
     if t > now + SKEW_SECS {
         return Err(IdTokenProblem::AuthTime(
             "auth_time is in the future".into(),
         ));
     }
+    let Some(max_age) = max_age else {
+        return Ok(());
+    };
     if now - t > max_age + SKEW_SECS || t < started - SKEW_SECS {
         return Err(IdTokenProblem::AuthTime(format!(
             "the provider reports a sign-in {} s ago; a new one was required",
@@ -1088,7 +1103,15 @@ mod tests {
             Err(IdTokenProblem::IssuedAt(_))
         ));
         let started = now - 30;
-        check_auth_time(Some(now - 10), 300, started, now).unwrap();
+        check_auth_time(Some(now - 10), Some(300), started, now).unwrap();
+        // Without max_age: absent or old is fine (unknown, or as reported),
+        // never in the future.
+        check_auth_time(None, None, started, now).unwrap();
+        check_auth_time(Some(now - 100_000), None, started, now).unwrap();
+        assert!(matches!(
+            check_auth_time(Some(now + 120), None, started, now),
+            Err(IdTokenProblem::AuthTime(_))
+        ));
         for bad in [
             None,
             Some(now - 1000),
@@ -1097,7 +1120,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    check_auth_time(bad, 300, started, now),
+                    check_auth_time(bad, Some(300), started, now),
                     Err(IdTokenProblem::AuthTime(_))
                 ),
                 "{bad:?}"
@@ -1111,7 +1134,7 @@ mod tests {
             issuer: "http://127.0.0.1:9000".into(),
             subject: sub.into(),
             verified_email: email.map(str::to_owned),
-            auth_time: 5,
+            auth_time: Some(5),
             amr: vec!["pwd".into()],
             id_token: "t".into(),
         }

@@ -263,14 +263,16 @@ impl Cs {
     }
 
     /// Refuses `who` when the RS of `resource_uri` wants a fresher sign-in
-    /// than theirs (`max_auth_age_secs`).
+    /// than theirs (`max_auth_age_secs`); a sign-in whose time no one
+    /// reported is never fresh enough.
     pub fn check_fresh(&self, resource_uri: &str, who: &Identity) -> Result<(), CsError> {
         let index = self.check_registered(resource_uri)?;
-        match self.max_auth_age.get(index).copied().flatten() {
-            Some(max) if self.now().timestamp() - who.auth_time > max => {
-                Err(CsError::Reauthenticate { max_age_secs: max })
-            }
-            _ => Ok(()),
+        let Some(max) = self.max_auth_age.get(index).copied().flatten() else {
+            return Ok(());
+        };
+        match who.auth_time {
+            Some(t) if self.now().timestamp() - t <= max => Ok(()),
+            _ => Err(CsError::Reauthenticate { max_age_secs: max }),
         }
     }
 
