@@ -1504,6 +1504,76 @@ mod tests {
         }
     }
 
+    /// The UserInfo answer is bounded like the others. On the way there, an
+    /// honest token answer of normal size passes through the capped client.
+    #[actix_web::test]
+    async fn an_oversized_userinfo_answer_is_refused_unread() {
+        use openidconnect::core::{CoreEdDsaPrivateSigningKey, CoreJsonWebKeySet};
+        use openidconnect::{
+            Audience, EmptyAdditionalClaims, PrivateSigningKey, StandardClaims, SubjectIdentifier,
+        };
+        // A throwaway Ed25519 key, for this test only.
+        const PEM: &str = "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEICj85RSLHK8ec/5o+MZCnUr457cWjqm+qnuExD0Of+64\n-----END PRIVATE KEY-----\n";
+        let key = CoreEdDsaPrivateSigningKey::from_ed25519_pem(
+            PEM,
+            Some(openidconnect::JsonWebKeyId::new("k1".into())),
+        )
+        .unwrap();
+        let jwks = serde_json::to_string(&CoreJsonWebKeySet::new(vec![key.as_verification_key()]))
+            .unwrap();
+        let token_answer = Arc::new(Mutex::new(String::new()));
+        let answer = token_answer.clone();
+        let mut tiny = Tiny::start(move |origin, asked| match asked {
+            "GET /.well-known/openid-configuration" => Reply::Json(discovery_of(origin)),
+            "GET /jwks" => Reply::Json(jwks.clone()),
+            "POST /token" => Reply::Json(answer.lock().unwrap().clone()),
+            "GET /userinfo" => Reply::Huge { announced: false },
+            _ => Reply::Status(404),
+        })
+        .await;
+        let p = providers_of(&tiny.origin, Arc::new(crate::time::SystemClock));
+        let (_, sealed) = p.begin("example", "/", None).await.unwrap();
+        let pending = p.pending(Some(&sealed)).unwrap();
+        let now = chrono::Utc::now();
+        // No e-mail in the ID token: the CS asks UserInfo for it.
+        let claims = CoreIdTokenClaims::new(
+            IssuerUrl::new(tiny.origin.clone()).unwrap(),
+            vec![Audience::new("cheq".into())],
+            now + chrono::Duration::seconds(300),
+            now,
+            StandardClaims::new(SubjectIdentifier::new("u1".into())),
+            EmptyAdditionalClaims {},
+        )
+        .set_nonce(Some(Nonce::new(pending.n.clone())));
+        let id_token =
+            CoreIdToken::new(claims, &key, CoreJwsSigningAlgorithm::EdDsa, None, None).unwrap();
+        *token_answer.lock().unwrap() = serde_json::json!({
+            "access_token": "at",
+            "token_type": "Bearer",
+            "id_token": id_token.to_string(),
+        })
+        .to_string();
+        let callback = Callback {
+            state: Some(pending.s.clone()),
+            code: Some("code".into()),
+            ..Callback::default()
+        };
+        match p.finish(Some(pending), &callback).await {
+            Err(LoginError::Unreachable {
+                cause:
+                    ProviderHttpError::TooLarge {
+                        what: Endpoint::UserInfo,
+                        limit,
+                    },
+                ..
+            }) => assert_eq!(limit, Endpoint::UserInfo.limit()),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(tiny.count("/token"), 1);
+        let written = tiny.huge_written().await;
+        assert!(written < HUGE / 2, "{written} bytes sent");
+    }
+
     /// A provider that is down is asked once per [`DISCOVERY_RETRY_SECS`],
     /// whoever starts a sign-in, however many at once.
     #[actix_web::test]
