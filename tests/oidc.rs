@@ -320,6 +320,12 @@ struct World {
 }
 
 async fn world(cs_top: &str, rs_entry_keys: &str) -> World {
+    world_with(cs_top, rs_entry_keys, true).await
+}
+
+/// The world, with a provider that sends `auth_time` in every ID token
+/// (`require_auth_time`), or only when `max_age` asks for it.
+async fn world_with(cs_top: &str, rs_entry_keys: &str, require_auth_time: bool) -> World {
     let (idp_port, rogue_port) = (free_port(), free_port());
     let idp_issuer = format!("http://127.0.0.1:{idp_port}");
     let rogue_issuer = format!("http://127.0.0.1:{rogue_port}");
@@ -363,6 +369,7 @@ client_secret = "{ROGUE_SECRET}"
             "client_secret": IDP_SECRET,
             "redirect_uris": [callback],
             "post_logout_redirect_uris": [format!("{}/login", env.cs_origin)],
+            "require_auth_time": require_auth_time,
             "accounts": {
                 "carol": {"password": CAROL_IDP_PW, "email": CAROL, "email_verified": true, "amr": ["pwd", "mfa"]},
                 "eve": {"password": "eve-idp-password", "email": CAROL, "email_verified": false, "amr": ["pwd"]},
@@ -748,6 +755,63 @@ async fn failed_callbacks_are_limited_per_address_before_a_code_is_redeemed() {
     assert!(signed_in(&web).await);
 }
 
+/// A callback played again with all the browser had (the code, the state
+/// and the pending sign-in's cookie): the provider refuses the code it has
+/// already redeemed, which is the caller's doing, not the provider's
+/// trouble: 400, counted against the address like every bad callback.
+#[actix_web::test]
+async fn a_replayed_callback_is_the_callers_fault_and_counted() {
+    let w = world("", "").await;
+    let env = &w.env;
+    let web = Web::new(&env.cs_origin);
+    // The start, by hand, to keep the pending sign-in's cookie.
+    let start = web
+        .http
+        .get(web.url("/oidc/login/example?next=%2Fhistory"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(start.status(), 303);
+    let pending = start
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|c| c.starts_with("cheq_oidc="))
+        .and_then(|c| c.split(';').next())
+        .expect("the pending sign-in's cookie")
+        .to_owned();
+    let authorize = start.headers()["location"].to_str().unwrap().to_owned();
+    let (_, seen) = web.follow(&authorize).await;
+    let callback = web
+        .callback_url(seen.last().unwrap(), "carol", CAROL_IDP_PW)
+        .await;
+    let ok = web.get(&callback).await;
+    assert_eq!(ok.status, 303, "{}", ok.text);
+    assert!(signed_in(&web).await);
+    let replayer = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let replay = || async {
+        let res = replayer
+            .get(&callback)
+            .header("cookie", &pending)
+            .send()
+            .await
+            .unwrap();
+        (res.status().as_u16(), res.text().await.unwrap())
+    };
+    // Policy::ADDRESS: 20 free failures; the 21st locks the address.
+    for i in 0..21 {
+        let (status, text) = replay().await;
+        assert_eq!(status, 400, "replay {i}: {text}");
+        assert!(text.contains("was used already"), "{text}");
+    }
+    let (status, text) = replay().await;
+    assert_eq!(status, 429, "{text}");
+}
+
 #[actix_web::test]
 async fn every_bad_id_token_is_refused_by_its_own_rule() {
     let w = world("", "").await;
@@ -807,6 +871,105 @@ async fn every_bad_id_token_is_refused_by_its_own_rule() {
     assert_eq!(
         w.rogue_stats().await["jwks"].as_u64().unwrap(),
         after_rotation
+    );
+}
+
+/// Accepts on the confirmation page `page` (at `path`), and returns the
+/// confirmation header of carol's evidence.
+async fn carol_accepts(
+    w: &World,
+    web: &Web,
+    pack: &cheq::cheq::UriPack,
+    path: &str,
+    page: &Answer,
+) -> Value {
+    let env = &w.env;
+    let csrf = page.hidden("csrf").unwrap();
+    let view = page.hidden("view").unwrap();
+    let outcome = web
+        .post(
+            path,
+            &[("csrf", &csrf), ("view", &view), ("decision", "accept")],
+        )
+        .await;
+    assert_eq!(outcome.status, 200, "{}", outcome.text);
+    assert_eq!(outcome_of(pack).await["status"], "accepted");
+    let records = env.records(&account_name(&w.idp.issuer, "carol"));
+    assert_eq!(records.len(), 1);
+    let evidence = web
+        .get(&format!("/history/{}.json", records[0].key().id()))
+        .await;
+    assert_eq!(evidence.status, 200);
+    confirmation_header(&evidence.text)
+}
+
+/// A provider that does not say when the user authenticated (its ID token
+/// has no `auth_time` unless `max_age` asks): the CS makes up no time. With
+/// no freshness rule, carol decides, and the countersignature states
+/// `auth_time` 0, which claims no freshness (§5 requires the member).
+#[actix_web::test]
+async fn an_unreported_auth_time_is_stated_as_unknown() {
+    let w = world_with("", "", false).await;
+    let env = &w.env;
+    let pack = env.invoke().await;
+    let web = Web::new(&env.cs_origin);
+    let (page, _) = web
+        .sign_in_with_idp("carol", CAROL_IDP_PW, "/history")
+        .await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let start = web
+        .post(&env.cs_url, &[("resource_uri", &pack.resource_uri)])
+        .await;
+    let path = start.location.clone().unwrap();
+    let page = web.get(&path).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let header = carol_accepts(&w, &web, &pack, &path, &page).await;
+    assert_eq!(header["auth_time"], 0, "{header}");
+    assert_eq!(header["amr"], json!(["pwd", "mfa"]));
+}
+
+/// With a freshness rule (`max_auth_age_secs`), a sign-in whose time no one
+/// reported is not fresh: carol, just signed in, is sent back to the
+/// provider at once with `max_age` (which obliges it to report
+/// `auth_time`), and the countersignature states the time it reports.
+#[actix_web::test]
+async fn an_unreported_auth_time_is_never_fresh_enough() {
+    let w = world_with("", "max_auth_age_secs = 300\n", false).await;
+    let env = &w.env;
+    let pack = env.invoke().await;
+    let web = Web::new(&env.cs_origin);
+    let (page, _) = web
+        .sign_in_with_idp("carol", CAROL_IDP_PW, "/history")
+        .await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let start = web
+        .post(&env.cs_url, &[("resource_uri", &pack.resource_uri)])
+        .await;
+    let path = start.location.clone().unwrap();
+    let reauth = web.get(&path).await;
+    assert_eq!(reauth.status, 303, "{}", reauth.text);
+    let again = reauth.location.clone().unwrap();
+    assert!(
+        again.starts_with("/oidc/login/example?") && again.contains("max_age=300"),
+        "{again}"
+    );
+    let before = chrono::Utc::now().timestamp();
+    let (idp_page, seen) = web.follow(&again).await;
+    assert!(
+        idp_page.text.contains("Example identity provider"),
+        "{}",
+        idp_page.text
+    );
+    let (page, seen) = web
+        .idp_login(seen.last().unwrap(), "carol", CAROL_IDP_PW)
+        .await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(seen.last().unwrap().ends_with(&path), "{seen:?}");
+    let header = carol_accepts(&w, &web, &pack, &path, &page).await;
+    let auth_time = header["auth_time"].as_i64().unwrap();
+    assert!(
+        auth_time >= before - 1 && auth_time <= header["iat"].as_i64().unwrap(),
+        "{header}"
     );
 }
 

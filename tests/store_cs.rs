@@ -267,13 +267,63 @@ fn accounts_name_one_subject_each(store: &CsStore) {
     assert_eq!(a.get("oidc-abc").unwrap().unwrap().email, None);
 }
 
+/// Many first sign-ins that bring the same e-mail at once, each under an
+/// account name of its own: one account gets the e-mail, every other put is
+/// refused, so the e-mail (a CHEQ `subject`) names one account. The same for
+/// a user name that races an e-mail of that text. `fillers` accounts are put
+/// first, so that each put's checks take a while.
+fn concurrent_puts_never_share_a_name(store: &CsStore, fillers: usize) {
+    const THREADS: usize = 12;
+    for i in 0..fillers {
+        store
+            .accounts
+            .put(&account(&format!("filler{i}"), None), false)
+            .unwrap();
+    }
+    for round in 0..8 {
+        let email = format!("race{round}@example.com");
+        let barrier = Arc::new(Barrier::new(THREADS));
+        let handles: Vec<_> = (0..THREADS)
+            .map(|i| {
+                let accounts = store.accounts.clone();
+                let barrier = barrier.clone();
+                let email = email.clone();
+                std::thread::spawn(move || {
+                    // One claims the e-mail as its user name.
+                    let mut a = if i == THREADS - 1 {
+                        account(&email.to_ascii_uppercase(), None)
+                    } else {
+                        account(&format!("oidc-race{round}-{i}"), Some(&email))
+                    };
+                    // Half of them the way a provider's login writes (replace).
+                    let replace = i % 2 == 0;
+                    if replace {
+                        a.password_hash = String::new();
+                    }
+                    barrier.wait();
+                    accounts.put(&a, replace)
+                })
+            })
+            .collect();
+        let outcomes: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let stored = outcomes.iter().filter(|o| o.is_ok()).count();
+        assert_eq!(stored, 1, "round {round}: {outcomes:?}");
+        for o in &outcomes {
+            assert!(
+                matches!(o, Ok(()) | Err(AccountPutError::Ambiguous(_))),
+                "{o:?}"
+            );
+        }
+    }
+}
+
 fn sessions_expire(store: &CsStore) {
     let s = &store.sessions;
     let live = Session {
         identity: Some(Identity {
             sub: "ivy".into(),
             also_known_as: vec![],
-            auth_time: 1,
+            auth_time: Some(1),
             amr: vec!["pwd".into()],
             provider: Some("example".into()),
             id_token: Some("eyJ.x.y".into()),
@@ -460,6 +510,7 @@ fn contract(store: &CsStore) {
     sealed_records_are_listed(store);
     entries_start_once_and_are_collected(store);
     accounts_name_one_subject_each(store);
+    concurrent_puts_never_share_a_name(store, 300);
     sessions_expire(store);
     limits_update_atomically(store);
     old_final_decisions_are_collected(store);

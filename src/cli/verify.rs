@@ -121,7 +121,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
                 json!({
                     "sub": c.sub,
                     "iat": timestamp(c.iat),
-                    "auth_time": timestamp(c.auth_time),
+                    "auth_time": auth_time(c.auth_time),
                     "amr": c.amr,
                     "channel": c.channel.as_str(),
                     "collected": c.collected.as_ref().map(|m| m.keys().collect::<Vec<_>>()),
@@ -173,9 +173,32 @@ fn signer(kid: &str, key: Option<crate::sign::PublicKey>) -> Value {
 }
 
 /// An epoch-seconds claim as RFC 3339 (or the bare number if out of range).
+/// A confirmation's `auth_time`, said as it is: [`AUTH_TIME_UNKNOWN`] is
+/// no time at all (the CS was not told when the user authenticated).
+///
+/// [`AUTH_TIME_UNKNOWN`]: crate::sign::AUTH_TIME_UNKNOWN
+fn auth_time(secs: i64) -> Value {
+    if secs == crate::sign::AUTH_TIME_UNKNOWN {
+        json!("unknown (not reported)")
+    } else {
+        timestamp(secs)
+    }
+}
+
 fn timestamp(secs: i64) -> Value {
     match DateTime::<Utc>::from_timestamp(secs, 0) {
         Some(t) => json!(t.to_rfc3339_opts(SecondsFormat::Secs, true)),
         None => json!(secs),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_auth_time_is_said_to_be_unknown() {
+        assert_eq!(auth_time(0), json!("unknown (not reported)"));
+        assert_eq!(auth_time(1_795_340_600), json!("2026-11-22T09:43:20Z"));
     }
 }

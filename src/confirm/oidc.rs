@@ -3,9 +3,10 @@
 //! OpenID Connect relying party, authorization code flow with PKCE, `state`
 //! and `nonce` (OpenID Connect Core 1.0 §3.1), on the `openidconnect` crate.
 //!
-//! - [`Providers::begin`] discovers the provider (cached), and returns the
-//!   authorization URL and a [`Pending`] login sealed for a cookie: nothing is
-//!   stored for a visitor who has not finished signing in.
+//! - [`Providers::begin`] discovers the provider (cached; a failure too, for
+//!   [`DISCOVERY_RETRY_SECS`]), and returns the authorization URL and a
+//!   [`Pending`] login sealed for a cookie: nothing is stored for a visitor
+//!   who has not finished signing in.
 //! - [`Providers::finish`] checks the callback against that cookie (`state`),
 //!   redeems the code (PKCE verifier, `client_secret_basic` or
 //!   `client_secret_post`), and checks the ID token as Core §3.1.3.7 says, one
@@ -13,7 +14,13 @@
 //!   a key of the provider's JWKS (fetched again, at most once a minute, when
 //!   a token names an unknown `kid`), an algorithm of [`ALLOWED_ALGS`] (never
 //!   `none`, never HMAC), issuer, audience, `azp`, expiry, `iat`, `nonce`,
-//!   and `auth_time` when a fresh sign-in was asked for.
+//!   and `auth_time` when a fresh sign-in was asked for (`max_age`, which
+//!   obliges the provider to send it). Without one, a provider that sends no
+//!   `auth_time` leaves the time of the sign-in unknown: never taken to be
+//!   the callback's, so that no freshness rule passes on it.
+//! - Every answer of a provider (discovery, JWKS, token, UserInfo) is read
+//!   through [`super::fetch::send_capped`]: timeouts, no redirect, and at
+//!   most [`Endpoint::limit`] bytes.
 //! - [`account_for`] maps (issuer, `sub`) to a CS account; an e-mail becomes a
 //!   name the user may decide for only when `email_verified` is true, and the
 //!   store refuses an e-mail that another account (local, or of another
@@ -65,6 +72,15 @@ pub const MAX_IAT_AGE_SECS: i64 = 600;
 pub const JWKS_REFETCH_SECS: i64 = 60;
 /// Discovery is read again after this long.
 pub const DISCOVERY_TTL_SECS: i64 = 3600;
+/// A failed discovery is the answer, without asking the provider again, for
+/// this long: a sign-in can be started by anyone, and a stream of them must
+/// not make the CS fetch in a loop while the provider is down.
+pub const DISCOVERY_RETRY_SECS: i64 = 30;
+/// Connect timeout of every request to a provider.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Total time one request to a provider may take, reading its answer
+/// included.
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Longest local path carried through a sign-in.
 const MAX_NEXT: usize = 1024;
 
@@ -106,14 +122,64 @@ pub enum IdTokenProblem {
     AuthTime(String),
 }
 
+/// Which of a provider's answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Discovery,
+    Jwks,
+    Token,
+    UserInfo,
+}
+
+impl Endpoint {
+    /// The longest answer of this kind read: a discovery document is a few
+    /// KiB, a key set a few keys (some with certificate chains), a token
+    /// answer an ID token and an access token, UserInfo a few claims.
+    pub fn limit(self) -> usize {
+        match self {
+            Endpoint::Discovery | Endpoint::Token | Endpoint::UserInfo => 64 * 1024,
+            Endpoint::Jwks => 256 * 1024,
+        }
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Endpoint::Discovery => "discovery document",
+            Endpoint::Jwks => "key set (JWKS)",
+            Endpoint::Token => "token answer",
+            Endpoint::UserInfo => "UserInfo answer",
+        })
+    }
+}
+
+/// Why a request to a provider brought no usable answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderHttpError {
+    #[error("its {0} could not be fetched: {1}")]
+    Transport(Endpoint, String),
+    #[error("its {0} did not come in time")]
+    Timeout(Endpoint),
+    #[error("its {what} answered HTTP {status}")]
+    Status { what: Endpoint, status: u16 },
+    #[error("its {what} is larger than {limit} bytes, and was not read")]
+    TooLarge { what: Endpoint, limit: usize },
+}
+
 /// Why a sign-in with a provider failed. Each has a page a person
 /// understands (`confirm::web`); nothing is stored before success.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum LoginError {
     #[error("no identity provider is called {0:?} here")]
     UnknownProvider(String),
-    #[error("{provider} could not be reached: {detail}")]
-    Unreachable { provider: String, detail: String },
+    /// The provider could not be asked, or did not answer (in time, or in
+    /// the bounds of [`Endpoint::limit`]).
+    #[error("{provider} could not be used: {cause}")]
+    Unreachable {
+        provider: String,
+        cause: ProviderHttpError,
+    },
     #[error("{provider} is not set up correctly: {detail}")]
     Misconfigured { provider: String, detail: String },
     #[error("this sign-in was not started in this browser, or it took too long")]
@@ -122,6 +188,11 @@ pub enum LoginError {
     StateMismatch,
     #[error("{provider} did not sign you in ({error})")]
     Refused { provider: String, error: String },
+    /// The token endpoint refused the code (`invalid_grant`, RFC 6749
+    /// §5.2): already redeemed, expired, or not issued for this sign-in's
+    /// PKCE verifier. The visitor's doing: a replayed or made-up callback.
+    #[error("{provider} refused the code of this sign-in: it was used already, or is not this sign-in's")]
+    CodeRefused { provider: String },
     #[error("{provider} refused to complete the sign-in: {detail}")]
     TokenRequest { provider: String, detail: String },
     #[error("{provider}'s answer cannot be trusted: {problem}")]
@@ -193,7 +264,9 @@ pub struct ExternalLogin {
     pub subject: String,
     /// The e-mail, only if the provider said it verified it.
     pub verified_email: Option<String>,
-    pub auth_time: i64,
+    /// When the user authenticated, as the provider reported it (`None`
+    /// when its ID token has no `auth_time`).
+    pub auth_time: Option<i64>,
     pub amr: Vec<String>,
     pub id_token: String,
 }
@@ -213,6 +286,12 @@ struct Provider {
     scopes: Vec<String>,
     auth: Option<TokenEndpointAuth>,
     discovered: Mutex<Option<Arc<Discovered>>>,
+    /// The last discovery that failed, and when: the answer until
+    /// [`DISCOVERY_RETRY_SECS`] have passed.
+    failed: Mutex<Option<(i64, LoginError)>>,
+    /// Held while discovery is fetched: one fetch at a time, which every
+    /// caller that waited for it shares.
+    discovering: tokio::sync::Mutex<()>,
 }
 
 /// The configured identity providers and what the CS learned of them.
@@ -232,11 +311,38 @@ impl std::fmt::Debug for Providers {
     }
 }
 
-fn unreachable(provider: &str, e: impl std::fmt::Display) -> LoginError {
+fn unreachable(provider: &str, cause: ProviderHttpError) -> LoginError {
     LoginError::Unreachable {
         provider: provider.to_owned(),
-        detail: crate::text::one_line(&e.to_string()),
+        cause,
     }
+}
+
+/// One request to a provider, as the `openidconnect` crate makes it, sent
+/// the way [`super::fetch`] sends the RS's token request: through the
+/// client's timeouts (the total one covers reading the answer), with no
+/// redirect followed, reading at most [`Endpoint::limit`] bytes of the
+/// answer, and refusing a longer one as soon as it is announced or read.
+async fn capped(
+    http: reqwest::Client,
+    what: Endpoint,
+    request: openidconnect::HttpRequest,
+) -> Result<openidconnect::HttpResponse, ProviderHttpError> {
+    use super::fetch::Capped;
+    super::fetch::send_capped(&http, request, what.limit())
+        .await
+        .map_err(|e| match e {
+            Capped::TooLarge => ProviderHttpError::TooLarge {
+                what,
+                limit: what.limit(),
+            },
+            Capped::Http(e) if e.is_timeout() => ProviderHttpError::Timeout(what),
+            // Without the URL: the endpoint names it.
+            Capped::Http(e) => ProviderHttpError::Transport(
+                what,
+                crate::text::one_line(&e.without_url().to_string()),
+            ),
+        })
 }
 
 fn misconfigured(provider: &str, detail: impl Into<String>) -> LoginError {
@@ -293,11 +399,13 @@ impl Providers {
                 scopes: c.scopes.clone(),
                 auth: c.token_endpoint_auth_method,
                 discovered: Mutex::new(None),
+                failed: Mutex::new(None),
+                discovering: tokio::sync::Mutex::new(()),
             });
         }
         let http = reqwest::Client::builder()
-            .connect_timeout(std::time::Duration::from_secs(5))
-            .timeout(std::time::Duration::from_secs(10))
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT)
             // A provider's endpoints are taken as discovery names them; a
             // redirect could carry the client secret elsewhere.
             .redirect(reqwest::redirect::Policy::none())
@@ -344,35 +452,97 @@ impl Providers {
     }
 
     /// The provider's discovery document and keys (cached for
-    /// [`DISCOVERY_TTL_SECS`]).
+    /// [`DISCOVERY_TTL_SECS`]; a failure for [`DISCOVERY_RETRY_SECS`]).
     async fn discovered(&self, p: &Provider) -> Result<Arc<Discovered>, LoginError> {
+        if let Some(known) = self.known_discovery(p) {
+            return known;
+        }
+        // One fetch at a time; a caller that waited finds its result.
+        let _fetching = p.discovering.lock().await;
+        if let Some(known) = self.known_discovery(p) {
+            return known;
+        }
         let now = self.now();
-        if let Some(d) = p.discovered.lock().ok().and_then(|g| g.clone()) {
-            if now - d.at < DISCOVERY_TTL_SECS {
-                return Ok(d);
+        match self.discover(p).await {
+            Ok(metadata) => {
+                let d = Arc::new(Discovered {
+                    metadata,
+                    at: now,
+                    refetched_at: None,
+                });
+                if let Ok(mut g) = p.discovered.lock() {
+                    *g = Some(d.clone());
+                }
+                if let Ok(mut f) = p.failed.lock() {
+                    *f = None;
+                }
+                Ok(d)
+            }
+            Err(e) => {
+                if let Ok(mut f) = p.failed.lock() {
+                    *f = Some((now, e.clone()));
+                }
+                Err(e)
             }
         }
+    }
+
+    /// What is known of the provider's discovery without asking it: a
+    /// document younger than [`DISCOVERY_TTL_SECS`], or a failure younger
+    /// than [`DISCOVERY_RETRY_SECS`].
+    fn known_discovery(&self, p: &Provider) -> Option<Result<Arc<Discovered>, LoginError>> {
+        let now = self.now();
+        if let Some(d) = p.discovered.lock().ok().and_then(|g| g.clone()) {
+            if (0..DISCOVERY_TTL_SECS).contains(&(now - d.at)) {
+                return Some(Ok(d));
+            }
+        }
+        let failed = p.failed.lock().ok()?;
+        let (at, e) = failed.as_ref()?;
+        (0..DISCOVERY_RETRY_SECS)
+            .contains(&(now - at))
+            .then(|| Err(e.clone()))
+    }
+
+    /// Fetches the provider's discovery document, then its key set.
+    async fn discover(&self, p: &Provider) -> Result<ProviderMetadataWithLogout, LoginError> {
+        use openidconnect::DiscoveryError as D;
         let issuer =
             IssuerUrl::new(p.issuer.clone()).map_err(|e| misconfigured(&p.name, e.to_string()))?;
-        let metadata = ProviderMetadataWithLogout::discover_async(issuer, &self.http)
+        // The crate fetches both documents through this client; the path
+        // says which one is asked.
+        let http = |request: openidconnect::HttpRequest| {
+            let what = if request
+                .uri()
+                .path()
+                .ends_with("/.well-known/openid-configuration")
+            {
+                Endpoint::Discovery
+            } else {
+                Endpoint::Jwks
+            };
+            capped(self.http.clone(), what, request)
+        };
+        let metadata = ProviderMetadataWithLogout::discover_async(issuer, &http)
             .await
             .map_err(|e| match e {
-                openidconnect::DiscoveryError::Validation(v) => misconfigured(&p.name, v),
-                openidconnect::DiscoveryError::Response(status, _, _) => {
-                    unreachable(&p.name, format!("discovery answered HTTP {status}"))
-                }
-                e => unreachable(&p.name, e),
+                D::Request(cause) => unreachable(&p.name, cause),
+                D::Response(status, _, _) => unreachable(
+                    &p.name,
+                    ProviderHttpError::Status {
+                        what: Endpoint::Discovery,
+                        status: status.as_u16(),
+                    },
+                ),
+                D::Validation(v) => misconfigured(&p.name, v),
+                D::Parse(e) => misconfigured(
+                    &p.name,
+                    format!("its discovery document or key set cannot be read: {e}"),
+                ),
+                e => misconfigured(&p.name, e.to_string()),
             })?;
         check_endpoints(&metadata).map_err(|detail| misconfigured(&p.name, detail))?;
-        let d = Arc::new(Discovered {
-            metadata,
-            at: now,
-            refetched_at: None,
-        });
-        if let Ok(mut g) = p.discovered.lock() {
-            *g = Some(d.clone());
-        }
-        Ok(d)
+        Ok(metadata)
     }
 
     /// Fetches the provider's JWKS again, unless it was fetched less than
@@ -397,7 +567,8 @@ impl Providers {
             });
             *guard = Some(claimed);
         }
-        let jwks = CoreJsonWebKeySet::fetch_async(d.metadata.jwks_uri(), &self.http)
+        let http = |request| capped(self.http.clone(), Endpoint::Jwks, request);
+        let jwks = CoreJsonWebKeySet::fetch_async(d.metadata.jwks_uri(), &http)
             .await
             .ok()?;
         let fresh = Arc::new(Discovered {
@@ -541,11 +712,12 @@ impl Providers {
             })?;
         let d = self.discovered(p).await?;
         let client = self.client(p, &d);
+        let http = |request| capped(self.http.clone(), Endpoint::Token, request);
         let response: CoreTokenResponse = client
             .exchange_code(AuthorizationCode::new(code))
             .map_err(|e| misconfigured(&p.name, e.to_string()))?
             .set_pkce_verifier(PkceCodeVerifier::new(pending.v.clone()))
-            .request_async(&self.http)
+            .request_async(&http)
             .await
             .map_err(|e| token_error(&p.name, e))?;
         let id_token = response.id_token().ok_or_else(|| LoginError::IdToken {
@@ -563,7 +735,6 @@ impl Providers {
             provider: p.name.clone(),
             problem,
         })?;
-        let now = self.now();
         let mut verified_email = match (claims.email(), claims.email_verified()) {
             (Some(e), Some(true)) => Some(e.as_str().to_owned()),
             _ => None,
@@ -585,7 +756,7 @@ impl Providers {
             issuer: p.issuer.clone(),
             subject: claims.subject().as_str().to_owned(),
             verified_email,
-            auth_time: claims.auth_time().map_or(now, |t| t.timestamp()),
+            auth_time: claims.auth_time().map(|t| t.timestamp()),
             amr: amr_of(&amr),
             id_token: id_token.to_string(),
         };
@@ -606,14 +777,25 @@ impl Providers {
             return Ok(None);
         }
         let client = self.client(p, d);
+        let http = |request| capped(self.http.clone(), Endpoint::UserInfo, request);
         let info: openidconnect::core::CoreUserInfoClaims = client
             .user_info(response.access_token().clone(), Some(subject))
             .map_err(|e| misconfigured(&p.name, e.to_string()))?
-            .request_async(&self.http)
+            .request_async(&http)
             .await
-            .map_err(|e| LoginError::TokenRequest {
-                provider: p.name.clone(),
-                detail: crate::text::one_line(&format!("userinfo: {e}")),
+            .map_err(|e| match e {
+                openidconnect::UserInfoError::Request(cause) => unreachable(&p.name, cause),
+                openidconnect::UserInfoError::Response(status, _, _) => unreachable(
+                    &p.name,
+                    ProviderHttpError::Status {
+                        what: Endpoint::UserInfo,
+                        status: status.as_u16(),
+                    },
+                ),
+                e => LoginError::TokenRequest {
+                    provider: p.name.clone(),
+                    detail: crate::text::one_line(&format!("userinfo: {e}")),
+                },
             })?;
         Ok(match (info.email(), info.email_verified()) {
             (Some(e), Some(true)) => Some(e.as_str().to_owned()),
@@ -644,14 +826,12 @@ impl Providers {
             .clone();
         check_azp(&claims, &p.client_id)?;
         check_iat(claims.issue_time().timestamp(), now.timestamp())?;
-        if let Some(max_age) = pending.m {
-            check_auth_time(
-                claims.auth_time().map(|t| t.timestamp()),
-                max_age,
-                pending.t,
-                now.timestamp(),
-            )?;
-        }
+        check_auth_time(
+            claims.auth_time().map(|t| t.timestamp()),
+            pending.m,
+            pending.t,
+            now.timestamp(),
+        )?;
         Ok(claims)
     }
 
@@ -707,20 +887,27 @@ fn check_endpoints(metadata: &ProviderMetadataWithLogout) -> Result<(), String> 
     Ok(())
 }
 
-fn token_error<E: std::error::Error>(
+fn token_error(
     provider: &str,
     e: openidconnect::RequestTokenError<
-        E,
+        ProviderHttpError,
         openidconnect::StandardErrorResponse<openidconnect::core::CoreErrorResponseType>,
     >,
 ) -> LoginError {
     use openidconnect::RequestTokenError;
     match e {
+        RequestTokenError::ServerResponse(r)
+            if *r.error() == openidconnect::core::CoreErrorResponseType::InvalidGrant =>
+        {
+            LoginError::CodeRefused {
+                provider: provider.to_owned(),
+            }
+        }
         RequestTokenError::ServerResponse(r) => LoginError::TokenRequest {
             provider: provider.to_owned(),
             detail: crate::text::one_line(r.error().as_ref()),
         },
-        RequestTokenError::Request(e) => unreachable(provider, e),
+        RequestTokenError::Request(cause) => unreachable(provider, cause),
         RequestTokenError::Parse(e, _) => LoginError::TokenRequest {
             provider: provider.to_owned(),
             detail: crate::text::one_line(&e.to_string()),
@@ -786,22 +973,31 @@ fn check_iat(iat: i64, now: i64) -> Result<(), IdTokenProblem> {
 
 /// Step 13: when a fresh sign-in was asked (`max_age`), `auth_time` is
 /// present, within `max_age`, and not before the sign-in was started.
+/// Without `max_age` it may be absent (the time stays unknown), but a time
+/// reported is never in the future.
 fn check_auth_time(
     auth_time: Option<i64>,
-    max_age: i64,
+    max_age: Option<i64>,
     started: i64,
     now: i64,
 ) -> Result<(), IdTokenProblem> {
-    let Some(t) = auth_time else {
-        return Err(IdTokenProblem::AuthTime(
-            "the provider sent no auth_time".into(),
-        ));
+    let t = match (auth_time, max_age) {
+        (Some(t), _) => t,
+        (None, None) => return Ok(()),
+        (None, Some(_)) => {
+            return Err(IdTokenProblem::AuthTime(
+                "the provider sent no auth_time".into(),
+            ))
+        }
     };
     if t > now + SKEW_SECS {
         return Err(IdTokenProblem::AuthTime(
             "auth_time is in the future".into(),
         ));
     }
+    let Some(max_age) = max_age else {
+        return Ok(());
+    };
     if now - t > max_age + SKEW_SECS || t < started - SKEW_SECS {
         return Err(IdTokenProblem::AuthTime(format!(
             "the provider reports a sign-in {} s ago; a new one was required",
@@ -908,7 +1104,15 @@ mod tests {
             Err(IdTokenProblem::IssuedAt(_))
         ));
         let started = now - 30;
-        check_auth_time(Some(now - 10), 300, started, now).unwrap();
+        check_auth_time(Some(now - 10), Some(300), started, now).unwrap();
+        // Without max_age: absent or old is fine (unknown, or as reported),
+        // never in the future.
+        check_auth_time(None, None, started, now).unwrap();
+        check_auth_time(Some(now - 100_000), None, started, now).unwrap();
+        assert!(matches!(
+            check_auth_time(Some(now + 120), None, started, now),
+            Err(IdTokenProblem::AuthTime(_))
+        ));
         for bad in [
             None,
             Some(now - 1000),
@@ -917,7 +1121,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    check_auth_time(bad, 300, started, now),
+                    check_auth_time(bad, Some(300), started, now),
                     Err(IdTokenProblem::AuthTime(_))
                 ),
                 "{bad:?}"
@@ -931,7 +1135,7 @@ mod tests {
             issuer: "http://127.0.0.1:9000".into(),
             subject: sub.into(),
             verified_email: email.map(str::to_owned),
-            auth_time: 5,
+            auth_time: Some(5),
             amr: vec!["pwd".into()],
             id_token: "t".into(),
         }
@@ -1076,6 +1280,337 @@ mod tests {
             .await,
             Err(LoginError::Unreachable { .. })
         ));
+    }
+
+    /// What the tiny provider answers to a path.
+    enum Reply {
+        Json(String),
+        Status(u16),
+        /// A 200 of [`HUGE`] bytes, its length announced or not (chunked).
+        Huge {
+            announced: bool,
+        },
+    }
+
+    const HUGE: usize = 200 * 1024 * 1024;
+
+    /// A tiny HTTP server on a real loopback socket, one request per
+    /// connection: it records the paths asked, and for each huge answer
+    /// sends how many of its bytes it could write before the CS hung up.
+    struct Tiny {
+        origin: String,
+        asked: Arc<Mutex<Vec<String>>>,
+        written: tokio::sync::mpsc::UnboundedReceiver<usize>,
+    }
+
+    impl Tiny {
+        async fn start(answer: impl Fn(&str, &str) -> Reply + Send + Sync + 'static) -> Tiny {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let origin = format!("http://{}", listener.local_addr().unwrap());
+            let asked = Arc::new(Mutex::new(Vec::new()));
+            let (tx, written) = tokio::sync::mpsc::unbounded_channel();
+            let answer = Arc::new(answer);
+            let (o, a) = (origin.clone(), asked.clone());
+            tokio::spawn(async move {
+                while let Ok((sock, _)) = listener.accept().await {
+                    let (o, a, tx, answer) = (o.clone(), a.clone(), tx.clone(), answer.clone());
+                    tokio::spawn(async move { serve(sock, &o, &a, &tx, &*answer).await });
+                }
+            });
+            Tiny {
+                origin,
+                asked,
+                written,
+            }
+        }
+
+        fn count(&self, path: &str) -> usize {
+            self.asked
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|p| *p == path)
+                .count()
+        }
+
+        /// The bytes written of the next huge answer, once it is over.
+        async fn huge_written(&mut self) -> usize {
+            tokio::time::timeout(std::time::Duration::from_secs(60), self.written.recv())
+                .await
+                .expect("the huge answer ends once the CS hangs up")
+                .unwrap()
+        }
+    }
+
+    async fn serve(
+        mut sock: tokio::net::TcpStream,
+        origin: &str,
+        asked: &Mutex<Vec<String>>,
+        written: &tokio::sync::mpsc::UnboundedSender<usize>,
+        answer: &(dyn Fn(&str, &str) -> Reply + Send + Sync),
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        let end = loop {
+            match sock.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+            if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+        };
+        let text = String::from_utf8_lossy(&head[..end]).into_owned();
+        // The request's body (the token request's form), read whole.
+        let length: usize = text
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse().ok())?
+            })
+            .unwrap_or(0);
+        let mut body = head.len() - end;
+        while body < length {
+            match sock.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => body += n,
+            }
+        }
+        let mut line = text.split_whitespace();
+        let method = line.next().unwrap_or("").to_owned();
+        let path = line
+            .next()
+            .unwrap_or("")
+            .split('?')
+            .next()
+            .unwrap_or("")
+            .to_owned();
+        asked.lock().unwrap().push(path.clone());
+        match answer(origin, &format!("{method} {path}")) {
+            Reply::Json(body) => {
+                let res = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = sock.write_all(res.as_bytes()).await;
+            }
+            Reply::Status(status) => {
+                let res = format!(
+                    "HTTP/1.1 {status} Nope\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                );
+                let _ = sock.write_all(res.as_bytes()).await;
+            }
+            Reply::Huge { announced } => {
+                let framing = if announced {
+                    format!("content-length: {HUGE}")
+                } else {
+                    "transfer-encoding: chunked".to_owned()
+                };
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{framing}\r\nconnection: close\r\n\r\n"
+                );
+                let mut sent = 0;
+                if sock.write_all(head.as_bytes()).await.is_ok() {
+                    let chunk = vec![b' '; 64 * 1024];
+                    while sent < HUGE {
+                        let ok = if announced {
+                            sock.write_all(&chunk).await
+                        } else {
+                            let framed =
+                                [format!("{:x}\r\n", chunk.len()).as_bytes(), &chunk, b"\r\n"]
+                                    .concat();
+                            sock.write_all(&framed).await
+                        };
+                        if ok.is_err() {
+                            break;
+                        }
+                        sent += chunk.len();
+                    }
+                }
+                let _ = written.send(sent);
+            }
+        }
+    }
+
+    fn discovery_of(origin: &str) -> String {
+        serde_json::json!({
+            "issuer": origin,
+            "authorization_endpoint": format!("{origin}/authorize"),
+            "token_endpoint": format!("{origin}/token"),
+            "jwks_uri": format!("{origin}/jwks"),
+            "userinfo_endpoint": format!("{origin}/userinfo"),
+            "response_types_supported": ["code"],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["RS256"],
+        })
+        .to_string()
+    }
+
+    fn providers_of(issuer: &str, clock: Arc<dyn Clock>) -> Providers {
+        let config: crate::confirm::config::IdentityProviderConfig = toml::from_str(&format!(
+            "name = \"example\"\nissuer = \"{issuer}\"\nclient_id = \"cheq\"\nclient_secret = \"s\""
+        ))
+        .unwrap();
+        Providers::new(&[config], "http://127.0.0.1:8080", &[1; 32], clock).unwrap()
+    }
+
+    /// Every answer of a provider is read up to its bound: a longer one is
+    /// refused with a clear error as soon as its length is announced, or as
+    /// soon as its bytes pass the bound, and the rest is never read.
+    #[actix_web::test]
+    async fn an_oversized_answer_from_a_provider_is_refused_unread() {
+        let cases = [
+            (
+                "GET /.well-known/openid-configuration",
+                true,
+                Endpoint::Discovery,
+            ),
+            ("GET /jwks", false, Endpoint::Jwks),
+            ("POST /token", false, Endpoint::Token),
+        ];
+        for (huge_at, announced, what) in cases {
+            let mut tiny = Tiny::start(move |origin, asked| match asked {
+                a if a == huge_at => Reply::Huge { announced },
+                "GET /.well-known/openid-configuration" => Reply::Json(discovery_of(origin)),
+                "GET /jwks" => Reply::Json(r#"{"keys":[]}"#.into()),
+                _ => Reply::Status(404),
+            })
+            .await;
+            let p = providers_of(&tiny.origin, Arc::new(crate::time::SystemClock));
+            let failed = if what == Endpoint::Token {
+                let (_, sealed) = p.begin("example", "/", None).await.unwrap();
+                let pending = p.pending(Some(&sealed)).unwrap();
+                let callback = Callback {
+                    state: Some(pending.s.clone()),
+                    code: Some("code".into()),
+                    ..Callback::default()
+                };
+                p.finish(Some(pending), &callback).await.map(|_| ())
+            } else {
+                p.begin("example", "/", None).await.map(|_| ())
+            };
+            match failed {
+                Err(LoginError::Unreachable {
+                    cause: ProviderHttpError::TooLarge { what: w, limit },
+                    ..
+                }) => {
+                    assert_eq!((w, limit), (what, what.limit()));
+                }
+                other => panic!("{huge_at}: {other:?}"),
+            }
+            let written = tiny.huge_written().await;
+            assert!(written < HUGE / 2, "{huge_at}: {written} bytes sent");
+        }
+    }
+
+    /// The UserInfo answer is bounded like the others. On the way there, an
+    /// honest token answer of normal size passes through the capped client.
+    #[actix_web::test]
+    async fn an_oversized_userinfo_answer_is_refused_unread() {
+        use openidconnect::core::{CoreEdDsaPrivateSigningKey, CoreJsonWebKeySet};
+        use openidconnect::{
+            Audience, EmptyAdditionalClaims, PrivateSigningKey, StandardClaims, SubjectIdentifier,
+        };
+        // A throwaway Ed25519 key, for this test only.
+        const PEM: &str = "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEICj85RSLHK8ec/5o+MZCnUr457cWjqm+qnuExD0Of+64\n-----END PRIVATE KEY-----\n";
+        let key = CoreEdDsaPrivateSigningKey::from_ed25519_pem(
+            PEM,
+            Some(openidconnect::JsonWebKeyId::new("k1".into())),
+        )
+        .unwrap();
+        let jwks = serde_json::to_string(&CoreJsonWebKeySet::new(vec![key.as_verification_key()]))
+            .unwrap();
+        let token_answer = Arc::new(Mutex::new(String::new()));
+        let answer = token_answer.clone();
+        let mut tiny = Tiny::start(move |origin, asked| match asked {
+            "GET /.well-known/openid-configuration" => Reply::Json(discovery_of(origin)),
+            "GET /jwks" => Reply::Json(jwks.clone()),
+            "POST /token" => Reply::Json(answer.lock().unwrap().clone()),
+            "GET /userinfo" => Reply::Huge { announced: false },
+            _ => Reply::Status(404),
+        })
+        .await;
+        let p = providers_of(&tiny.origin, Arc::new(crate::time::SystemClock));
+        let (_, sealed) = p.begin("example", "/", None).await.unwrap();
+        let pending = p.pending(Some(&sealed)).unwrap();
+        let now = chrono::Utc::now();
+        // No e-mail in the ID token: the CS asks UserInfo for it.
+        let claims = CoreIdTokenClaims::new(
+            IssuerUrl::new(tiny.origin.clone()).unwrap(),
+            vec![Audience::new("cheq".into())],
+            now + chrono::Duration::seconds(300),
+            now,
+            StandardClaims::new(SubjectIdentifier::new("u1".into())),
+            EmptyAdditionalClaims {},
+        )
+        .set_nonce(Some(Nonce::new(pending.n.clone())));
+        let id_token =
+            CoreIdToken::new(claims, &key, CoreJwsSigningAlgorithm::EdDsa, None, None).unwrap();
+        *token_answer.lock().unwrap() = serde_json::json!({
+            "access_token": "at",
+            "token_type": "Bearer",
+            "id_token": id_token.to_string(),
+        })
+        .to_string();
+        let callback = Callback {
+            state: Some(pending.s.clone()),
+            code: Some("code".into()),
+            ..Callback::default()
+        };
+        match p.finish(Some(pending), &callback).await {
+            Err(LoginError::Unreachable {
+                cause:
+                    ProviderHttpError::TooLarge {
+                        what: Endpoint::UserInfo,
+                        limit,
+                    },
+                ..
+            }) => assert_eq!(limit, Endpoint::UserInfo.limit()),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(tiny.count("/token"), 1);
+        let written = tiny.huge_written().await;
+        assert!(written < HUGE / 2, "{written} bytes sent");
+    }
+
+    /// A provider that is down is asked once per [`DISCOVERY_RETRY_SECS`],
+    /// whoever starts a sign-in, however many at once.
+    #[actix_web::test]
+    async fn a_failed_discovery_is_the_answer_for_a_while() {
+        let tiny = Tiny::start(|_, _| Reply::Status(503)).await;
+        let clock = Arc::new(crate::time::ManualClock::new(chrono::Utc::now()));
+        let p = providers_of(&tiny.origin, clock.clone());
+        let discovery = "/.well-known/openid-configuration";
+        let down = |r: Result<(String, String), LoginError>| {
+            matches!(
+                r,
+                Err(LoginError::Unreachable {
+                    cause: ProviderHttpError::Status {
+                        what: Endpoint::Discovery,
+                        status: 503
+                    },
+                    ..
+                })
+            )
+        };
+        let (a, b, c) = tokio::join!(
+            p.begin("example", "/", None),
+            p.begin("example", "/", None),
+            p.begin("example", "/", None)
+        );
+        assert!(down(a) && down(b) && down(c));
+        assert_eq!(tiny.count(discovery), 1, "one fetch for three at once");
+        for _ in 0..5 {
+            assert!(down(p.begin("example", "/", None).await));
+        }
+        clock.advance(chrono::Duration::seconds(DISCOVERY_RETRY_SECS - 1));
+        assert!(down(p.begin("example", "/", None).await));
+        assert_eq!(tiny.count(discovery), 1);
+        clock.advance(chrono::Duration::seconds(1));
+        assert!(down(p.begin("example", "/", None).await));
+        assert_eq!(tiny.count(discovery), 2, "asked again once the time is up");
     }
 
     #[test]

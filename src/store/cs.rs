@@ -281,8 +281,12 @@ pub struct Identity {
     pub sub: String,
     /// Other names a CHEQ `subject` may use for this user (a verified e-mail).
     pub also_known_as: Vec<String>,
-    /// When they authenticated (unix seconds).
-    pub auth_time: i64,
+    /// When they authenticated (unix seconds), as the CS saw it or the
+    /// identity provider reported it; `None` when the provider did not say
+    /// (never made up: such a sign-in meets no freshness rule, and the
+    /// countersignature states [`crate::sign::AUTH_TIME_UNKNOWN`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_time: Option<i64>,
     /// How (RFC 8176).
     pub amr: Vec<String>,
     /// The identity provider (its configured name) they signed in with;

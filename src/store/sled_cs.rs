@@ -18,6 +18,8 @@
 //! written first and the record is then swapped in only if absent, which is
 //! the atomic claim; a crash or a lost race leaves at worst an index entry
 //! pointing at no record (or at the winner's), which every reader skips.
+//! Accounts are the exception: their writers take one lock of the process
+//! (`ACCOUNT_WRITES`), because a new account's checks read every other.
 //!
 //! A decision's document (about 2.3 KB, most of the record) is written once,
 //! in `cs.documents` under a key that names its content, before the record
@@ -627,9 +629,24 @@ struct SledAccounts {
     users: sled::Tree,
 }
 
+/// Held by every account writer from its checks to its write. The checks
+/// read every account and the write is another operation, so two writers
+/// that ran them side by side could both pass and give one e-mail (or a
+/// user name and an e-mail of the same text) to two accounts. sled opens a
+/// database in one process only (it locks its files), so a lock of the
+/// process serializes every writer of its accounts, as PostgreSQL's table
+/// lock does across instances. Account writes are rare (a new account, a
+/// first sign-in with a provider, a changed e-mail or PIN).
+static ACCOUNT_WRITES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 impl Accounts for SledAccounts {
     fn put(&self, account: &Account, replace: bool) -> Result<(), AccountPutError> {
         let err = |e| AccountPutError::Store(backend_error("put account", e));
+        // A writer that panicked held no half-done state: the write is one
+        // insert, so a poisoned lock is taken as it is.
+        let _writing = ACCOUNT_WRITES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for item in self.users.iter() {
             let (_, bytes) = item.map_err(err)?;
             let Ok(other) = serde_json::from_slice::<Account>(&bytes) else {

@@ -8,6 +8,7 @@
 //    "redirect_uris": ["http://127.0.0.1:8080/oidc/callback"],
 //    "post_logout_redirect_uris": ["http://127.0.0.1:8080/login"],
 //    "auth_method": "client_secret_basic", "alg": "RS256",
+//    "require_auth_time": true,   (false: auth_time only when max_age asks)
 //    "accounts": {"carol": {"password": "…", "email": "carol@example.com",
 //                           "email_verified": true, "amr": ["pwd", "mfa"]}}}
 // Prints one line "ready <issuer>" once it listens on 127.0.0.1:<port>.
@@ -35,7 +36,7 @@ const provider = new Provider(issuer, {
     id_token_signed_response_alg: config.alg || 'RS256',
     grant_types: ['authorization_code'],
     response_types: ['code'],
-    require_auth_time: true,
+    require_auth_time: config.require_auth_time !== false,
   }],
   jwks: { keys: [await signingKey('RS256', 'rsa-1'), await signingKey('ES256', 'ec-1')] },
   // amr and auth_time ride in the ID token; the e-mail comes from UserInfo

@@ -370,7 +370,7 @@ pub fn identity_of(account: &Account, amr: &str, now: i64) -> Identity {
     Identity {
         sub: account.username.clone(),
         also_known_as: account.email.clone().into_iter().collect(),
-        auth_time: now,
+        auth_time: Some(now),
         amr: vec![amr.to_owned()],
         provider: None,
         id_token: None,

@@ -245,7 +245,7 @@ impl Cs {
                 decision: request.decision,
                 sub: &who.sub,
                 also_known_as: &who.also_known_as,
-                auth_time: who.auth_time,
+                auth_time: who.auth_time.unwrap_or(crate::sign::AUTH_TIME_UNKNOWN),
                 amr: &who.amr,
                 channel: request.channel,
                 view_text: shown(view, request.channel).0,

@@ -289,13 +289,15 @@ impl Cs {
     }
 
     /// Refuses `who` when the RS of `resource_uri` wants a fresher sign-in
-    /// than theirs (`max_auth_age_secs`).
+    /// than theirs (`max_auth_age_secs`); a sign-in whose time no one
+    /// reported is never fresh enough.
     pub fn check_fresh(&self, resource_uri: &str, who: &Identity) -> Result<(), CsError> {
-        match self.check_registered(resource_uri)?.max_auth_age {
-            Some(max) if self.now().timestamp() - who.auth_time > max => {
-                Err(CsError::Reauthenticate { max_age_secs: max })
-            }
-            _ => Ok(()),
+        let Some(max) = self.check_registered(resource_uri)?.max_auth_age else {
+            return Ok(());
+        };
+        match who.auth_time {
+            Some(t) if self.now().timestamp() - t <= max => Ok(()),
+            _ => Err(CsError::Reauthenticate { max_age_secs: max }),
         }
     }
 

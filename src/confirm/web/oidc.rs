@@ -51,7 +51,9 @@ pub fn status_of(e: &LoginError) -> StatusCode {
         LoginError::Unreachable { .. }
         | LoginError::Misconfigured { .. }
         | LoginError::TokenRequest { .. } => StatusCode::BAD_GATEWAY,
-        LoginError::NoPendingLogin | LoginError::StateMismatch => StatusCode::BAD_REQUEST,
+        LoginError::NoPendingLogin | LoginError::StateMismatch | LoginError::CodeRefused { .. } => {
+            StatusCode::BAD_REQUEST
+        }
         LoginError::Refused { .. } | LoginError::IdToken { .. } => StatusCode::UNAUTHORIZED,
         LoginError::EmailTaken { .. } | LoginError::AccountClash(_) => StatusCode::CONFLICT,
         LoginError::Store {
@@ -126,13 +128,18 @@ pub(super) async fn start(
 
 /// Whether a failed callback is the visitor's doing: an answer that does
 /// not belong to a sign-in started in this browser, or a code the provider
-/// refused to redeem. Not the provider's trouble (unreachable, a token
+/// refused to redeem (`invalid_grant`: replayed or made up; any other
+/// refusal of the token endpoint counts too, so that callbacks cannot make
+/// the CS ask the provider without end). Not the provider's trouble (unreachable, a token
 /// that fails a rule), the CS's (misconfigured, a store error), nor a
 /// person's choice (cancelled at the provider, an account that clashes).
 fn counts_as_failure(e: &LoginError) -> bool {
     matches!(
         e,
-        LoginError::NoPendingLogin | LoginError::StateMismatch | LoginError::TokenRequest { .. }
+        LoginError::NoPendingLogin
+            | LoginError::StateMismatch
+            | LoginError::CodeRefused { .. }
+            | LoginError::TokenRequest { .. }
     )
 }
 
@@ -209,7 +216,7 @@ pub(super) async fn callback(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::confirm::oidc::IdTokenProblem;
+    use crate::confirm::oidc::{Endpoint, IdTokenProblem, ProviderHttpError};
     use actix_web::body::MessageBody;
 
     #[test]
@@ -238,10 +245,21 @@ mod tests {
             (
                 LoginError::Unreachable {
                     provider: p(),
-                    detail: "refused".into(),
+                    cause: ProviderHttpError::Transport(Endpoint::Discovery, "refused".into()),
                 },
                 502,
                 "could not be reached",
+            ),
+            (
+                LoginError::Unreachable {
+                    provider: p(),
+                    cause: ProviderHttpError::TooLarge {
+                        what: Endpoint::Token,
+                        limit: 65536,
+                    },
+                },
+                502,
+                "sent a token answer too large to read",
             ),
             (
                 LoginError::Misconfigured {
@@ -270,9 +288,14 @@ mod tests {
                 "did not sign you in",
             ),
             (
+                LoginError::CodeRefused { provider: p() },
+                400,
+                "was used already",
+            ),
+            (
                 LoginError::TokenRequest {
                     provider: p(),
-                    detail: "invalid_grant".into(),
+                    detail: "invalid_client".into(),
                 },
                 502,
                 "refused to complete",

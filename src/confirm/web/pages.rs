@@ -296,11 +296,13 @@ pub fn login_error_page(e: &crate::confirm::oidc::LoginError, status: u16) -> St
     use crate::confirm::oidc::LoginError as L;
     let (title, message) = match e {
         L::UnknownProvider(_) => ("Unknown sign-in provider", format!("{}. Choose a way to sign in from the sign-in page.", capitalized(&e.to_string()))),
+        L::Unreachable { provider, cause: crate::confirm::oidc::ProviderHttpError::TooLarge { what, .. } } => ("Sign-in provider not usable", format!("{provider} sent a {what} too large to read, so you were not signed in. Try again later, or sign in another way.")),
         L::Unreachable { provider, .. } => ("Sign-in provider unreachable", format!("{provider} could not be reached, so you were not signed in. Try again in a moment, or sign in another way.")),
         L::Misconfigured { provider, .. } => ("Sign-in provider not usable", format!("{provider} is not set up correctly for this service, so you were not signed in. Tell the service's operator.")),
         L::NoPendingLogin => ("Sign-in not recognised", "This sign-in was not started in this browser, or it took longer than 10 minutes. Nothing was stored. Start again from the sign-in page.".to_owned()),
         L::StateMismatch => ("Sign-in not recognised", "The answer from the sign-in provider does not belong to the sign-in started in this browser, so it was refused. Nothing was stored. Start again from the sign-in page.".to_owned()),
         L::Refused { provider, .. } => ("Not signed in", format!("{provider} did not sign you in. Nothing was stored. You can try again.")),
+        L::CodeRefused { provider } => ("Sign-in not recognised", format!("{provider} refused the code of this sign-in: it was used already, or it does not belong to this sign-in. Nothing was stored. Start again from the sign-in page.")),
         L::TokenRequest { provider, .. } => ("Sign-in failed", format!("{provider} refused to complete the sign-in. Nothing was stored. Start again from the sign-in page.")),
         L::IdToken { provider, problem } => ("Sign-in refused", format!("The answer that claims to come from {provider} cannot be trusted ({problem}), so you were not signed in. Nothing was stored.")),
         L::EmailTaken { email } => ("E-mail address already in use", format!("The e-mail address {email} already belongs to another account at this service, so this sign-in cannot use it. Sign in with that account instead, or ask the operator.")),

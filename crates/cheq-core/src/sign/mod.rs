@@ -22,6 +22,7 @@ pub use keys::{Algorithm, Jwks, KeyError, KeyState, PublicKey, SigningKey};
 pub use secret::same_secret;
 pub use signer::{
     assemble, countersign, sign_entry, sign_resource, CountersignError, DecisionInput, SignError,
+    AUTH_TIME_UNKNOWN,
 };
 pub use trust::{KeySource, TrustError, TrustStore};
 pub use verify::{

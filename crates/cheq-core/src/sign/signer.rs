@@ -50,6 +50,13 @@ pub fn sign_resource(payload: &[u8], key: &SigningKey) -> Result<String, SignErr
     Ok(write_document(&payload_b64, &[(&protected, &signature)]))
 }
 
+/// The `auth_time` a confirmation header states when no one reported when
+/// the user authenticated (an identity provider that sends no `auth_time`):
+/// the epoch. §5 requires the member, and this value claims no freshness at
+/// all: every age computed from it is decades, so no rule on the age of a
+/// sign-in ever takes it as recent, and no time is made up.
+pub const AUTH_TIME_UNKNOWN: i64 = 0;
+
 /// The user's decision and how it was made: everything the confirmation
 /// header carries besides what comes from the verified CHEQ.
 #[derive(Debug, Clone)]
@@ -59,6 +66,7 @@ pub struct DecisionInput<'a> {
     pub sub: &'a str,
     /// Other names the CHEQ's `subject` may use for this user (a verified e-mail).
     pub also_known_as: &'a [String],
+    /// When the user authenticated (unix seconds), or [`AUTH_TIME_UNKNOWN`].
     pub auth_time: i64,
     pub amr: &'a [String],
     pub channel: Channel,
