@@ -255,6 +255,12 @@ fn check_elicitation(env: &Env, el: &Value) {
 
 #[actix_web::test]
 async fn revision_2025_11_25_accept_reject_and_sessions() {
+    if !cheq::testkit::can_run(
+        "the MCP tests with the official Python SDK",
+        &[cheq::testkit::Outside::Python("mcp")],
+    ) {
+        return;
+    }
     let env = Env::start(Options::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let bridge = start_bridge(&env, dir.path()).await;
@@ -362,6 +368,12 @@ fn tamper(state: &str, at: usize) -> String {
 
 #[actix_web::test]
 async fn revision_2026_07_28_request_state_binding_accept_and_reject() {
+    if !cheq::testkit::can_run(
+        "the MCP tests with the official Python SDK",
+        &[cheq::testkit::Outside::Python("mcp")],
+    ) {
+        return;
+    }
     let env = Env::start(Options::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let bridge = start_bridge(&env, dir.path()).await;
@@ -482,6 +494,12 @@ async fn revision_2026_07_28_request_state_binding_accept_and_reject() {
 
 #[actix_web::test]
 async fn expiry_in_both_revisions_is_a_tool_result() {
+    if !cheq::testkit::can_run(
+        "the MCP tests with the official Python SDK",
+        &[cheq::testkit::Outside::Python("mcp")],
+    ) {
+        return;
+    }
     let clock = std::sync::Arc::new(cheq::time::ManualClock::new(chrono::Utc::now()));
     let env = Env::start(Options {
         clock: Some(clock),
@@ -526,6 +544,12 @@ async fn expiry_in_both_revisions_is_a_tool_result() {
 /// §8 and §11: what the user types at the CS never reaches the client.
 #[actix_web::test]
 async fn a_private_value_typed_at_the_cs_never_reaches_the_client() {
+    if !cheq::testkit::can_run(
+        "the MCP tests with the official Python SDK",
+        &[cheq::testkit::Outside::Python("mcp")],
+    ) {
+        return;
+    }
     const FROM: &str = "31415926535";
     const TO: &str = "27182818284";
     let env = Env::start(Options::default()).await;
@@ -841,6 +865,12 @@ fn completions(py: &mut Py, id: &str) -> usize {
 /// bridge's own watch did, and exactly once either way.
 #[actix_web::test]
 async fn the_completion_notice_comes_once_whoever_collects_first() {
+    if !cheq::testkit::can_run(
+        "the MCP tests with the official Python SDK",
+        &[cheq::testkit::Outside::Python("mcp")],
+    ) {
+        return;
+    }
     let env = Env::start(Options::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let bridge = start_bridge(&env, dir.path()).await;
@@ -891,6 +921,12 @@ async fn the_completion_notice_comes_once_whoever_collects_first() {
 /// the slot is taken when the call is checked, before the RS is asked.
 #[actix_web::test]
 async fn calls_made_at_once_in_one_session_stay_within_its_bound() {
+    if !cheq::testkit::can_run(
+        "the MCP tests with the official Python SDK",
+        &[cheq::testkit::Outside::Python("mcp")],
+    ) {
+        return;
+    }
     let env = Env::start(Options::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let bridge = start_bridge(&env, dir.path()).await;
@@ -1069,6 +1105,12 @@ async fn relay(
 /// and a pending call's result read no sooner than the RS's `Retry-After`.
 #[actix_web::test]
 async fn the_bridge_keeps_one_token_and_its_connections_and_honours_retry_after() {
+    if !cheq::testkit::can_run(
+        "the MCP tests with the official Python SDK",
+        &[cheq::testkit::Outside::Python("mcp")],
+    ) {
+        return;
+    }
     let env = Env::start(Options::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let (relay, counts) = counting_relay(&env.rs_url);

@@ -434,6 +434,12 @@ fn confirmation_header(document: &str) -> Value {
 
 #[actix_web::test]
 async fn an_idp_login_decides_an_email_subject_end_to_end() {
+    if !cheq::testkit::can_run(
+        "the OpenID Connect tests with node's oidc-provider",
+        &[cheq::testkit::Outside::Node("oidc")],
+    ) {
+        return;
+    }
     let w = world("", "").await;
     let env = &w.env;
     let pack = env.invoke().await;
@@ -606,6 +612,12 @@ async fn an_idp_login_decides_an_email_subject_end_to_end() {
 
 #[actix_web::test]
 async fn an_unverified_email_never_matches() {
+    if !cheq::testkit::can_run(
+        "the OpenID Connect tests with node's oidc-provider",
+        &[cheq::testkit::Outside::Node("oidc")],
+    ) {
+        return;
+    }
     let w = world("", "").await;
     let env = &w.env;
     let pack = env.invoke().await;
@@ -645,6 +657,12 @@ async fn an_unverified_email_never_matches() {
 
 #[actix_web::test]
 async fn state_missing_swapped_or_without_cookie_is_refused_and_nothing_is_stored() {
+    if !cheq::testkit::can_run(
+        "the OpenID Connect tests with node's oidc-provider",
+        &[cheq::testkit::Outside::Node("oidc")],
+    ) {
+        return;
+    }
     let w = world("", "").await;
     let env = &w.env;
     let alice = Web::new(&env.cs_origin);
@@ -723,6 +741,12 @@ async fn state_missing_swapped_or_without_cookie_is_refused_and_nothing_is_store
 /// ends, it signs in. The password form from that address is not locked.
 #[actix_web::test]
 async fn failed_callbacks_are_limited_per_address_before_a_code_is_redeemed() {
+    if !cheq::testkit::can_run(
+        "the OpenID Connect tests with node's oidc-provider",
+        &[cheq::testkit::Outside::Node("oidc")],
+    ) {
+        return;
+    }
     let w = world("", "").await;
     let env = &w.env;
     let web = Web::new(&env.cs_origin);
@@ -761,6 +785,12 @@ async fn failed_callbacks_are_limited_per_address_before_a_code_is_redeemed() {
 /// trouble: 400, counted against the address like every bad callback.
 #[actix_web::test]
 async fn a_replayed_callback_is_the_callers_fault_and_counted() {
+    if !cheq::testkit::can_run(
+        "the OpenID Connect tests with node's oidc-provider",
+        &[cheq::testkit::Outside::Node("oidc")],
+    ) {
+        return;
+    }
     let w = world("", "").await;
     let env = &w.env;
     let web = Web::new(&env.cs_origin);
@@ -814,6 +844,12 @@ async fn a_replayed_callback_is_the_callers_fault_and_counted() {
 
 #[actix_web::test]
 async fn every_bad_id_token_is_refused_by_its_own_rule() {
+    if !cheq::testkit::can_run(
+        "the OpenID Connect tests with node's oidc-provider",
+        &[cheq::testkit::Outside::Node("oidc")],
+    ) {
+        return;
+    }
     let w = world("", "").await;
     // The harness can pass: an honest answer signs in (RS256, then ES256),
     // with client_secret_post (the rogue's only method).
@@ -909,6 +945,12 @@ async fn carol_accepts(
 /// `auth_time` 0, which claims no freshness (§5 requires the member).
 #[actix_web::test]
 async fn an_unreported_auth_time_is_stated_as_unknown() {
+    if !cheq::testkit::can_run(
+        "the OpenID Connect tests with node's oidc-provider",
+        &[cheq::testkit::Outside::Node("oidc")],
+    ) {
+        return;
+    }
     let w = world_with("", "", false).await;
     let env = &w.env;
     let pack = env.invoke().await;
@@ -934,6 +976,12 @@ async fn an_unreported_auth_time_is_stated_as_unknown() {
 /// `auth_time`), and the countersignature states the time it reports.
 #[actix_web::test]
 async fn an_unreported_auth_time_is_never_fresh_enough() {
+    if !cheq::testkit::can_run(
+        "the OpenID Connect tests with node's oidc-provider",
+        &[cheq::testkit::Outside::Node("oidc")],
+    ) {
+        return;
+    }
     let w = world_with("", "max_auth_age_secs = 300\n", false).await;
     let env = &w.env;
     let pack = env.invoke().await;
@@ -975,6 +1023,12 @@ async fn an_unreported_auth_time_is_never_fresh_enough() {
 
 #[actix_web::test]
 async fn max_auth_age_sends_people_back_to_sign_in() {
+    if !cheq::testkit::can_run(
+        "the OpenID Connect tests with node's oidc-provider",
+        &[cheq::testkit::Outside::Node("oidc")],
+    ) {
+        return;
+    }
     // Top level one hour; this RS four seconds (it replaces the default).
     let w = world("max_auth_age_secs = 3600", "max_auth_age_secs = 4\n").await;
     let env = &w.env;
