@@ -1,4 +1,4 @@
-//! Load test: a flood of bad credentials against a running CS (issue 8).
+//! Load test: a flood of bad credentials against a running CS.
 //!
 //! `scripts/bench flood` starts `cheq demo` as its own process and passes its
 //! address in `CHEQ_BENCH_CS`, its process id in `CHEQ_BENCH_PID` (for its

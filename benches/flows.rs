@@ -1,5 +1,5 @@
 //! Load generator: complete confirmation flows per second that the CS
-//! sustains against the reference RS, with p50/p99 latency (issue 3).
+//! sustains against the reference RS, with p50/p99 latency.
 //!
 //! The servers run as a separate process (`cheq demo`, release build), on
 //! loopback; `scripts/bench` starts it and passes its addresses in

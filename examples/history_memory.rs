@@ -1,5 +1,5 @@
 //! How the memory of the CS's sled store behaves when `history_days` collects
-//! its oldest decisions (issue 13): writes decisions in rounds, collecting
+//! its oldest decisions: writes decisions in rounds, collecting
 //! all but the newest `CHEQ_KEEP` after each round once that many are kept,
 //! and prints the resident memory and the data directory's size after each
 //! round. Without collection

@@ -1,7 +1,7 @@
 //! Self-contained bearer tokens (RFC 6750): the claims a server would keep
 //! in a table, sealed (ChaCha20-Poly1305) under a key only the server's
 //! instances share, so that a token issued by one instance is honoured by
-//! every other without a shared token table (ISSUE 9), and a client can
+//! every other without a shared token table, and a client can
 //! neither read nor forge one. Used for the RS's OAuth access tokens
 //! (PROTOCOL.md §3) and the CS's raw-API user tokens (§10).
 //!

@@ -45,7 +45,7 @@ pub fn read_toml<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
 }
 
 /// `database_url`: the PostgreSQL database that holds a server's state when
-/// set (ISSUE 9). Its `Debug` hides it: it may carry a password.
+/// set. Its `Debug` hides it: it may carry a password.
 #[derive(Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(transparent)]
 pub struct DatabaseUrl(pub String);

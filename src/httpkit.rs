@@ -387,7 +387,7 @@ pub fn workers_for(store_waits_on_network: bool) -> usize {
 /// Blocking threads per HTTP worker (store calls and signing run there).
 /// actix's default is 512 shared by the workers, and every thread that ever
 /// ran holds its stack and its share of the allocator's memory: 32 requests
-/// at once grew the demo past 110 threads (issue 13). A sled call waits for
+/// at once grew the demo past a hundred threads. A sled call waits for
 /// a flush of a few milliseconds at most, and concurrent flushes are shared
 /// (`store::group_commit`), so a few threads keep the CPU busy; a
 /// PostgreSQL call waits on the network, so more may wait at once.

@@ -1,7 +1,7 @@
 //! What the servers count, exposed at `GET /metrics` in the Prometheus text
-//! format (ISSUE 9). Counters are per instance (a scraper sums them); the
-//! delivery gauges are read from the shared store at scrape time, so every
-//! instance reports the same outbox.
+//! format. Counters are per instance (a scraper sums them); the
+//! delivery gauges are read from the shared store by the delivery worker
+//! every few seconds, so every instance reports the same outbox.
 //!
 //! The CS: `cheq_decisions_total{outcome}`, `cheq_deliveries_pending`,
 //! `cheq_delivery_oldest_pending_age_seconds`, `cheq_deliveries_total{outcome}`,

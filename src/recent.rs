@@ -1,7 +1,7 @@
 //! A bounded map of recent values by id, kept in memory by a server to
 //! spare its store a look-up: the CS's verified pages and started
 //! confirmations (`confirm::flow`), the RS's pending records on a remote
-//! store (`resource::cheq_rs`; issue 13). The oldest put goes first; every
+//! store (`resource::cheq_rs`). The oldest put goes first; every
 //! operation is O(1) amortized.
 
 use std::sync::Mutex;

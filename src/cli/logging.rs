@@ -1,4 +1,4 @@
-//! Log lines an operator can search across instances (ISSUE 9): the
+//! Log lines an operator can search across instances: the
 //! `tracing` ecosystem (the crate's `log` records are bridged into it), as
 //! readable text or, with `log_format = "json"`, one JSON object per line.
 //!

@@ -25,7 +25,7 @@
 //! secret_hash = "$argon2id$…"                # `cheq hash-secret` makes one
 //! # api_token_ttl_secs = 300                 # (top level) lifetime of a user token
 //!
-//! [[identity_providers]]                     # OpenID Connect sign-in (ISSUE 10)
+//! [[identity_providers]]                     # OpenID Connect sign-in
 //! name = "example"                           # "Sign in with example"
 //! issuer = "https://idp.example"             # discovery at <issuer>/.well-known/openid-configuration
 //! client_id = "cheq"
@@ -48,7 +48,7 @@
 //! `CHEQ_PUBLIC_URL`, `CHEQ_DATA_DIR`, `CHEQ_SIGNING_KEY`, `CHEQ_SESSION_SECRET`,
 //! `CHEQ_DATABASE_URL`, `CHEQ_LOG_FORMAT`.
 //!
-//! Top-level keys for a host running several instances (ISSUE 9):
+//! Top-level keys for a host running several instances:
 //!
 //! ```toml
 //! database_url = "postgres://cheq@127.0.0.1:5432/cheq"  # state in PostgreSQL
@@ -113,7 +113,7 @@ pub enum TokenEndpointAuth {
     ClientSecretPost,
 }
 
-/// An OpenID Connect provider people may sign in with (ISSUE 10).
+/// An OpenID Connect provider people may sign in with.
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IdentityProviderConfig {

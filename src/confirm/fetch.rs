@@ -100,8 +100,8 @@ pub struct RsClient {
     /// One HTTP client per thread: hyper drives a connection on the runtime
     /// that opened it, so with one client shared by the server's workers, a
     /// request on a connection another worker opened was handed to that
-    /// worker's thread, and its answer back (issue 13: 2.6 wake-ups of
-    /// another worker per flow).
+    /// worker's thread, and its answer back: wake-ups of another worker on
+    /// every flow.
     clients: ThreadLocal<reqwest::Client>,
     /// The TLS connector every thread's client shares (see [`http_client`]).
     tls: native_tls::TlsConnector,

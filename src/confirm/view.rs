@@ -40,7 +40,7 @@ pub struct InputView {
 
 /// Everything a confirmation page or voice view shows of a verified CHEQ.
 /// The voice reading is made the first time it is asked for (a page never
-/// asks: issue 13).
+/// asks).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheqView {
     pub resource_origin: String,

@@ -268,7 +268,7 @@ pub async fn run(config: RsConfig) -> Result<(), RsError> {
 
 /// Runs reads of the store: on the worker itself with sled, whose reads are
 /// look-ups in memory or in the page cache (a hand-off to a blocking thread
-/// and back cost more than the read: issue 13); off it with PostgreSQL,
+/// and back cost more than the read); off it with PostgreSQL,
 /// whose calls may wait on the network up to their time limit, which would
 /// hold every other connection of the worker.
 async fn read<T: Send + 'static>(

@@ -12,8 +12,8 @@ use std::sync::Arc;
 pub struct SessionService {
     store: Arc<dyn Sessions>,
     /// The CSRF MAC, keyed with the session secret and fed the tokens'
-    /// domain once (issue 13: keying it again for every token cost two
-    /// of its four SHA-256 blocks); `None` if the key was refused.
+    /// domain once (keying it again for every token would cost two of
+    /// its four SHA-256 blocks); `None` if the key was refused.
     csrf: Option<Hmac<Sha256>>,
     ttl_secs: i64,
 }

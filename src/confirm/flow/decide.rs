@@ -141,7 +141,7 @@ impl Cs {
         }
         let decided = match &self.store.flusher {
             // Signed and written here, then awaited on disk: no thread is
-            // held for the flush (issue 13). The record's lock is released
+            // held for the flush. The record's lock is released
             // before the flush; a second decision on it finds the record
             // and answers after its own flush, which covers this write.
             // (A document to seal writes and syncs its key file first:

@@ -89,7 +89,7 @@ impl Cs {
 
     /// The first delivery attempt of a decision this call just claimed: the
     /// record is the one stored, leased to this attempt by its `next_try`,
-    /// so it is not read back (issue 13: two reads less per decision).
+    /// so it is not read back (two reads less per decision).
     pub(super) async fn deliver_claimed(
         self: &Arc<Self>,
         record: DecisionRecord,
@@ -161,8 +161,8 @@ impl Cs {
 
     /// [`Cs::finish`], off the async worker when it flushes (a state still
     /// pending, or a sealed document's evidence); a final state of a
-    /// document kept in clear is written without a flush, here (issue 13:
-    /// one hand-off between threads less per decision).
+    /// document kept in clear is written without a flush, here (one
+    /// hand-off between threads less per decision).
     async fn finish_blocking(
         self: &Arc<Self>,
         record: DecisionRecord,

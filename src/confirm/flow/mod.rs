@@ -18,7 +18,7 @@
 //! RS serves it until it is decided) and checks that the view is the one the
 //! user saw. The store keeps only which resource URI a page is for: a pending
 //! confirmation costs no copy of its document on disk or in the store's
-//! memory (issue 13).
+//! memory.
 
 pub mod decide;
 pub mod deliver;

@@ -9,8 +9,8 @@
 //! [`parse_node`] reads into a [`Node`] tree that borrows its strings from the
 //! input (a string is copied only when it holds an escape), with members kept
 //! in document order in a vector: no hashing, few allocations. This is the
-//! verification path (issue 13: most of a verification's time outside the
-//! Ed25519 arithmetic went to building `serde_json` maps). [`parse_value`] and
+//! verification path (most of a verification's time outside the Ed25519
+//! arithmetic went to building `serde_json` maps). [`parse_value`] and
 //! [`parse_object`] give the same reading as a `serde_json::Value`, for
 //! everything else. The fuzz target `json` checks that what is accepted is
 //! exactly what `serde_json` accepts, read to the same value.
