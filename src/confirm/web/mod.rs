@@ -364,7 +364,7 @@ mod tests {
     fn every_error_has_a_page_a_person_understands() {
         let words = [
             "does not work for that resource server",
-            "Missing resource_uri",
+            "The field resource_uri is missing",
             "No such confirmation",
             "does not know this request",
             "security token",
@@ -373,7 +373,7 @@ mod tests {
             "could not be reached",
             "Do not act on it",
             "did not answer in time",
-            "no nonce",
+            "must be unpadded base64url",
             "expired",
             "already decided",
             "no longer kept",
