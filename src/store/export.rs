@@ -778,20 +778,8 @@ pub fn ensure_empty_rs(store: &RsStore) -> Result<(), ImportError> {
     )
 }
 
-/// Waits for a sled store's flusher (outside any async runtime).
-fn flushed(flusher: &super::AsyncFlush) -> Result<(), StoreError> {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .map_err(|source| StoreError::Io {
-            op: "flush",
-            source,
-        })?
-        .block_on(flusher.flushed())
-}
-
 /// Reads a CS stream into `store`, which must be empty, and makes it
-/// durable. Not from within an async runtime (sled's flush is awaited on
-/// one of its own). A failure part way leaves the items before it written:
+/// durable. A failure part way leaves the items before it written:
 /// [`check`] the stream first where it can be read twice.
 pub fn import_cs(store: &CsStore, input: &mut dyn BufRead) -> Result<Counts, ImportError> {
     ensure_empty_cs(store)?;
@@ -799,7 +787,7 @@ pub fn import_cs(store: &CsStore, input: &mut dyn BufRead) -> Result<Counts, Imp
         put_cs(store, line, item)
     })?;
     if let Some(flusher) = &store.flusher {
-        flushed(flusher).map_err(ImportError::Flush)?;
+        flusher.wait().map_err(ImportError::Flush)?;
     }
     Ok(counts)
 }
