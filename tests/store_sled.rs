@@ -550,10 +550,8 @@ fn assert_holds(db: &sled::Db, expected: &std::collections::BTreeMap<Vec<u8>, Ve
     assert_eq!(db.len(), expected.len());
 }
 
-/// The patched sled cuts a node and adds the new child to its parent by two
-/// small log entries instead of writing both nodes again
-/// (`vendor/sled/PATCHES.md`, `Link::ChildSplit` and `Link::ParentSplit`).
-/// Writers racing on the same leaves (ordered keys all land in the
+/// Splits (in the patched sled, leaves of small entries split later than
+/// in sled as published: `vendor/sled/PATCHES.md`). Writers racing on the same leaves (ordered keys all land in the
 /// rightmost one) and on random ones, with removals and readers scanning
 /// meanwhile, leave every key readable, in order, in memory and after a
 /// reopen, where each node is rebuilt from its last full image and the

@@ -16,23 +16,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
-    let text = std::fs::read_to_string(&args.config).map_err(|source| CliError::Read {
-        path: args.config.display().to_string(),
-        source,
-    })?;
-    // An RS configuration has a [confirmation_server] table; a CS's has not.
-    let is_rs = text
-        .parse::<toml::Table>()
-        .map(|t| t.contains_key("confirmation_server"))
-        .unwrap_or(false);
-    let (component, url, steps) = if is_rs {
-        let c = crate::resource::RsConfig::load(&args.config)
-            .map_err(|e| CliError::Server(e.to_string()))?;
-        ("rs", c.database_url, crate::store::pg::rs::MIGRATIONS)
-    } else {
-        let c = crate::confirm::CsConfig::load(&args.config)
-            .map_err(|e| CliError::Server(e.to_string()))?;
-        ("cs", c.database_url, crate::store::pg::cs::MIGRATIONS)
+    let (component, url, steps) = match super::store::Configured::load(&args.config)? {
+        super::store::Configured::Rs(c) => ("rs", c.database_url, crate::store::pg::rs::MIGRATIONS),
+        super::store::Configured::Cs(c) => ("cs", c.database_url, crate::store::pg::cs::MIGRATIONS),
     };
     let Some(url) = url else {
         return Err(CliError::Server(format!(

@@ -21,6 +21,7 @@ pub mod mcp;
 pub mod migrate;
 pub mod servers;
 pub mod sign;
+pub mod store;
 pub mod unpack;
 pub mod user;
 pub mod verify;
@@ -78,6 +79,8 @@ pub enum Command {
     Mcp(mcp::Args),
     /// Apply the PostgreSQL schema of a server's configuration (`database_url`).
     Migrate(migrate::Args),
+    /// Move a server's durable state between stores (sled, PostgreSQL).
+    Store(store::Args),
     Unpack(unpack::Args),
 }
 
@@ -97,6 +100,7 @@ pub fn dispatch(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Demo(args) => demo::run(args, out),
         Command::HashSecret(args) => user::hash_secret_cmd(args, out),
         Command::Migrate(args) => migrate::run(args, out),
+        Command::Store(args) => store::run(args, out),
         Command::Mcp(args) => mcp::run(args, out),
         Command::Unpack(args) => unpack::run(args, out),
     }
@@ -229,6 +233,16 @@ pub enum CliError {
     /// A server or network failure.
     #[error("{0}")]
     Server(String),
+    #[error("export: {0}")]
+    Export(#[from] crate::store::export::ExportError),
+    #[error("import: {0}")]
+    Import(#[from] crate::store::export::ImportError),
+    /// An import from standard input that failed after it began writing.
+    #[error(
+        "import: {0}; the store holds the items read before: empty it (or take a new one) \
+         before importing again"
+    )]
+    PartialImport(#[source] crate::store::export::ImportError),
     /// Something that should not happen (a bug), reported rather than panicking.
     #[error("internal error: {0}")]
     Internal(String),

@@ -128,6 +128,29 @@ impl AsyncFlush {
         }
     }
 
+    /// [`flushed`](Self::flushed) for a caller outside any async runtime
+    /// (a command that wrote many items and makes them durable at the
+    /// end): the calling thread sleeps until the flush has ended.
+    pub fn wait(&self) -> Result<(), StoreError> {
+        use std::future::Future;
+        struct Unpark(std::thread::Thread);
+        impl std::task::Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = std::task::Context::from_waker(&waker);
+        let mut flushed = std::pin::pin!(self.flushed());
+        loop {
+            if let std::task::Poll::Ready(outcome) = flushed.as_mut().poll(&mut cx) {
+                return outcome;
+            }
+            // A wake-up before this park makes it return at once.
+            std::thread::park();
+        }
+    }
+
     /// Starts the thread (under the state's lock).
     fn start(&self, state: &mut State) -> Result<(), StoreError> {
         let shared = self.owner.shared.clone();
@@ -233,6 +256,25 @@ mod tests {
         runtime().block_on(flusher.flushed()).unwrap();
         assert!(flusher.owner.shared.lock().running);
         assert_eq!(flusher.flushes(), 1);
+    }
+
+    #[test]
+    fn a_blocking_wait_is_covered_by_a_flush_that_starts_after_it() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let flusher = AsyncFlush::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        });
+        flusher.wait().unwrap();
+        flusher.wait().unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        let failing = AsyncFlush::new(|| Err("the disk is full".into()));
+        assert!(failing
+            .wait()
+            .unwrap_err()
+            .to_string()
+            .contains("the disk is full"));
     }
 
     /// The thread that awaits the first flush.

@@ -49,6 +49,14 @@ pub trait ConfirmationEntries: Send + Sync {
     fn put(&self, id: &str, entry: &ConfirmationEntry) -> Result<(), StoreError>;
     /// Removes entries created before `cutoff` (unix seconds); returns how many.
     fn collect_older_than(&self, cutoff: i64) -> Result<usize, StoreError>;
+    /// Up to `limit` entries with their ids, in the order of the ids, from
+    /// the first after `after` (from the first of all with `None`): every
+    /// entry, a page at a time (`store export`).
+    fn list_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, ConfirmationEntry)>, StoreError>;
 }
 
 // ---- decisions and their delivery ----
@@ -209,6 +217,26 @@ pub trait DecisionRecords: Send + Sync {
     /// leaves its key behind (its id and decision time), so that a claim of
     /// it is [`Claim::Collected`]. Returns how many records went.
     fn collect_decided_before(&self, cutoff: i64) -> Result<usize, StoreError>;
+    /// Up to `limit` records with their ids ([`RecordKey::id`]), each with
+    /// its document and delivery as they are, in the order of the ids, from
+    /// the first after `after` (from the first of all with `None`): every
+    /// record, a page at a time (`store export`).
+    fn list_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, DecisionRecord)>, StoreError>;
+    /// The same for the keys collected as old history: each id with its
+    /// decision time.
+    fn collected_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, i64)>, StoreError>;
+    /// Puts back a key collected as old history elsewhere (`store import`):
+    /// from then on a claim of it is [`Claim::Collected`]. Durable once a
+    /// later durable write is (as [`claim_unflushed`](Self::claim_unflushed)).
+    fn restore_collected(&self, id: &str, decided_at: i64) -> Result<(), StoreError>;
 }
 
 // ---- accounts ----
@@ -270,6 +298,10 @@ pub trait Accounts: Send + Sync {
     fn put(&self, account: &Account, replace: bool) -> Result<(), AccountPutError>;
     /// The account named `username`.
     fn get(&self, username: &str) -> Result<Option<Account>, StoreError>;
+    /// Up to `limit` accounts, in the order of their names, from the first
+    /// after `after` (from the first of all with `None`): every account, a
+    /// page at a time (`store export`).
+    fn list_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<Account>, StoreError>;
 }
 
 // ---- sessions ----

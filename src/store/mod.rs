@@ -29,6 +29,7 @@
 
 mod async_flush;
 pub mod cs;
+pub mod export;
 pub mod group_commit;
 pub mod packed;
 pub mod pg;
@@ -186,6 +187,27 @@ pub trait NonceStore: Send + Sync {
     /// A collected nonce can afterwards be recorded [`RecordOutcome::Fresh`] again;
     /// see the module documentation for why that is safe.
     fn collect_expired(&self, now: i64) -> Result<usize, StoreError>;
+
+    /// Up to `limit` nonces with their entries, in the order of the nonces,
+    /// from the first after `after` (from the first of all with `None`):
+    /// every nonce, a page at a time (`store export`). The default (a store
+    /// that only wraps another, in tests) says it cannot.
+    fn list_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, NonceEntry)>, StoreError> {
+        let _ = (after, limit);
+        Err(cannot_list())
+    }
+}
+
+/// What a store that cannot list what it holds answers.
+pub(crate) fn cannot_list() -> StoreError {
+    StoreError::Backend {
+        op: "list",
+        message: "this store cannot list what it holds".into(),
+    }
 }
 
 /// Where a server keeps its state.

@@ -193,6 +193,14 @@ pub trait CheqRecords: Send + Sync {
     /// Removes the records whose CHEQ expired before `cutoff` (unix seconds),
     /// with their result-id index entries; returns how many records went.
     fn collect_expired(&self, cutoff: i64) -> Result<usize, StoreError>;
+    /// Up to `limit` records, each as it is, in the order of their ids,
+    /// from the first after `after` (from the first of all with `None`):
+    /// every record, a page at a time (`store export`). The default (a
+    /// store that only wraps another, in tests) says it cannot.
+    fn list_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<CheqRecord>, StoreError> {
+        let _ = (after, limit);
+        Err(super::cannot_list())
+    }
 }
 
 // ---- the demo tools' execution log ----
@@ -224,6 +232,14 @@ pub trait Executions: Send + Sync {
     fn record_unflushed(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
         self.record(key, result)
     }
+    /// Up to `limit` keys with their results, in the order of the keys,
+    /// from the first after `after` (from the first of all with `None`):
+    /// the whole log, a page at a time (`store export`).
+    fn list_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Value)>, StoreError>;
 }
 
 // ---- the bundle ----

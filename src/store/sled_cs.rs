@@ -41,7 +41,7 @@
 
 use super::cs::*;
 use super::packed;
-use super::sled_json::{corrupt, decode, encode, open_db, tree, Durable};
+use super::sled_json::{corrupt, decode, encode, key_text, open_db, page_after, tree, Durable};
 use super::sled_store::backend_error;
 use super::StoreError;
 use std::path::Path;
@@ -131,6 +131,17 @@ impl ConfirmationEntries for SledEntries {
             }
         }
         Ok(n)
+    }
+
+    fn list_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, ConfirmationEntry)>, StoreError> {
+        page_after(&self.tree, after, limit, "list entries")?
+            .into_iter()
+            .map(|(k, v)| Ok((key_text(&k)?, decode(&k, &v)?)))
+            .collect()
     }
 }
 
@@ -539,6 +550,41 @@ impl DecisionRecords for SledRecords {
         }
         Ok(n)
     }
+
+    fn list_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, DecisionRecord)>, StoreError> {
+        page_after(&self.decisions, after, limit, "list decisions")?
+            .into_iter()
+            .map(|(k, v)| Ok((key_text(&k)?, self.with_document(&k, decode(&k, &v)?)?)))
+            .collect()
+    }
+
+    fn collected_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        page_after(&self.collected, after, limit, "list collected")?
+            .into_iter()
+            .map(|(k, v)| {
+                let at: [u8; 8] = v
+                    .as_ref()
+                    .try_into()
+                    .map_err(|_| corrupt(&k, "a collected key's time is not 8 bytes"))?;
+                Ok((key_text(&k)?, i64::from_be_bytes(at)))
+            })
+            .collect()
+    }
+
+    fn restore_collected(&self, id: &str, decided_at: i64) -> Result<(), StoreError> {
+        self.collected
+            .insert(id.as_bytes(), &decided_at.to_be_bytes())
+            .map_err(|e| backend_error("restore collected", e))?;
+        Ok(())
+    }
 }
 
 /// The decision time a `cs.by_user` key carries ([`user_key`]): the 8 bytes
@@ -690,6 +736,13 @@ impl Accounts for SledAccounts {
             .map_err(|e| backend_error("get account", e))?
             .map(|b| decode(username.as_bytes(), &b))
             .transpose()
+    }
+
+    fn list_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<Account>, StoreError> {
+        page_after(&self.users, after, limit, "list accounts")?
+            .into_iter()
+            .map(|(k, v)| decode(&k, &v))
+            .collect()
     }
 }
 

@@ -31,6 +31,32 @@ pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StoreErr
     })
 }
 
+/// Up to `limit` items of `tree` whose keys come after `after` (from the
+/// first with `None`), in the order of the keys (a listing's page).
+pub(crate) fn page_after(
+    tree: &sled::Tree,
+    after: Option<&str>,
+    limit: usize,
+    op: &'static str,
+) -> Result<Vec<(sled::IVec, sled::IVec)>, StoreError> {
+    use std::ops::Bound;
+    let items = match after {
+        Some(after) => {
+            tree.range::<&[u8], _>((Bound::Excluded(after.as_bytes()), Bound::Unbounded))
+        }
+        None => tree.iter(),
+    };
+    items
+        .take(limit)
+        .map(|item| item.map_err(|e| backend_error(op, e)))
+        .collect()
+}
+
+/// A key that the store wrote as text.
+pub(crate) fn key_text(key: &[u8]) -> Result<String, StoreError> {
+    String::from_utf8(key.to_vec()).map_err(|_| corrupt(key, "the key is not UTF-8"))
+}
+
 /// Opens a tree of `db`.
 pub(crate) fn tree(db: &sled::Db, name: &str) -> Result<sled::Tree, StoreError> {
     db.open_tree(name)

@@ -26,7 +26,7 @@
 
 use super::packed;
 use super::rs::*;
-use super::sled_json::{corrupt, decode, encode, open_db, tree, Durable};
+use super::sled_json::{corrupt, decode, encode, key_text, open_db, page_after, tree, Durable};
 use super::sled_store::backend_error;
 use super::{SledNonceStore, StoreError};
 use serde_json::Value;
@@ -272,6 +272,13 @@ impl CheqRecords for SledRecords {
         self.db.flush()?;
         Ok(n)
     }
+
+    fn list_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<CheqRecord>, StoreError> {
+        page_after(&self.records, after, limit, "list records")?
+            .into_iter()
+            .map(|(k, v)| decode_record(&k, &v))
+            .collect()
+    }
 }
 
 // ---- the execution log ----
@@ -296,6 +303,17 @@ impl Executions for SledExecutions {
 
     fn record_unflushed(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
         self.record_then(key, result, false)
+    }
+
+    fn list_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Value)>, StoreError> {
+        page_after(&self.tree, after, limit, "list executions")?
+            .into_iter()
+            .map(|(k, v)| Ok((key_text(&k)?, decode(&k, &v)?)))
+            .collect()
     }
 }
 

@@ -264,6 +264,17 @@ impl NonceStore for SledNonceStore {
             None => Ok(removed),
         }
     }
+
+    fn list_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, NonceEntry)>, StoreError> {
+        super::sled_json::page_after(&self.nonces, after, limit, "list nonces")?
+            .into_iter()
+            .map(|(k, v)| Ok((super::sled_json::key_text(&k)?, decode(&k, &v)?)))
+            .collect()
+    }
 }
 
 impl SledNonceStore {

@@ -190,6 +190,25 @@ impl ConfirmationEntries for PgEntries {
             cutoff,
         )
     }
+
+    fn list_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, ConfirmationEntry)>, StoreError> {
+        self.0.page(
+            "list entries",
+            "SELECT id, body FROM cs_entries",
+            "id",
+            after,
+            limit,
+            |row| {
+                let id: String = row.get("id");
+                let entry = decode(&id, row.get::<_, &str>("body"))?;
+                Ok((id, entry))
+            },
+        )
+    }
 }
 
 // ---- decision records ----
@@ -603,6 +622,52 @@ impl DecisionRecords for PgRecords {
             }
         }
     }
+
+    fn list_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, DecisionRecord)>, StoreError> {
+        self.0.page(
+            "list decisions",
+            "SELECT id, origin, nonce, user_name, resource_uri, decided_at, sealed, body, document, packed
+             FROM cs_records",
+            "id",
+            after,
+            limit,
+            |row| Ok((row.get("id"), record_of(row)?)),
+        )
+    }
+
+    fn collected_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        self.0.page(
+            "list collected",
+            "SELECT id, decided_at FROM cs_collected",
+            "id",
+            after,
+            limit,
+            |row| Ok((row.get("id"), row.get("decided_at"))),
+        )
+    }
+
+    fn restore_collected(&self, id: &str, decided_at: i64) -> Result<(), StoreError> {
+        let id = id.to_owned();
+        self.0.call("restore collected", move |pool| async move {
+            let c = client(&pool, "restore collected").await?;
+            c.execute(
+                "INSERT INTO cs_collected (id, decided_at) VALUES ($1, $2)
+                 ON CONFLICT (id) DO NOTHING",
+                &[&id, &decided_at],
+            )
+            .await
+            .map_err(db_error("restore collected"))?;
+            Ok(())
+        })
+    }
 }
 
 // ---- accounts ----
@@ -678,6 +743,17 @@ impl Accounts for PgAccounts {
             "get account",
             "SELECT body FROM cs_accounts WHERE username = $1",
             username,
+        )
+    }
+
+    fn list_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<Account>, StoreError> {
+        self.0.page(
+            "list accounts",
+            "SELECT username, body FROM cs_accounts",
+            "username",
+            after,
+            limit,
+            |row| decode(row.get("username"), row.get::<_, &str>("body")),
         )
     }
 }

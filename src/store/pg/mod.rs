@@ -422,6 +422,39 @@ impl Pg {
         nonce_batch::Gatherer::start(&self.inner.handle, self.inner.pool.clone())
     }
 
+    /// A page of a listing: the rows of `sql`, a `SELECT … FROM {table}`
+    /// whose key column is `key`, after the key `after` (from the first
+    /// with `None`), at most `limit`, in the order of the keys, each made
+    /// into a `T` by `each`. The order is the column's collation, and so is
+    /// the comparison with `after`: the pages follow each other.
+    pub(crate) fn page<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        sql: &'static str,
+        key: &'static str,
+        after: Option<&str>,
+        limit: usize,
+        each: fn(&tokio_postgres::Row) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        let after = after.map(str::to_owned);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.call(op, move |pool| async move {
+            let c = client(&pool, op).await?;
+            let rows = match &after {
+                Some(after) => {
+                    let sql = format!("{sql} WHERE {key} > $1 ORDER BY {key} LIMIT $2");
+                    c.query(&sql, &[after, &limit]).await
+                }
+                None => {
+                    let sql = format!("{sql} ORDER BY {key} LIMIT $1");
+                    c.query(&sql, &[&limit]).await
+                }
+            }
+            .map_err(db_error(op))?;
+            rows.iter().map(each).collect()
+        })
+    }
+
     /// The one text column that `sql` (a `SELECT` by `$1`) finds for `key`.
     pub(crate) fn text_by_key<K>(
         &self,

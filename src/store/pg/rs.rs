@@ -185,6 +185,25 @@ impl NonceStore for PgNonces {
             now,
         )
     }
+
+    fn list_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, NonceEntry)>, StoreError> {
+        self.pg.page(
+            "list nonces",
+            "SELECT nonce, digest, expires_at, data FROM rs_nonces",
+            "nonce",
+            after,
+            limit,
+            |row| {
+                let nonce: String = row.get("nonce");
+                let entry = entry_of(row, &nonce)?;
+                Ok((nonce, entry))
+            },
+        )
+    }
 }
 
 // ---- CHEQ records ----
@@ -350,6 +369,17 @@ impl CheqRecords for PgCheqs {
             cutoff,
         )
     }
+
+    fn list_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<CheqRecord>, StoreError> {
+        self.0.page(
+            "list records",
+            "SELECT id, body, packed FROM rs_cheqs",
+            "id",
+            after,
+            limit,
+            |row| cheq_record_of(row.get("id"), row),
+        )
+    }
 }
 
 /// What the `state` column holds, for the compare-and-set of
@@ -438,5 +468,24 @@ impl Executions for PgExecutions {
             let row = c.query_one(&s, &[&key]).await.map_err(&err)?;
             Ok(Execution::Existing(decode(&key, row.get::<_, &str>(0))?))
         })
+    }
+
+    fn list_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Value)>, StoreError> {
+        self.0.page(
+            "list executions",
+            "SELECT key, result FROM rs_executions",
+            "key",
+            after,
+            limit,
+            |row| {
+                let key: String = row.get("key");
+                let result = decode(&key, row.get::<_, &str>("result"))?;
+                Ok((key, result))
+            },
+        )
     }
 }

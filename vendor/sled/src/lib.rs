@@ -420,11 +420,13 @@ pub(crate) enum Link {
     /// A Node is marked for being merged into its left sibling
     ChildMergeCap,
     /// cheq: the node gives the upper half of its entries to the new right
-    /// sibling at this page, which is already installed (`Node::split`,
-    /// applied again). Written instead of the whole left half.
+    /// sibling at this page (`Node::split`, applied again). Only read: an
+    /// earlier cheq wrote a split so (tag 5), where sled writes the whole
+    /// left half; this one writes sled's format, and still opens a data
+    /// directory that earlier cheq wrote (vendor/sled/PATCHES.md).
     ChildSplit(PageId),
-    /// cheq: this Index node gains a child at this separator key (decoded,
-    /// as `Node::parent_split` takes it). Written instead of the whole index.
+    /// cheq: this Index node gains a child at this separator key. Only
+    /// read, as `ChildSplit` (tag 6).
     ParentSplit(IVec, PageId),
 }
 

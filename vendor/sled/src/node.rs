@@ -112,8 +112,10 @@ impl Node {
             ChildMergeCap => {
                 self.merging = true;
             }
+            // cheq: links an earlier cheq wrote for a split (see `Link`);
+            // read so that its data directories still open, never written.
             ChildSplit(rhs_pid) => {
-                // cheq: the same split as `Tree::split_node` made from this
+                // The same split as the splitting thread made from this
                 // very state (the link's CAS held it), so the same halves.
                 let (mut lhs, _rhs) = std::mem::take(self).split();
                 lhs.next = Some(NonZeroU64::new(rhs_pid).unwrap());
@@ -156,17 +158,6 @@ impl Node {
             testing_assert!(is_sorted(&leaf.keys));
         } else {
             panic!("tried to attach a Del to an Index chain");
-        }
-    }
-
-    /// cheq: whether `parent_split(at, _)` would add a child: an Index
-    /// node without the separator yet (else a deep race installed it).
-    pub(crate) fn can_parent_split(&self, at: &[u8]) -> bool {
-        if let Data::Index(ref index) = self.data {
-            let encoded_sep = &at[self.prefix_len as usize..];
-            index.keys.binary_search_by(|k| fastcmp(k, encoded_sep)).is_err()
-        } else {
-            false
         }
     }
 

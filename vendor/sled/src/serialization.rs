@@ -404,6 +404,7 @@ impl Serialize for Link {
             2 => Link::ParentMergeIntention(u64::deserialize(buf)?),
             3 => Link::ParentMergeConfirm,
             4 => Link::ChildMergeCap,
+            // cheq: written by an earlier cheq only (see `Link::ChildSplit`).
             5 => Link::ChildSplit(u64::deserialize(buf)?),
             6 => Link::ParentSplit(IVec::deserialize(buf)?, u64::deserialize(buf)?),
             _ => return Err(Error::corruption(None)),

@@ -1497,23 +1497,16 @@ impl Tree {
         // install right side
         let (rhs_pid, rhs_ptr) = self.context.pagecache.allocate(rhs, guard)?;
 
-        // cheq: cut the node at the same point, pointing next to installed
-        // right, by a link (`Link::ChildSplit`, a few bytes in the log)
-        // rather than by writing its whole left half again; it only
-        // succeeds on the state the halves were made from, as the replace
-        // did. The left half in hand is the node the link makes (what
-        // `Node::apply` computes for it from the same state), so it is
-        // given to the page cache rather than computed again.
+        // replace node, pointing next to installed right
         lhs.next = Some(NonZeroU64::new(rhs_pid).unwrap());
-        let link = self.context.pagecache.link_applied(
+        let replace = self.context.pagecache.replace(
             view.pid,
             view.node_view.0,
-            Link::ChildSplit(rhs_pid),
             lhs,
             guard,
         )?;
         M.tree_child_split_attempt();
-        if link.is_err() {
+        if replace.is_err() {
             // if we failed, don't follow through with the
             // parent split or root hoist.
             let _new_stack = self
@@ -1528,25 +1521,24 @@ impl Tree {
         // either install parent split or hoist root
         if let Some(parent_view) = parent_view {
             M.tree_parent_split_attempt();
-            // cheq: a link (`Link::ParentSplit`) rather than the whole
-            // index written again. Skipped when the parent already holds
-            // the separator (a deep race installed it) or is being merged
-            // away (it takes no more links): a later traversal finds the
-            // right node through `next` and splits the parent then, as
-            // when the parent split fails below.
-            if parent_view.merging
-                || !parent_view.can_parent_split(&rhs_lo)
-            {
+            let mut parent: Node = parent_view.deref().clone();
+            let split_applied = parent.parent_split(&rhs_lo, rhs_pid);
+
+            if !split_applied {
+                // due to deep races, it's possible for the
+                // parent to already have a node for this lo key.
+                // if this is the case, we can skip the parent split
+                // because it's probably going to fail anyway.
                 return Ok(());
             }
 
-            let link = self.context.pagecache.link(
+            let replace = self.context.pagecache.replace(
                 parent_view.pid,
                 parent_view.node_view.0,
-                Link::ParentSplit(rhs_lo, rhs_pid),
+                parent,
                 guard,
             )?;
-            if link.is_ok() {
+            if replace.is_ok() {
                 M.tree_parent_split_success();
             } else {
                 // Parent splits are an optimization

@@ -1110,7 +1110,7 @@ impl PageCache {
     pub(crate) fn link<'g>(
         &'g self,
         pid: PageId,
-        old: PageView<'g>,
+        mut old: PageView<'g>,
         new: Link,
         guard: &'g Guard,
     ) -> Result<CasResult<'g, Link>> {
@@ -1156,22 +1156,7 @@ impl PageCache {
 
         let mut node: Node = old.as_node().clone();
         node.apply(&new);
-        self.link_applied(pid, old, new, node, guard)
-    }
 
-    /// cheq: `link`, given the node as it is once `new` is applied to
-    /// `old`'s (the caller computed it already: `Tree::split_node` has both
-    /// halves of a split in hand), so that it is not computed again. (The
-    /// failures `link` injects under sled's own test features do not reach
-    /// a link made here; cheq builds sled without them.)
-    pub(crate) fn link_applied<'g>(
-        &'g self,
-        pid: PageId,
-        mut old: PageView<'g>,
-        new: Link,
-        node: Node,
-        guard: &'g Guard,
-    ) -> Result<CasResult<'g, Link>> {
         // see if we should short-circuit replace
         if old.cache_infos.len() >= PAGE_CONSOLIDATION_THRESHOLD {
             let short_circuit = self.replace(pid, old, node, guard)?;

@@ -1,0 +1,243 @@
+//! `cheq store export --config FILE` and `cheq store import --config FILE`:
+//! a host's durable state out of the store its configuration names (sled in
+//! `data_dir`, or PostgreSQL at `database_url`), as the JSON lines of
+//! [`crate::store::export`], and into the empty store of another
+//! configuration, of either backend. FILE is either server's configuration
+//! (`cheq serve`'s or `cheq resource-server`'s); the store is opened as the
+//! server opens it at start-up, so the server must not be running (sled
+//! locks its directory; a database server's state would move on meanwhile).
+
+use super::{display_path, CliError};
+use crate::store::export::{self, Server};
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// Move a server's durable state between stores: export, import.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: StoreCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum StoreCommand {
+    /// Write the durable state of a server's store as versioned JSON lines.
+    Export(ExportArgs),
+    /// Read an export into the empty store of a server's configuration.
+    Import(ImportArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// The CS or RS configuration file (TOML) whose store is read.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Write to this new file (mode 0600) rather than to standard output.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    /// The CS or RS configuration file (TOML) whose store is written.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Read this file (checked whole before anything is written) rather
+    /// than standard input.
+    #[arg(long = "in", value_name = "FILE")]
+    pub input: Option<PathBuf>,
+}
+
+/// A server's configuration, either kind.
+#[derive(Debug)]
+pub enum Configured {
+    Cs(Box<crate::confirm::CsConfig>),
+    Rs(Box<crate::resource::RsConfig>),
+}
+
+impl Configured {
+    /// Reads the configuration at `path`: an RS's when it has a
+    /// `[confirmation_server]` table, else a CS's.
+    pub fn load(path: &Path) -> Result<Self, CliError> {
+        let text = std::fs::read_to_string(path).map_err(|source| CliError::Read {
+            path: display_path(path),
+            source,
+        })?;
+        let is_rs = text
+            .parse::<toml::Table>()
+            .map(|t| t.contains_key("confirmation_server"))
+            .unwrap_or(false);
+        let load_err = |e: &dyn std::fmt::Display| CliError::Server(e.to_string());
+        Ok(if is_rs {
+            Configured::Rs(Box::new(
+                crate::resource::RsConfig::load(path).map_err(|e| load_err(&e))?,
+            ))
+        } else {
+            Configured::Cs(Box::new(
+                crate::confirm::CsConfig::load(path).map_err(|e| load_err(&e))?,
+            ))
+        })
+    }
+
+    fn server(&self) -> Server {
+        match self {
+            Configured::Cs(_) => Server::Cs,
+            Configured::Rs(_) => Server::Rs,
+        }
+    }
+}
+
+/// The store a configuration names, opened as its server opens it.
+enum Opened {
+    Cs(crate::store::cs::CsStore, crate::store::Backend),
+    Rs(crate::store::rs::RsStore, crate::store::Backend),
+}
+
+impl Opened {
+    fn open(config: &Configured) -> Result<Self, CliError> {
+        let failed = |e: &dyn std::fmt::Display| CliError::Server(format!("the store: {e}"));
+        Ok(match config {
+            Configured::Cs(c) => {
+                let (store, backend) =
+                    crate::confirm::server::open_store(c).map_err(|e| failed(&e))?;
+                Opened::Cs(store, backend)
+            }
+            Configured::Rs(c) => {
+                let (store, backend) =
+                    crate::resource::server::open_store(c).map_err(|e| failed(&e))?;
+                Opened::Rs(store, backend)
+            }
+        })
+    }
+
+    fn described(&self) -> String {
+        let (server, backend) = match self {
+            Opened::Cs(_, b) => (Server::Cs, b),
+            Opened::Rs(_, b) => (Server::Rs, b),
+        };
+        let backend = match backend {
+            crate::store::Backend::Sled => "sled",
+            crate::store::Backend::Postgres => "PostgreSQL",
+        };
+        format!("the store of {server} ({backend})")
+    }
+}
+
+pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
+    match args.command {
+        StoreCommand::Export(args) => export_cmd(args, out),
+        StoreCommand::Import(args) => import_cmd(args, out),
+    }
+}
+
+fn export_to(opened: &Opened, out: &mut dyn Write) -> Result<export::Counts, CliError> {
+    let now = chrono::Utc::now();
+    let mut out = BufWriter::new(out);
+    let counts = match opened {
+        Opened::Cs(store, _) => export::export_cs(store, &mut out, now),
+        Opened::Rs(store, _) => export::export_rs(store, &mut out, now),
+    }?;
+    out.flush()
+        .map_err(|e| CliError::Export(export::ExportError::Write(e)))?;
+    Ok(counts)
+}
+
+fn export_cmd(args: ExportArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let config = Configured::load(&args.config)?;
+    let opened = Opened::open(&config)?;
+    let Some(path) = args.out else {
+        export_to(&opened, out)?;
+        return Ok(());
+    };
+    let name = display_path(&path);
+    let mut file = create_private(&path)?;
+    let written = export_to(&opened, &mut file).and_then(|counts| {
+        file.sync_all().map_err(|source| CliError::Write {
+            path: name.clone(),
+            source,
+        })?;
+        Ok(counts)
+    });
+    match written {
+        Ok(counts) => super::write_out(
+            out,
+            &format!("exported {counts} from {} to {name}\n", opened.described()),
+        ),
+        Err(e) => {
+            // A partial export is no export.
+            drop(file);
+            let _ = std::fs::remove_file(&path);
+            Err(e.in_file(&path))
+        }
+    }
+}
+
+/// A new file only its owner reads (an export holds password hashes and
+/// the evidence of every decision); an existing one is not overwritten.
+fn create_private(path: &Path) -> Result<std::fs::File, CliError> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::AlreadyExists {
+            CliError::Exists(display_path(path))
+        } else {
+            CliError::Write {
+                path: display_path(path),
+                source,
+            }
+        }
+    })
+}
+
+fn import_from(opened: &Opened, input: &mut dyn BufRead) -> Result<export::Counts, CliError> {
+    Ok(match opened {
+        Opened::Cs(store, _) => export::import_cs(store, input),
+        Opened::Rs(store, _) => export::import_rs(store, input),
+    }?)
+}
+
+fn import_cmd(args: ImportArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let config = Configured::load(&args.config)?;
+    let server = config.server();
+    let counts = match args.input.filter(|p| p != Path::new("-")) {
+        Some(path) => {
+            let open = || {
+                std::fs::File::open(&path)
+                    .map(BufReader::new)
+                    .map_err(|source| CliError::Read {
+                        path: display_path(&path),
+                        source,
+                    })
+            };
+            // Checked whole first: a stream found wrong part way would
+            // leave the target holding part of it.
+            export::check(&mut open()?, server).map_err(|e| CliError::from(e).in_file(&path))?;
+            let opened = Opened::open(&config)?;
+            let counts = import_from(&opened, &mut open()?).map_err(|e| e.in_file(&path))?;
+            (counts, opened.described())
+        }
+        None => {
+            let opened = Opened::open(&config)?;
+            let stdin = std::io::stdin();
+            let counts = match &opened {
+                Opened::Cs(store, _) => export::import_cs(store, &mut stdin.lock()),
+                Opened::Rs(store, _) => export::import_rs(store, &mut stdin.lock()),
+            }
+            .map_err(|e| {
+                if e.wrote_some() {
+                    CliError::PartialImport(e)
+                } else {
+                    CliError::Import(e)
+                }
+                .in_file(Path::new("-"))
+            })?;
+            (counts, opened.described())
+        }
+    };
+    super::write_out(out, &format!("imported {} into {}\n", counts.0, counts.1))
+}

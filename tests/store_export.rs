@@ -1,0 +1,705 @@
+//! Moving a host's data (`cheq store export`, `cheq store import`): the
+//! `cheq` binary run as an operator would, on configurations of both
+//! servers, from sled to PostgreSQL and back to sled, every item compared;
+//! what a decided nonce is after the move (still decided); and the streams
+//! and stores an import refuses (a store not empty, a line garbled or cut,
+//! a stream of the other server, an unknown version), each naming why.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
+use cheq::cheq::{Channel, Decision};
+use cheq::confirm::CsConfig;
+use cheq::resource::RsConfig;
+use cheq::store::cs::{
+    Account, Claim, ConfirmationEntry, CsStore, DecisionRecord, Delivery, ExternalId, RecordKey,
+    Refusal,
+};
+use cheq::store::export::Item;
+use cheq::store::rs::{CheqRecord, CheqState, RsStore};
+use cheq::store::{NonceEntry, RecordOutcome};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const RS_A: &str = "https://rs-a.example";
+const RS_B: &str = "https://rs-b.example";
+
+// ---- configurations and the binary ----
+
+/// A CS configuration over `data_dir`, on PostgreSQL when `database` is given.
+fn cs_toml(dir: &Path, data_dir: &str, database: Option<&str>) -> PathBuf {
+    let database = database
+        .map(|url| format!("database_url = \"{url}\"\n"))
+        .unwrap_or_default();
+    let text = format!(
+        "{database}listen = \"127.0.0.1:0\"\npublic_url = \"http://127.0.0.1:9/\"\n\
+         data_dir = \"{}\"\nsigning_key = \"{}\"\n\n[[resource_servers]]\n\
+         origin = \"http://127.0.0.1:8\"\npath_prefix = \"/cheq/confirmations/\"\n\
+         jwks = \"{}\"\ntoken_url = \"http://127.0.0.1:8/oauth/token\"\n\
+         client_id = \"cs\"\nclient_secret = \"a secret of the CS\"\n",
+        dir.join(data_dir).display(),
+        dir.join("cs.jwk").display(),
+        dir.join("rs.jwks").display(),
+    );
+    let path = dir.join(format!("{data_dir}.cs.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// An RS configuration over `data_dir`, on PostgreSQL when `database` is given.
+fn rs_toml(dir: &Path, data_dir: &str, database: Option<&str>) -> PathBuf {
+    let database = database
+        .map(|url| format!("database_url = \"{url}\"\n"))
+        .unwrap_or_default();
+    let text = format!(
+        "{database}listen = \"127.0.0.1:0\"\npublic_url = \"http://127.0.0.1:8\"\n\
+         data_dir = \"{}\"\nsigning_key = \"{}\"\n\n[confirmation_server]\n\
+         uri = \"http://127.0.0.1:9/\"\njwks_file = \"{}\"\n",
+        dir.join(data_dir).display(),
+        dir.join("rs.jwk").display(),
+        dir.join("cs.jwks").display(),
+    );
+    let path = dir.join(format!("{data_dir}.rs.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Runs `cheq` with `args`, `stdin` as its input; no database from the
+/// environment (each configuration says where its store is).
+fn cheq(args: &[&str], stdin: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cheq"))
+        .args(args)
+        .env_remove("CHEQ_DATABASE_URL")
+        .env_remove("CHEQ_DATA_DIR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin).unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "cheq failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The one-line reason of a refusal (exit code 1).
+fn refused(out: Output) -> String {
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "not refused: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+}
+
+fn export(config: &Path) -> String {
+    ok(cheq(
+        &["store", "export", "--config", config.to_str().unwrap()],
+        b"",
+    ))
+}
+
+fn import(config: &Path, stream: &[u8]) -> Output {
+    cheq(
+        &["store", "import", "--config", config.to_str().unwrap()],
+        stream,
+    )
+}
+
+fn import_file(config: &Path, file: &Path) -> Output {
+    cheq(
+        &[
+            "store",
+            "import",
+            "--config",
+            config.to_str().unwrap(),
+            "--in",
+            file.to_str().unwrap(),
+        ],
+        b"",
+    )
+}
+
+/// The header of an export, checked, and its items' lines in order of
+/// their text (the backends list in different orders).
+fn items(stream: &str, server: &str) -> Vec<String> {
+    let lines: Vec<&str> = stream.lines().collect();
+    let header: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(header["format"], "cheq-store-export");
+    assert_eq!(header["version"], 1);
+    assert_eq!(header["server"], server);
+    assert!(header["exported_at"].as_str().unwrap().ends_with('Z'));
+    let end: serde_json::Value = serde_json::from_str(lines[lines.len() - 1]).unwrap();
+    assert_eq!(end, json!({"kind": "end", "items": lines.len() - 2}));
+    let mut items: Vec<String> = lines[1..lines.len() - 1]
+        .iter()
+        .map(|l| (*l).to_owned())
+        .collect();
+    items.sort();
+    items
+}
+
+fn lines_of(items: &[Item]) -> Vec<String> {
+    let mut lines: Vec<String> = items.iter().map(|i| i.to_line().unwrap()).collect();
+    lines.sort();
+    lines
+}
+
+// ---- what a CS holds ----
+
+fn decision(origin: &str, nonce: &str, user: &str, at: i64, delivery: Delivery) -> DecisionRecord {
+    DecisionRecord {
+        nonce: nonce.into(),
+        user: user.into(),
+        resource_uri: format!("{origin}/cheq/confirmations/{nonce}"),
+        resource_origin: origin.into(),
+        operation: format!("{origin}/op"),
+        operation_name: "Pay".into(),
+        decision: Decision::Accept,
+        channel: Channel::Html,
+        decided_at: at,
+        expires: at + 600,
+        document: format!(r#"{{"payload":"{nonce}","signatures":[]}}"#),
+        delivery,
+        sealed: false,
+        collected_hmac: Default::default(),
+    }
+}
+
+fn cs_store(config: &Path) -> CsStore {
+    let text = std::fs::read_to_string(config).unwrap();
+    let config = CsConfig::from_toml(&text).unwrap();
+    cheq::confirm::server::open_store(&config).unwrap().0
+}
+
+fn rs_store(config: &Path) -> RsStore {
+    let text = std::fs::read_to_string(config).unwrap();
+    let config = RsConfig::from_toml(&text).unwrap();
+    cheq::resource::server::open_store(&config).unwrap().0
+}
+
+/// Fills a CS store with one of everything it keeps for good; returns the
+/// items an export of it must hold, and the kept (collected) decision.
+fn fill_cs(store: &CsStore) -> (Vec<Item>, DecisionRecord) {
+    let accounts = vec![
+        Account {
+            username: "alice".into(),
+            email: Some("alice@example.com".into()),
+            password_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into(),
+            pin_hash: Some("$argon2id$v=19$m=19456,t=2,p=1$cGlu$cGlu".into()),
+            external: None,
+        },
+        Account {
+            username: "bob".into(),
+            email: None,
+            password_hash: "$argon2id$v=19$m=19456,t=2,p=1$Ym9i$Ym9i".into(),
+            pin_hash: None,
+            external: None,
+        },
+        Account {
+            username: "carol@idp".into(),
+            email: Some("carol@example.org".into()),
+            password_hash: String::new(),
+            pin_hash: None,
+            external: Some(ExternalId {
+                issuer: "https://idp.example".into(),
+                subject: "c-123".into(),
+            }),
+        },
+    ];
+    let mut out = Vec::new();
+    for a in &accounts {
+        store.accounts.put(a, false).unwrap();
+        out.push(Item::Account(a.clone()));
+    }
+    let entry = ConfirmationEntry {
+        resource_uri: format!("{RS_A}/cheq/confirmations/started"),
+        created: 1_700_000_000,
+        document: None,
+    };
+    store.entries.start("entry-1", &entry).unwrap();
+    out.push(Item::Entry {
+        id: "entry-1".into(),
+        entry,
+    });
+
+    let pending = decision(
+        RS_A,
+        "n-pending",
+        "alice",
+        1_900_000_000,
+        Delivery::Pending {
+            attempts: 2,
+            next_try: 1_900_000_030,
+            last_error: Some("connection refused".into()),
+        },
+    );
+    let mut sealed = decision(
+        RS_A,
+        "n-sealed",
+        "alice",
+        1_900_000_100,
+        Delivery::Pending {
+            attempts: 0,
+            next_try: 1_900_000_100,
+            last_error: None,
+        },
+    );
+    sealed.sealed = true;
+    sealed.document = "c2VhbGVkIGJ5IGEga2V5IGZpbGU".into();
+    let mut refused = decision(
+        RS_B,
+        "n-refused",
+        "bob",
+        1_900_000_200,
+        Delivery::Refused {
+            refusal: Refusal::ResourceServer {
+                status: 409,
+                error: "conflict".into(),
+                description: "already decided".into(),
+            },
+            at: 1_900_000_201,
+        },
+    );
+    refused.decision = Decision::Reject;
+    refused.channel = Channel::Voice;
+    refused
+        .collected_hmac
+        .insert("amount".into(), "aG1hYw".into());
+    // The same nonce at another RS is another decision (§6).
+    let same_nonce = decision(
+        RS_B,
+        "n-pending",
+        "bob",
+        1_900_000_300,
+        Delivery::Delivered {
+            decision: Decision::Accept,
+            at: 1_900_000_301,
+        },
+    );
+    // Old history, collected before the move: only its key stays.
+    let old = decision(
+        RS_A,
+        "n-old",
+        "alice",
+        1_000,
+        Delivery::Expired { at: 1_700 },
+    );
+    for r in [&pending, &sealed, &refused, &same_nonce, &old] {
+        assert_eq!(store.records.claim(r).unwrap(), Claim::Fresh);
+    }
+    assert_eq!(store.records.collect_decided_before(1_000_000).unwrap(), 1);
+    for r in [pending, sealed, refused, same_nonce] {
+        out.push(Item::Decision(Box::new(r)));
+    }
+    out.push(Item::Collected {
+        id: old.key().id(),
+        decided_at: old.decided_at,
+    });
+    (out, old)
+}
+
+/// A decision already taken before the move is refused after it: the same
+/// key claimed again finds the record (or, collected, finds it collected),
+/// never a fresh claim.
+fn decided_keys_stay_decided(store: &CsStore, collected: &DecisionRecord) {
+    let mut again = decision(
+        RS_A,
+        "n-pending",
+        "mallory",
+        1_950_000_000,
+        Delivery::Pending {
+            attempts: 0,
+            next_try: 0,
+            last_error: None,
+        },
+    );
+    again.decision = Decision::Reject;
+    match store.records.claim(&again).unwrap() {
+        Claim::Existing(old) => {
+            assert_eq!(old.user, "alice");
+            assert_eq!(old.decision, Decision::Accept);
+        }
+        other => panic!("a decided nonce was claimed again after the move: {other:?}"),
+    }
+    let mut collected_again = collected.clone();
+    collected_again.decided_at = 1_950_000_000;
+    assert_eq!(
+        store.records.claim(&collected_again).unwrap(),
+        Claim::Collected,
+        "a nonce collected as old history was claimed again after the move"
+    );
+    // A nonce never decided still is claimed (the store works).
+    let fresh = decision(
+        RS_A,
+        "n-new",
+        "alice",
+        1_950_000_000,
+        Delivery::Expired { at: 1 },
+    );
+    assert_eq!(store.records.claim(&fresh).unwrap(), Claim::Fresh);
+    let pending = store
+        .records
+        .get(&RecordKey::new(RS_A, "n-pending"))
+        .unwrap();
+    assert!(pending.unwrap().delivery.is_pending(), "the outbox moved");
+}
+
+#[test]
+fn a_confirmation_server_moves_from_sled_to_postgresql_and_back() {
+    let Some(url) = cheq::store::pg::test_database_or_skip("store_export_cs") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let from = cs_toml(dir.path(), "from", None);
+    let expected = {
+        let store = cs_store(&from);
+        fill_cs(&store)
+    };
+    let (expected, collected) = (lines_of(&expected.0), expected.1);
+
+    // Out of sled, into a file only its owner reads.
+    let file = dir.path().join("cs.jsonl");
+    let said = ok(cheq(
+        &[
+            "store",
+            "export",
+            "--config",
+            from.to_str().unwrap(),
+            "--out",
+            file.to_str().unwrap(),
+        ],
+        b"",
+    ));
+    assert!(
+        said.starts_with("exported 9 items (3 account, 1 collected, 4 decision, 1 entry)"),
+        "{said}"
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let first = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(items(&first, "cs"), expected, "the export holds every item");
+
+    // Into PostgreSQL, and out of it.
+    let pg = cs_toml(dir.path(), "pg", Some(&url));
+    let said = ok(import_file(&pg, &file));
+    assert!(
+        said.contains("into the store of a confirmation server (PostgreSQL)"),
+        "{said}"
+    );
+    let second = export(&pg);
+    assert_eq!(
+        items(&second, "cs"),
+        expected,
+        "PostgreSQL holds every item"
+    );
+
+    // An import into a store that holds anything is refused, saying what.
+    let e = refused(import_file(&pg, &file));
+    assert!(
+        e.contains("the store is not empty: it holds accounts"),
+        "{e}"
+    );
+
+    // Back into a new sled directory, from standard input.
+    let back = cs_toml(dir.path(), "back", None);
+    ok(import(&back, second.as_bytes()));
+    let third = export(&back);
+    assert_eq!(items(&third, "cs"), expected, "sled again holds every item");
+
+    let pg_store = {
+        let pool = cheq::store::pg::Pg::new(&url, 6).unwrap();
+        cheq::store::pg::cs::open(&pool).unwrap()
+    };
+    decided_keys_stay_decided(&pg_store, &collected);
+    decided_keys_stay_decided(&cs_store(&back), &collected);
+}
+
+// ---- what an RS holds ----
+
+fn cheq_record(id: &str, state: CheqState) -> CheqRecord {
+    let pending = state == CheqState::Pending;
+    CheqRecord {
+        id: id.into(),
+        result_id: format!("result-{id}"),
+        resource_uri: format!("{RS_A}/cheq/confirmations/{id}"),
+        nonce: format!("nonce-{id}"),
+        expires: 1_900_000_000,
+        document: if pending {
+            format!(r#"{{"payload":"{id}","signatures":[{{"protected":"x"}}]}}"#)
+        } else {
+            String::new()
+        },
+        action: if pending {
+            json!({"tool": "pay", "amount": 12.5})
+        } else {
+            serde_json::Value::Null
+        },
+        state,
+    }
+}
+
+fn nonce_entry(digest: u8, data: &[u8]) -> NonceEntry {
+    NonceEntry {
+        digest: [digest; 32],
+        expires_at: 1_900_000_000,
+        data: data.to_vec(),
+    }
+}
+
+/// Fills an RS store; returns the items an export of it must hold.
+fn fill_rs(store: &RsStore) -> Vec<Item> {
+    let mut out = Vec::new();
+    let records = [
+        cheq_record("c-pending", CheqState::Pending),
+        cheq_record(
+            "c-decided",
+            CheqState::Decided {
+                decision: Decision::Accept,
+                digest: "ZGlnZXN0".into(),
+            },
+        ),
+        cheq_record(
+            "c-done",
+            CheqState::Done {
+                decision: Decision::Accept,
+                digest: "ZG9uZQ".into(),
+                result: Some(json!({"booked": "LH 123", "price": {"usd": 340}})),
+            },
+        ),
+        cheq_record(
+            "c-rejected",
+            CheqState::Done {
+                decision: Decision::Reject,
+                digest: "cmVq".into(),
+                result: None,
+            },
+        ),
+    ];
+    for r in records {
+        assert!(store.records.create(&r).unwrap());
+        out.push(Item::Cheq(Box::new(r)));
+    }
+    for (nonce, entry) in [
+        ("nonce-c-decided", nonce_entry(1, b"accept")),
+        ("nonce-c-done", nonce_entry(2, b"accept")),
+        ("nonce-c-rejected", nonce_entry(3, b"")),
+    ] {
+        assert_eq!(
+            store.nonces.record(nonce, &entry).unwrap(),
+            RecordOutcome::Fresh
+        );
+        out.push(Item::Nonce {
+            nonce: nonce.into(),
+            entry,
+        });
+    }
+    let result = json!({"sent": true, "to": "bob@example.com"});
+    store.executions.record("c-done", &result).unwrap();
+    out.push(Item::Execution {
+        key: "c-done".into(),
+        result,
+    });
+    out
+}
+
+/// After the move, a nonce decided before it is decided: the same document
+/// again is the same decision, another is a conflict, never fresh.
+fn decided_nonces_stay_decided(store: &RsStore) {
+    let entry = nonce_entry(2, b"accept");
+    assert_eq!(
+        store.nonces.get("nonce-c-done").unwrap(),
+        Some(entry.clone())
+    );
+    assert!(matches!(
+        store.nonces.record("nonce-c-done", &entry).unwrap(),
+        RecordOutcome::SameAsBefore(_)
+    ));
+    match store
+        .nonces
+        .record("nonce-c-done", &nonce_entry(9, b"reject"))
+        .unwrap()
+    {
+        RecordOutcome::Conflict(old) => assert_eq!(old, entry),
+        other => panic!("a decided nonce was fresh again after the move: {other:?}"),
+    }
+    // The execution log still holds the effect: it does not run again.
+    assert!(matches!(
+        store
+            .executions
+            .record("c-done", &json!({"sent": "again"}))
+            .unwrap(),
+        cheq::store::rs::Execution::Existing(_)
+    ));
+    let done = store.records.by_result("result-c-done").unwrap().unwrap();
+    assert_eq!(done.state.decision(), Some(Decision::Accept));
+}
+
+#[test]
+fn a_resource_server_moves_from_sled_to_postgresql_and_back() {
+    let Some(url) = cheq::store::pg::test_database_or_skip("store_export_rs") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let from = rs_toml(dir.path(), "from", None);
+    let expected = lines_of(&fill_rs(&rs_store(&from)));
+
+    let first = export(&from);
+    assert_eq!(items(&first, "rs"), expected, "the export holds every item");
+
+    let pg = rs_toml(dir.path(), "pg", Some(&url));
+    let said = ok(import(&pg, first.as_bytes()));
+    assert!(said.starts_with("imported 8 items (4 cheq, 1 execution, 3 nonce) into the store of a resource server (PostgreSQL)"), "{said}");
+    let second = export(&pg);
+    assert_eq!(
+        items(&second, "rs"),
+        expected,
+        "PostgreSQL holds every item"
+    );
+    let e = refused(import(&pg, first.as_bytes()));
+    assert!(e.contains("the store is not empty: it holds nonces"), "{e}");
+
+    let back = rs_toml(dir.path(), "back", None);
+    ok(import(&back, second.as_bytes()));
+    let third = export(&back);
+    assert_eq!(items(&third, "rs"), expected, "sled again holds every item");
+
+    let pg_store = {
+        let pool = cheq::store::pg::Pg::new(&url, 6).unwrap();
+        cheq::store::pg::rs::open(&pool).unwrap()
+    };
+    decided_nonces_stay_decided(&pg_store);
+    decided_nonces_stay_decided(&rs_store(&back));
+}
+
+// ---- what an import refuses (sled only: these need no database) ----
+
+/// An RS export of a few items, and a directory for configurations.
+fn rs_export() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let from = rs_toml(dir.path(), "from", None);
+    fill_rs(&rs_store(&from));
+    let stream = export(&from);
+    (dir, stream)
+}
+
+#[test]
+fn an_import_into_a_store_that_holds_anything_is_refused() {
+    let (dir, stream) = rs_export();
+    let to = rs_toml(dir.path(), "to", None);
+    // One execution is enough to make a store not empty.
+    rs_store(&to).executions.record("k", &json!(1)).unwrap();
+    let e = refused(import(&to, stream.as_bytes()));
+    assert!(
+        e.contains("the store is not empty: it holds executions (the first: \"k\")"),
+        "{e}"
+    );
+    // Nothing was written.
+    assert_eq!(items(&export(&to), "rs").len(), 1);
+}
+
+#[test]
+fn a_garbled_or_cut_stream_is_refused_by_line_and_nothing_is_written() {
+    let (dir, stream) = rs_export();
+    let lines: Vec<&str> = stream.lines().collect();
+    let to = rs_toml(dir.path(), "to", None);
+
+    // Line 4 cut in half, as a truncated copy would be, in a file: the
+    // whole file is checked before anything is written.
+    let mut garbled = lines.clone();
+    let half = &lines[3][..lines[3].len() / 2];
+    garbled[3] = half;
+    let file = dir.path().join("garbled.jsonl");
+    std::fs::write(&file, garbled.join("\n") + "\n").unwrap();
+    let e = refused(import_file(&to, &file));
+    assert!(e.contains("line 4: the line is not JSON"), "{e}");
+    assert!(
+        items(&export(&to), "rs").is_empty(),
+        "a refused file wrote items"
+    );
+
+    // Cut at a line boundary: the end line is missing.
+    let cut = lines[..lines.len() - 1].join("\n") + "\n";
+    let file = dir.path().join("cut.jsonl");
+    std::fs::write(&file, &cut).unwrap();
+    let e = refused(import_file(&to, &file));
+    assert!(e.contains("without its end line: it was cut short"), "{e}");
+    assert!(
+        items(&export(&to), "rs").is_empty(),
+        "a refused file wrote items"
+    );
+
+    // From standard input a stream is read once: the error says the line,
+    // and that what came before it is written.
+    let e = refused(import(&to, (garbled.join("\n") + "\n").as_bytes()));
+    assert!(e.contains("line 4: the line is not JSON"), "{e}");
+    assert!(e.contains("the store holds the items read before"), "{e}");
+}
+
+#[test]
+fn an_export_of_the_other_server_or_of_an_unknown_version_is_refused() {
+    let (dir, stream) = rs_export();
+    let cs = cs_toml(dir.path(), "cs", None);
+    let e = refused(import(&cs, stream.as_bytes()));
+    assert!(
+        e.contains(
+            "line 1: this is an export of a resource server, and the configuration is of a \
+             confirmation server"
+        ),
+        "{e}"
+    );
+    let rs = rs_toml(dir.path(), "rs", None);
+    let newer = stream.replacen("\"version\":1", "\"version\":2", 1);
+    let e = refused(import(&rs, newer.as_bytes()));
+    assert!(
+        e.contains("line 1: version 2 of the export format is unknown to this cheq"),
+        "{e}"
+    );
+    // A CS item in an RS stream, even with the right header.
+    let mut lines: Vec<&str> = stream.lines().collect();
+    let account = r#"{"kind":"account","username":"eve","password_hash":"x"}"#;
+    lines.insert(1, account);
+    let e = refused(import(&rs, (lines.join("\n") + "\n").as_bytes()));
+    assert!(
+        e.contains("line 2: account items belong to a confirmation server's export"),
+        "{e}"
+    );
+    for config in [&cs, &rs] {
+        let server = if config == &cs { "cs" } else { "rs" };
+        assert!(items(&export(config), server).is_empty());
+    }
+}
+
+#[test]
+fn an_export_never_overwrites_a_file() {
+    let (dir, _) = rs_export();
+    let from = dir.path().join("from.rs.toml");
+    let file = dir.path().join("taken.jsonl");
+    std::fs::write(&file, "mine").unwrap();
+    let e = refused(cheq(
+        &[
+            "store",
+            "export",
+            "--config",
+            from.to_str().unwrap(),
+            "--out",
+            file.to_str().unwrap(),
+        ],
+        b"",
+    ));
+    assert!(
+        e.contains("already exists; refusing to overwrite it"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+}
