@@ -21,6 +21,8 @@
 //! - [`cli`]: the `cheq` command line.
 
 pub use cheq_core::{cheq, sign};
+pub use cheq_store as store;
+pub use cheq_store::throttle;
 
 pub mod bearer;
 pub mod cli;
@@ -34,8 +36,6 @@ pub mod metrics;
 pub mod peerkeys;
 pub mod recent;
 pub mod resource;
-pub mod store;
 pub mod testkit;
 pub mod text;
-pub mod throttle;
 pub mod time;

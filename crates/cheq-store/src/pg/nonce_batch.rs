@@ -26,7 +26,7 @@
 //! which saved a wake-up of the runtime per record.
 
 use super::{backend, client, db_error, unavailable, Source, CALL_TIMEOUT};
-use crate::store::{classify, NonceEntry, RecordOutcome, StoreError};
+use crate::{classify, NonceEntry, RecordOutcome, StoreError};
 use deadpool_postgres::Pool;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -310,7 +310,7 @@ fn shared_corrupt(e: &StoreError) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::pg::{test_database_or_skip, Pg};
+    use crate::pg::{test_database_or_skip, Pg};
 
     /// With a queue of one, most of 24 concurrent callers find it full and
     /// hand their request over on the runtime: each still gets its answer,
@@ -321,7 +321,7 @@ mod tests {
             return;
         };
         let pg = Pg::new(&url, 4).unwrap();
-        crate::store::pg::rs::nonces(&pg).unwrap();
+        crate::pg::rs::nonces(&pg).unwrap();
         let gatherer = Gatherer::with_queue(&pg.inner.handle, pg.inner.pool.clone(), 1);
         let enqueued = std::sync::atomic::AtomicUsize::new(0);
         let answers: Vec<(usize, RecordOutcome)> = std::thread::scope(|scope| {
@@ -373,7 +373,7 @@ mod tests {
             return;
         };
         let pg = Pg::new(&url, 2).unwrap();
-        let store = crate::store::pg::rs::nonces(&pg).unwrap();
+        let store = crate::pg::rs::nonces(&pg).unwrap();
         let (reply, answer) = std_mpsc::sync_channel(1);
         let late = Request {
             nonce: "late".to_owned(),

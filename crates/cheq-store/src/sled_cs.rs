@@ -76,9 +76,10 @@ pub fn open_dir(dir: &Path) -> Result<(sled::Db, CsStore), StoreError> {
     Ok((db, store))
 }
 
-/// A CS store in a fresh temporary directory (unit tests).
-#[cfg(test)]
-pub(crate) fn temp() -> (tempfile::TempDir, CsStore) {
+/// A CS store in a fresh temporary directory: for tests only (this crate's,
+/// and other crates' with the feature `test-support`).
+#[cfg(any(test, feature = "test-support"))]
+pub fn temp() -> (tempfile::TempDir, CsStore) {
     #[allow(clippy::expect_used)]
     let dir = tempfile::tempdir().expect("a temporary directory");
     #[allow(clippy::expect_used)]
@@ -329,7 +330,10 @@ fn document_ref(document: &str) -> Option<&str> {
 /// The key of `document` in `cs.documents`: the record id, NUL, and the
 /// base64url SHA-256 of the document.
 fn document_key(id: &str, document: &str) -> String {
-    format!("{id}\u{0}{}", crate::sign::b64::sha256(document.as_bytes()))
+    format!(
+        "{id}\u{0}{}",
+        cheq_core::sign::b64::sha256(document.as_bytes())
+    )
 }
 
 impl DecisionRecords for SledRecords {

@@ -21,7 +21,7 @@
 //! are in `resource::cheq_rs`.
 
 use super::{NonceStore, StoreError};
-use crate::cheq::Decision;
+use cheq_core::cheq::Decision;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;

@@ -17,7 +17,7 @@
 //!   CS never countersigns a nonce twice, even an RS's reused one).
 
 use super::StoreError;
-use crate::cheq::{Channel, Decision};
+use cheq_core::cheq::{Channel, Decision};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -84,7 +84,7 @@ impl RecordKey {
         h.update(self.origin.as_bytes());
         h.update([0]);
         h.update(self.nonce.as_bytes());
-        crate::sign::b64::encode(h.finalize())
+        cheq_core::sign::b64::encode(h.finalize())
     }
 }
 
@@ -316,7 +316,7 @@ pub struct Identity {
     /// When they authenticated (unix seconds), as the CS saw it or the
     /// identity provider reported it; `None` when the provider did not say
     /// (never made up: such a sign-in meets no freshness rule, and the
-    /// countersignature states [`crate::sign::AUTH_TIME_UNKNOWN`]).
+    /// countersignature states [`cheq_core::sign::AUTH_TIME_UNKNOWN`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_time: Option<i64>,
     /// How (RFC 8176).

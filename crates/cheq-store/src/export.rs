@@ -175,9 +175,9 @@ impl Item {
             Item::Cheq(r) => serde_json::to_value(r)?,
             Item::Nonce { nonce, entry } => serde_json::to_value(NonceItem {
                 nonce: nonce.clone(),
-                digest: crate::sign::b64::encode(entry.digest),
+                digest: cheq_core::sign::b64::encode(entry.digest),
                 expires_at: entry.expires_at,
-                data: crate::sign::b64::encode(&entry.data),
+                data: cheq_core::sign::b64::encode(&entry.data),
             })?,
             Item::Execution { key, result } => serde_json::to_value(ExecutionItem {
                 key: key.clone(),
@@ -578,7 +578,7 @@ fn members<T: serde::de::DeserializeOwned>(
 
 /// base64url bytes of an item's member.
 fn bytes_of(kind: &'static str, member: &'static str, text: &str) -> Result<Vec<u8>, LineError> {
-    crate::sign::b64::decode(text).ok_or(LineError::Invalid {
+    cheq_core::sign::b64::decode(text).ok_or(LineError::Invalid {
         kind,
         member,
         reason: "not base64url",

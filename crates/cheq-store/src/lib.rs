@@ -38,6 +38,8 @@ pub mod sled_cs;
 mod sled_json;
 pub mod sled_rs;
 mod sled_store;
+pub mod testing;
+pub mod throttle;
 
 pub use self::async_flush::AsyncFlush;
 pub use self::sled_json::{
@@ -160,7 +162,7 @@ pub trait NonceStore: Send + Sync {
     /// durably anyway). For a caller that makes a later write of its own
     /// durable before anything relies on the nonce: the RS when its
     /// operation keeps its effect in the RS's own store
-    /// ([`crate::resource::cheq_rs::Effect::InStore`]). The default writes
+    /// (the RS's "effect in the store"). The default writes
     /// durably, as `record`.
     fn record_unflushed(
         &self,

@@ -1,5 +1,5 @@
-//! The reference resource server's state ([`crate::store::rs`]) and its
-//! nonces ([`crate::store::NonceStore`]) in PostgreSQL: the same contract as
+//! The reference resource server's state ([`crate::rs`]) and its
+//! nonces ([`crate::NonceStore`]) in PostgreSQL: the same contract as
 //! `sled_rs` and `sled_store`, kept across every RS instance that shares the
 //! database, so that a decision runs its operation once whichever instance
 //! it reaches (ISSUE 9; PROTOCOL.md §6, §7).
@@ -7,13 +7,13 @@
 //! | table | key | what |
 //! |---|---|---|
 //! | `rs_nonces` | nonce | digest of the decision document, expiry, caller data |
-//! | `rs_cheqs` | confirmation id (and unique result id) | [`CheqRecord`] (in `body`), a tag of its state for compare-and-set (in `state`), its document packed apart while it has one (in `packed`, [`crate::store::packed`]; in `body` in rows written before) |
+//! | `rs_cheqs` | confirmation id (and unique result id) | [`CheqRecord`] (in `body`), a tag of its state for compare-and-set (in `state`), its document packed apart while it has one (in `packed`, [`crate::packed`]; in `body` in rows written before) |
 //! | `rs_executions` | idempotency key | the operation's result |
 
 use super::nonce_batch::Gatherer;
 use super::{backend, client, corrupt, db_error, decode, encode, Migration, Pg, Source};
-use crate::store::rs::*;
-use crate::store::{
+use crate::rs::*;
+use crate::{
     packed, validate, validate_nonce, NonceEntry, NonceStore, Readiness, RecordOutcome, StoreError,
 };
 use serde_json::Value;
@@ -387,7 +387,7 @@ impl CheqRecords for PgCheqs {
 /// changes whenever the state does (43 bytes, where the JSON of a done
 /// state repeated the operation's result, kept in the body already).
 fn state_tag(state: &CheqState) -> Result<String, StoreError> {
-    Ok(crate::sign::b64::sha256(encode(state)?))
+    Ok(cheq_core::sign::b64::sha256(encode(state)?))
 }
 
 /// `record` as stored: the body (JSON without the document) and the

@@ -1,11 +1,11 @@
-//! The confirmation server's state ([`crate::store::cs`]) in PostgreSQL:
+//! The confirmation server's state ([`crate::cs`]) in PostgreSQL:
 //! the same contract as `sled_cs`, kept across every instance that shares
 //! the database (ISSUE 9; PROTOCOL.md §2, §6, §8).
 //!
 //! | table | key | what |
 //! |---|---|---|
 //! | `cs_entries` | confirmation id | [`ConfirmationEntry`] |
-//! | `cs_records` | id: SHA-256 of (RS origin, nonce) ([`RecordKey::id`]) | [`DecisionRecord`] without its document and the members its columns hold (in `body`), the document packed (in `packed`, [`crate::store::packed`], written only when it changes; rows written before hold it as text in `document`, or in `body`), with its id, user, resource URI and delivery columns |
+//! | `cs_records` | id: SHA-256 of (RS origin, nonce) ([`RecordKey::id`]) | [`DecisionRecord`] without its document and the members its columns hold (in `body`), the document packed (in `packed`, [`crate::packed`], written only when it changes; rows written before hold it as text in `document`, or in `body`), with its id, user, resource URI and delivery columns |
 //! | `cs_accounts` | user name | [`Account`], with case-folded name and e-mail |
 //! | `cs_sessions` | SHA-256 of the cookie | [`Session`] |
 //! | `cs_limits` | limiter key | [`LimitState`] |
@@ -15,8 +15,8 @@
 use super::{
     backend, client, corrupt, db_error, decode, encode, pooled, Migration, Pg, Source, CALL_TIMEOUT,
 };
-use crate::store::cs::*;
-use crate::store::{packed, StoreError};
+use crate::cs::*;
+use crate::{packed, StoreError};
 use std::sync::Arc;
 
 /// The CS schema, step by step (never edit a step once released: add one).

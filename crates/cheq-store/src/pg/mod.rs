@@ -724,13 +724,13 @@ pub fn fresh_database(base_url: &str, prefix: &str) -> Result<String, StoreError
     Ok(url.to_string())
 }
 
-pub use crate::testkit::TEST_DATABASE_ENV;
+pub use crate::testing::TEST_DATABASE_ENV;
 
 /// A fresh database on the test server of [`TEST_DATABASE_ENV`], or `None`
 /// when there is none and the tests of `prefix` are skipped (see
-/// [`crate::testkit::can_run`]).
+/// [`crate::testing::can_run`]).
 pub fn test_database_or_skip(prefix: &str) -> Option<String> {
-    use crate::testkit::{can_run, Outside};
+    use crate::testing::{can_run, Outside};
     if !can_run("the PostgreSQL tests", &[Outside::Postgres]) {
         return None;
     }

@@ -430,7 +430,7 @@ mod tests {
     fn every_certificate_of_a_bundle_is_a_root() {
         let one = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/unrelated-ca.pem"
+            "/../../tests/fixtures/unrelated-ca.pem"
         ))
         .unwrap();
         let dir = tempfile::tempdir().unwrap();

@@ -172,7 +172,7 @@ fn pieces(text: &str) -> Vec<u8> {
         }
         // The run is ASCII, so these are char boundaries.
         let run = &text[start..i];
-        let Some(decoded) = crate::sign::b64::decode(run) else {
+        let Some(decoded) = cheq_core::sign::b64::decode(run) else {
             continue;
         };
         piece(&mut out, 0, &bytes[literal_from..start]);
@@ -225,7 +225,7 @@ fn text_of(mut stream: &[u8]) -> Result<String, UnpackError> {
         let (bytes, rest) = stream.split_at(len);
         stream = rest;
         if header & 1 == 1 {
-            out.extend_from_slice(crate::sign::b64::encode(bytes).as_bytes());
+            out.extend_from_slice(cheq_core::sign::b64::encode(bytes).as_bytes());
         } else {
             out.extend_from_slice(bytes);
         }
@@ -323,7 +323,7 @@ mod tests {
             "  \"confirmation uri\": \"https://cs.example\",\n  \"subject\": \"alice\",\n",
             "  \"expires\": \"2026-11-24T03:07:15Z\",\n  \"language\": \"en\"\n}"
         );
-        let b = |x: &[u8]| crate::sign::b64::encode(x);
+        let b = |x: &[u8]| cheq_core::sign::b64::encode(x);
         let rs = r#"{"alg":"EdDSA","kid":"rs-HIctCSbc","typ":"cheq+jws","cheq_role":"resource"}"#;
         let cs = r#"{"alg":"EdDSA","kid":"cs-gj9OsUcM","typ":"cheq+jws","cheq_role":"confirmation","crit":["cheq_decision"],"cheq_decision":"accept","sub":"alice","iat":1795488735,"auth_time":1795488735,"amr":["pwd"],"cheq_channel":"html","cheq_view":"0lY4vakJJILGQ5p4ayabNavIvEPXmChLsmHvvNHNcOY","cheq_rs_sig":"XJHGNYvvf3H0Ap_nJBA3556gowr2J5ReXLtev4pxL_c"}"#;
         format!(

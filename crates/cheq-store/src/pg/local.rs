@@ -541,17 +541,13 @@ impl LocalPool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::pg::{client, db_error, test_database_or_skip, Pg};
+    use crate::pg::{client, db_error, test_database_or_skip, Pg};
     use std::time::Duration;
 
     fn pool(url: &str, max: usize) -> LocalPool {
-        let (url, settings) = crate::store::pg::tls::split(url).unwrap();
+        let (url, settings) = crate::pg::tls::split(url).unwrap();
         let config: Config = url.parse().unwrap();
-        LocalPool::new(
-            config,
-            crate::store::pg::tls::connector(&settings).unwrap(),
-            max,
-        )
+        LocalPool::new(config, crate::pg::tls::connector(&settings).unwrap(), max)
     }
 
     /// The backend's process id: which connection a call ran on.
@@ -656,7 +652,7 @@ mod tests {
             Duration::from_secs(5),
             false,
             move |pool| async move {
-                let c = crate::store::pg::pooled(&pool, "terminate").await?;
+                let c = crate::pg::pooled(&pool, "terminate").await?;
                 c.execute("SELECT pg_terminate_backend($1)", &[&first])
                     .await
                     .map_err(db_error("terminate"))?;
