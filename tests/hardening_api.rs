@@ -169,33 +169,6 @@ async fn a_voice_decision_must_name_the_view_it_read() {
     env.stop().await;
 }
 
-/// `cheq ARGS…` with `input` on standard input: (success, stdout+stderr).
-fn cheq_with_stdin(args: &[&str], input: &str) -> (bool, String) {
-    use std::io::Write as _;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cheq"))
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{input}\n").as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
 /// Whether the CS honours `token`: an unknown confirmation is 404 for a
 /// good token, 401 for a refused one.
 async fn token_holds(cs_url: &str, token: &str) -> (bool, Value) {
@@ -237,6 +210,7 @@ async fn tokens_and_sessions_end_when_their_credential_or_gateway_goes() {
                 "--config",
                 &config,
             ],
+            &[],
             pin,
         );
         assert!(ok, "{out}");
@@ -277,6 +251,7 @@ async fn tokens_and_sessions_end_when_their_credential_or_gateway_goes() {
             "--config",
             &config,
         ],
+        &[],
         "a-new-password-2",
     );
     assert!(ok, "{out}");

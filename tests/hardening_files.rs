@@ -227,34 +227,18 @@ async fn no_capability_or_secret_reaches_a_log_line() {
     assert_eq!(done.status, 200, "{}", done.text);
 
     // The voice API: a wrong PIN, a bad token.
-    let (ok, out) = {
-        use std::io::Write as _;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cheq"))
-            .args([
-                "user",
-                "set-pin",
-                "alice",
-                "--pin-stdin",
-                "--config",
-                &config,
-            ])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(format!("{PIN}\n").as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let (ok, out) = cheq_with_stdin(
+        &[
+            "user",
+            "set-pin",
+            "alice",
+            "--pin-stdin",
+            "--config",
+            &config,
+        ],
+        &[],
+        PIN,
+    );
     assert!(ok, "{out}");
     let gw = VoiceClient::new(&setup.cs_url, GW, GW_SECRET);
     gw.token("alice", "000000").await.expect(401, "wrong PIN");

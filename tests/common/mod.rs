@@ -987,8 +987,14 @@ pub fn user_add_with(
 ) -> (bool, String) {
     let mut args = vec!["user", "add", name, "--password-stdin"];
     args.extend_from_slice(place);
+    cheq_with_stdin(&args, envs, password)
+}
+
+/// `cheq ARGS…` with the line `input` on its standard input, to its end
+/// (at most 30 s): (success, stdout+stderr).
+pub fn cheq_with_stdin(args: &[&str], envs: &[(&str, &str)], input: &str) -> (bool, String) {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cheq"))
-        .args(&args)
+        .args(args)
         .envs(envs.iter().copied())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -999,7 +1005,7 @@ pub fn user_add_with(
         .stdin
         .take()
         .unwrap()
-        .write_all(format!("{password}\n").as_bytes())
+        .write_all(format!("{input}\n").as_bytes())
         .unwrap();
     // Bounded: the command must finish within 30 s.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -1023,7 +1029,7 @@ pub fn user_add_with(
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("cheq user add {name} did not finish");
+            panic!("cheq {} did not finish", args.join(" "));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
