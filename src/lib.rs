@@ -2,7 +2,8 @@
 //!
 //! A Rust implementation of CHEQ, the protocol by which a human confirms, outside
 //! the AI agent, an action the agent wants to take. The wire contract is
-//! `PROTOCOL.md` (version 1).
+//! `docs/PROTOCOL.md` (version 1), in this repository; "PROTOCOL.md §N" in
+//! the code cites its sections.
 //!
 //! Layout by role:
 //! - [`cheq`] and [`sign`]: the signing core, the crate `cheq-core`
