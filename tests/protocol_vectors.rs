@@ -10,6 +10,7 @@
 //!
 //! When a vector no longer matches, the failure prints what the code
 //! computes: paste it into the document if the change was meant.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use cheq::cheq::Cheq;
 use cheq::confirm::view::CheqView;
