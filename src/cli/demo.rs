@@ -330,7 +330,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
                  \n\nOr let an MCP client be the agent (PROTOCOL.md §11): run the bridge\
                  \n\n  cheq mcp --rs {rs_url} --listen 127.0.0.1:8090\
                  \n\nand connect the client to http://127.0.0.1:8090/mcp (Streamable HTTP), or give\
-                 \na desktop client the command `cheq mcp --rs {rs_url} --stdio` (see the README).\
+                 \na desktop client the command `cheq mcp --rs {rs_url} --stdio` (see docs/mcp.md).\
                  \nA call that needs confirmation opens the confirmation server in your browser.\
                  \nStop the demo with Ctrl-C.\n",
                 cs_cfg = dir.join("cs.toml").display(),

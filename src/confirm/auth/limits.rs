@@ -347,7 +347,7 @@ mod tests {
             last_failure: 100,
         };
         // After 5 failures the next check (the 6th) waits 1 s, as the
-        // README's table says; then 2 s, 4 s, … up to 15 s.
+        // limits table of docs/security.md says; then 2 s, 4 s, … up to 15 s.
         let delays: Vec<i64> = (0..12).map(|f| p.delay(Some(after(f)), 100)).collect();
         assert_eq!(delays, [0, 0, 0, 0, 0, 1, 2, 4, 8, 15, 15, 15]);
         assert_eq!(p.delay(Some(after(8)), 100), 8);
