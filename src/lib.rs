@@ -24,19 +24,12 @@
 pub use cheq_core::{cheq, sign};
 pub use cheq_store as store;
 pub use cheq_store::throttle;
+pub use cheq_support::{bearer, configfile, keyfile, metrics, peerkeys, recent, text, time};
 
-pub mod bearer;
 pub mod cli;
-pub mod configfile;
 pub mod confirm;
 pub mod httpkit;
-pub mod keyfile;
 pub mod keyring;
 pub mod mcp;
-pub mod metrics;
-pub mod peerkeys;
-pub mod recent;
 pub mod resource;
 pub mod testkit;
-pub mod text;
-pub mod time;

@@ -245,6 +245,7 @@ fn no_layer_imports_what_it_must_not() {
     for (root, prefix) in [
         (manifest.join("src"), ""),
         (manifest.join("crates/cheq-store/src"), "store/"),
+        (manifest.join("crates/cheq-support/src"), ""),
     ] {
         let mut found = Vec::new();
         sources(&root, &mut found);

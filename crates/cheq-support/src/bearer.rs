@@ -54,7 +54,7 @@ impl TokenKey {
             .ok()?;
         let mut out = iv.to_vec();
         out.extend_from_slice(&sealed);
-        Some(crate::sign::b64::encode(out))
+        Some(cheq_core::sign::b64::encode(out))
     }
 
     /// The claims of a token this key sealed; `None` for anything else.
@@ -62,7 +62,7 @@ impl TokenKey {
         if token.len() > MAX_TOKEN_LEN {
             return None;
         }
-        let bytes = crate::sign::b64::decode(token)?;
+        let bytes = cheq_core::sign::b64::decode(token)?;
         if bytes.len() < 12 + 16 {
             return None;
         }

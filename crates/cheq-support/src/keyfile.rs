@@ -3,7 +3,7 @@
 //! directories that hold them and the databases: 0700, and a server refuses
 //! to start in one that is open to others.
 
-use crate::sign::{KeyError, SigningKey};
+use cheq_core::sign::{KeyError, SigningKey};
 use std::io::Write;
 use std::path::Path;
 
@@ -132,7 +132,7 @@ pub fn load_or_create_key(
         Some(k) => k.to_owned(),
         None => format!(
             "{prefix}-{}",
-            crate::sign::b64::encode(rand::random::<[u8; 6]>())
+            cheq_core::sign::b64::encode(rand::random::<[u8; 6]>())
         ),
     };
     let key =
@@ -160,7 +160,7 @@ pub fn publish_private(path: &Path, bytes: &[u8]) -> Result<bool, KeyFileError> 
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(
         ".{name}.{}.tmp",
-        crate::sign::b64::encode(rand::random::<[u8; 9]>())
+        cheq_core::sign::b64::encode(rand::random::<[u8; 9]>())
     ));
     write_private(&tmp, bytes)?;
     let linked = std::fs::hard_link(&tmp, path);
@@ -185,7 +185,7 @@ pub fn load_or_create_secret(path: &Path) -> Result<Vec<u8>, KeyFileError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io(path)(e)),
     }
-    let secret = crate::sign::b64::encode(rand::random::<[u8; 32]>()).into_bytes();
+    let secret = cheq_core::sign::b64::encode(rand::random::<[u8; 32]>()).into_bytes();
     if publish_private(path, &secret)? {
         Ok(secret)
     } else {
@@ -231,7 +231,7 @@ impl BearerSecret {
 
     /// Whether `presented` is this secret (compared in constant time).
     pub fn matches(&self, presented: &[u8]) -> bool {
-        crate::sign::same_secret(presented, &self.0)
+        cheq_core::sign::same_secret(presented, &self.0)
     }
 }
 

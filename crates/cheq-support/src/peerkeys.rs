@@ -22,8 +22,8 @@
 //!
 //! Times come from the server's [`Clock`], so tests move them at will.
 
-use crate::sign::{Jwks, KeySource, PublicKey};
 use crate::time::Clock;
+use cheq_core::sign::{Jwks, KeySource, PublicKey};
 use chrono::{DateTime, Duration, Utc};
 use std::sync::{Arc, RwLock};
 
@@ -115,7 +115,7 @@ pub async fn fetch(
         where_: uri.to_owned(),
         message,
     };
-    let url = crate::cheq::uri::parse_cheq_uri(uri).map_err(|e| err(e.to_string()))?;
+    let url = cheq_core::cheq::uri::parse_cheq_uri(uri).map_err(|e| err(e.to_string()))?;
     let mut res = client
         .get(url)
         .header(reqwest::header::ACCEPT, "application/json")
@@ -228,7 +228,7 @@ impl std::fmt::Debug for FetchedJwks {
 impl FetchedJwks {
     /// Nothing fetched yet: the first use fetches.
     pub fn new(uri: &str, clock: Arc<dyn Clock>) -> Result<Arc<Self>, JwksError> {
-        crate::cheq::uri::parse_cheq_uri(uri).map_err(|e| JwksError {
+        cheq_core::cheq::uri::parse_cheq_uri(uri).map_err(|e| JwksError {
             where_: uri.to_owned(),
             message: e.to_string(),
         })?;
@@ -515,7 +515,7 @@ mod tests {
     async fn a_fetch_is_bounded_and_follows_no_redirect() {
         let client = client().unwrap();
         let now = Utc::now();
-        let key = crate::sign::SigningKey::from_seed("rs-1", &[7; 32]).unwrap();
+        let key = cheq_core::sign::SigningKey::from_seed("rs-1", &[7; 32]).unwrap();
         let set = serde_json::json!({"keys": [key.public_jwk()]}).to_string();
         // A good answer, kept as its max-age says.
         let uri = serve(answer(

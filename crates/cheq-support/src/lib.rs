@@ -1,0 +1,29 @@
+//! # cheq-support
+//!
+//! What cheq's servers share beside the signing core (`cheq-core`) and the
+//! store (`cheq-store`), each a small module with one job:
+//!
+//! - [`time`]: time as a parameter (`Clock`), so that tests of expiry and
+//!   replay move a manual clock instead of sleeping.
+//! - [`text`]: untrusted text made safe for one line of a log; confirmation
+//!   ids; keyed digests that stand for names in logs.
+//! - [`keyfile`]: private key and secret files (0600 in a 0700 directory,
+//!   generated when missing).
+//! - [`peerkeys`]: a peer's published keys (§9): a file, or fetched by
+//!   `jwks_uri` with bounded reads and cache headers honoured.
+//! - [`configfile`]: reading TOML configuration, errors naming the key.
+//! - [`bearer`]: access tokens as sealed claims that every instance honours.
+//! - [`metrics`]: the Prometheus metrics of both servers.
+//! - [`recent`]: a bounded map of recent values.
+//!
+//! No web framework here: the HTTP front ends are in the crate `cheq`.
+#![forbid(unsafe_code)]
+
+pub mod bearer;
+pub mod configfile;
+pub mod keyfile;
+pub mod metrics;
+pub mod peerkeys;
+pub mod recent;
+pub mod text;
+pub mod time;
