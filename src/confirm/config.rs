@@ -257,7 +257,7 @@ pub struct CsConfig {
     /// it was made, in days; default: for good. At least 2 (the record
     /// stops a second countersignature until its CHEQ has expired, §6).
     #[serde(default)]
-    pub history_days: Option<u32>,
+    pub history_days: Option<crate::confirm::flow::HistoryWindow>,
 }
 
 fn default_api_token_ttl() -> i64 {
@@ -443,15 +443,6 @@ impl CsConfig {
                 "must be from 1 to 2592000 (30 days)",
             ));
         }
-        if self
-            .history_days
-            .is_some_and(|d| !(2..=36_500).contains(&d))
-        {
-            return Err(invalid(
-                "history_days",
-                "must be from 2 to 36500: a decision is kept until its CHEQ has expired (§6)",
-            ));
-        }
         for (i, rs) in self.resource_servers.iter().enumerate() {
             if !age_ok(rs.max_auth_age_secs) {
                 return Err(invalid(
@@ -618,8 +609,9 @@ client_secret = "s3cret-s3cret"
     fn history_days_is_kept_at_least_until_the_cheq_has_expired() {
         assert_eq!(CsConfig::from_toml(GOOD).unwrap().history_days, None);
         let with = |days: &str| CsConfig::from_toml(&format!("history_days = {days}\n{GOOD}"));
-        assert_eq!(with("2").unwrap().history_days, Some(2));
-        assert_eq!(with("36500").unwrap().history_days, Some(36_500));
+        let days = |d: &str| with(d).unwrap().history_days.map(|h| h.in_days());
+        assert_eq!(days("2"), Some(2));
+        assert_eq!(days("36500"), Some(36_500));
         for bad in ["0", "1", "36501"] {
             let e = with(bad).unwrap_err().to_string();
             assert!(e.contains("history_days"), "{bad}: {e}");

@@ -97,7 +97,7 @@ pub async fn build_state(
             store: store.clone(),
             clock,
             sealer,
-            history_secs: config.history_days.map(|d| i64::from(d) * 86400),
+            history: config.history_days,
         })
         .map_err(|e| ServerError::Other(e.to_string()))?,
     );

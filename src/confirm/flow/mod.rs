@@ -55,11 +55,63 @@ pub const ENTRY_CACHE: usize = 4096;
 /// How long a started confirmation is kept (a CHEQ lives at most 24 h, §4;
 /// decisions stay in the records); the server collects older ones.
 pub const ENTRY_KEEP_SECS: i64 = 48 * 3600;
-/// The least time a decision is kept (`history_days`): until well after its
-/// CHEQ has expired (at most 24 h after its `date`, which is at most 60 s
-/// ahead of the CS's clock, §4), since until then the record is what stops
-/// a second countersignature of the same nonce (§6).
-pub const MIN_HISTORY_SECS: i64 = 2 * 86400;
+/// How long a decision (the user's history, its evidence) is kept after it
+/// was made (`history_days`). Only [`HistoryWindow::days`] makes one, and it
+/// refuses less than [`HistoryWindow::MIN_DAYS`]: until well after its CHEQ
+/// has expired (at most 24 h after its `date`, which is at most 60 s ahead
+/// of the CS's clock, §4) the record is what stops a second countersignature
+/// of the same nonce (§6). So a CS, however its configuration was made, never
+/// collects a record that still guards a nonce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "u32")]
+pub struct HistoryWindow {
+    days: u32,
+}
+
+/// A `history_days` out of range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "history_days must be from {} to {}: a decision is kept until its CHEQ has expired (§6); {days} is not",
+    HistoryWindow::MIN_DAYS,
+    HistoryWindow::MAX_DAYS
+)]
+pub struct HistoryWindowError {
+    pub days: u32,
+}
+
+impl HistoryWindow {
+    /// The least: two days.
+    pub const MIN_DAYS: u32 = 2;
+    /// The most: a hundred years.
+    pub const MAX_DAYS: u32 = 36_500;
+
+    /// A window of `days`, refused outside [`Self::MIN_DAYS`]..=[`Self::MAX_DAYS`].
+    pub fn days(days: u32) -> Result<Self, HistoryWindowError> {
+        if (Self::MIN_DAYS..=Self::MAX_DAYS).contains(&days) {
+            Ok(HistoryWindow { days })
+        } else {
+            Err(HistoryWindowError { days })
+        }
+    }
+
+    /// Its length in days.
+    pub fn in_days(self) -> u32 {
+        self.days
+    }
+
+    /// Its length in seconds.
+    pub fn in_secs(self) -> i64 {
+        i64::from(self.days) * 86400
+    }
+}
+
+impl TryFrom<u32> for HistoryWindow {
+    type Error = HistoryWindowError;
+
+    fn try_from(days: u32) -> Result<Self, Self::Error> {
+        HistoryWindow::days(days)
+    }
+}
 const LOCK_STRIPES: usize = 64;
 
 /// What a confirmation page shows.
@@ -116,9 +168,8 @@ pub struct Deps {
     pub store: CsStore,
     pub clock: Arc<dyn Clock>,
     pub sealer: Sealer,
-    /// How long a decision is kept after it was made, in seconds
-    /// (`history_days`); `None`: for good. At least [`MIN_HISTORY_SECS`].
-    pub history_secs: Option<i64>,
+    /// How long a decision is kept after it was made; `None`: for good.
+    pub history: Option<HistoryWindow>,
 }
 
 /// The confirmation server's domain.
@@ -131,7 +182,7 @@ pub struct Cs {
     store: CsStore,
     clock: Arc<dyn Clock>,
     sealer: Sealer,
-    history_secs: Option<i64>,
+    history: Option<HistoryWindow>,
     verified: Recent<Arc<Open>>,
     /// Started confirmations, as stored (they do not change once started).
     entries: Recent<ConfirmationEntry>,
@@ -171,11 +222,6 @@ impl Cs {
     /// The CS of `deps`; fails when a registered origin is not an origin.
     pub fn new(deps: Deps) -> Result<Self, CsError> {
         let mut trust = TrustStore::new();
-        if deps.history_secs.is_some_and(|s| s < MIN_HISTORY_SECS) {
-            return Err(CsError::Internal(format!(
-                "history_days: decisions must be kept at least {MIN_HISTORY_SECS} s, until their CHEQ has expired"
-            )));
-        }
         for (origin, rs) in deps.registry.iter() {
             trust
                 .add(true, &origin, rs.keys.source())
@@ -190,7 +236,7 @@ impl Cs {
             store: deps.store,
             clock: deps.clock,
             sealer: deps.sealer,
-            history_secs: deps.history_secs,
+            history: deps.history,
             verified: Recent::new(VERIFIED_CACHE),
             entries: Recent::new(ENTRY_CACHE),
             registered: Recent::new(ENTRY_CACHE),
@@ -525,16 +571,16 @@ impl Cs {
     /// once their delivery is final and their document no longer sealed;
     /// none when the history is kept for good. Returns how many.
     pub fn collect_history(&self) -> Result<usize, CsError> {
-        let Some(keep) = self.history_secs else {
+        let Some(keep) = self.history else {
             return Ok(0);
         };
-        let cutoff = self.clock.now().timestamp() - keep;
+        let cutoff = self.clock.now().timestamp() - keep.in_secs();
         Ok(self.store.records.collect_decided_before(cutoff)?)
     }
 
     /// How many days a decision is kept (`history_days`); `None`: for good.
-    pub fn history_days(&self) -> Option<i64> {
-        self.history_secs.map(|s| s / 86400)
+    pub fn history_days(&self) -> Option<u32> {
+        self.history.map(HistoryWindow::in_days)
     }
 
     /// A user's decisions, newest first.

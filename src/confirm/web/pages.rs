@@ -90,7 +90,7 @@ pub struct HistoryPage<'a> {
     pub csrf: String,
     pub rows: Vec<HistoryRow>,
     /// How many days decisions are kept (`history_days`); `None`: for good.
-    pub kept_days: Option<i64>,
+    pub kept_days: Option<u32>,
 }
 
 pub struct HistoryRow {
