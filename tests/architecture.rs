@@ -142,7 +142,7 @@ fn rules() -> Vec<Rule> {
         },
         Rule {
             layer: "key sets (own and peers')",
-            files: &["keyring.rs", "peerkeys.rs"],
+            files: &["keyring/", "peerkeys.rs"],
             except: &[],
             forbidden: &[
                 "crate::store",
