@@ -1,4 +1,4 @@
-//! The browser's side of signing in with an identity provider (ISSUE 10):
+//! The browser's side of signing in with an identity provider:
 //! `GET /oidc/login/{name}` sends the browser to the provider with a sealed
 //! cookie of the pending sign-in; `GET /oidc/callback` completes it through
 //! [`crate::confirm::oidc`], creates the session and goes back to `next`.
