@@ -1,163 +1,25 @@
-//! The confirmation server's state ([`super::cs`]) on the embedded `sled`
-//! database: one tree per kind of record, JSON values.
-//!
-//! | tree | key | value |
-//! |---|---|---|
-//! | `cs.confirmations` | confirmation id | [`ConfirmationEntry`] |
-//! | `cs.decisions` | [`RecordKey::id`] | [`DecisionRecord`], its document replaced by a reference |
-//! | `cs.documents` | record id, NUL, SHA-256 of the document | the document, packed ([`super::packed`]; text in values written before) |
-//! | `cs.by_resource` | resource URI | record id |
-//! | `cs.by_user` | user, NUL, inverted time, record id | record id |
-//! | `cs.pending` | record id | empty |
-//! | `cs.collected` | record id of old history collected | its decision time (8 bytes, big-endian) |
-//! | `cs.users` | user name | [`Account`] |
-//! | `cs.sessions` | SHA-256 of the cookie | [`Session`] |
-//! | `cs.limits` | limiter key | [`LimitState`] |
-//!
-//! No sled transaction (see `sled_store` for why): a decision's indexes are
-//! written first and the record is then swapped in only if absent, which is
-//! the atomic claim; a crash or a lost race leaves at worst an index entry
-//! pointing at no record (or at the winner's), which every reader skips.
-//! Accounts are the exception: their writers take one lock of the process
-//! (`ACCOUNT_WRITES`), because a new account's checks read every other.
-//!
-//! A decision's document (about 2.3 KB, most of the record) is written once,
-//! in `cs.documents` under a key that names its content, before the record
-//! that refers to it; the record, rewritten when its delivery is leased and
-//! when it ends, is then small (issue 13: each decision wrote its document
-//! three times, and sled's log kept the dead copies until their segment was
-//! cleaned). A lost race or a crash between the two writes leaves at worst a
-//! document that no record names. When the document changes (a sealed one
-//! redacted once its delivery is final, §8), the new one is written, then
-//! the record, then the old document is removed. A record written before
-//! this layout holds its document inline and is read as it is.
-//!
-//! Old history (`history_days`) is found through `cs.by_user`, whose keys
-//! carry the decision time. The record's id goes into `cs.collected` first
-//! (a claim of it is refused from then on, §6), then the URI's entry, the
-//! record (compare-and-swap), its document, and the entry by user last, so
-//! that a collection stopped half way is finished by the next one; a reader
-//! that finds the record and then not its document reads the record again.
+//! The CS's decision records on sled: the record, its document apart, its
+//! indexes by resource URI and by user, the outbox of pending deliveries and
+//! the keys of collected history (see the table in the parent module).
 
-use super::cs::*;
-use super::packed;
-use super::sled_json::{corrupt, decode, encode, key_text, open_db, page_after, tree, Durable};
-use super::sled_store::backend_error;
-use super::StoreError;
-use std::path::Path;
-use std::sync::Arc;
-
-/// Opens every CS store in `db`.
-pub fn open(db: &sled::Db) -> Result<CsStore, StoreError> {
-    let durable = Durable::new(db.clone());
-    Ok(CsStore {
-        flusher: Some(durable.async_flush()),
-        entries: Arc::new(SledEntries {
-            tree: tree(db, "cs.confirmations")?,
-        }),
-        records: Arc::new(SledRecords::open(db, durable)?),
-        accounts: Arc::new(SledAccounts {
-            users: tree(db, "cs.users")?,
-        }),
-        sessions: Arc::new(SledSessions {
-            tree: tree(db, "cs.sessions")?,
-        }),
-        limits: Arc::new(SledLimits {
-            tree: tree(db, "cs.limits")?,
-        }),
-        readiness: Arc::new(super::AlwaysReady),
-    })
-}
-
-/// Opens a sled database at `dir` (its files 0600) and every CS store in it.
-pub fn open_dir(dir: &Path) -> Result<(sled::Db, CsStore), StoreError> {
-    let db = open_db(dir)?;
-    let store = open(&db)?;
-    Ok((db, store))
-}
-
-/// A CS store in a fresh temporary directory: for tests only (this crate's,
-/// and other crates' with the feature `test-support`).
-#[cfg(any(test, feature = "test-support"))]
-pub fn temp() -> (tempfile::TempDir, CsStore) {
-    #[allow(clippy::expect_used)]
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    #[allow(clippy::expect_used)]
-    let (_db, store) = open_dir(dir.path()).expect("a sled store");
-    (dir, store)
-}
-
-// ---- entries ----
-
-struct SledEntries {
-    tree: sled::Tree,
-}
-
-impl ConfirmationEntries for SledEntries {
-    fn start(&self, id: &str, entry: &ConfirmationEntry) -> Result<(), StoreError> {
-        let bytes = encode(entry)?;
-        self.tree
-            .compare_and_swap(id.as_bytes(), None as Option<&[u8]>, Some(bytes))
-            .map_err(|e| backend_error("start", e))?
-            .ok();
-        Ok(())
-    }
-
-    fn get(&self, id: &str) -> Result<Option<ConfirmationEntry>, StoreError> {
-        self.tree
-            .get(id.as_bytes())
-            .map_err(|e| backend_error("get", e))?
-            .map(|b| decode(id.as_bytes(), &b))
-            .transpose()
-    }
-
-    fn put(&self, id: &str, entry: &ConfirmationEntry) -> Result<(), StoreError> {
-        self.tree
-            .insert(id.as_bytes(), encode(entry)?)
-            .map_err(|e| backend_error("put", e))?;
-        Ok(())
-    }
-
-    fn collect_older_than(&self, cutoff: i64) -> Result<usize, StoreError> {
-        let mut n = 0;
-        for item in self.tree.iter() {
-            let (k, v) = item.map_err(|e| backend_error("iter", e))?;
-            let old = serde_json::from_slice::<ConfirmationEntry>(&v)
-                .map_or(true, |e| e.created < cutoff);
-            if old {
-                self.tree
-                    .remove(k)
-                    .map_err(|e| backend_error("remove", e))?;
-                n += 1;
-            }
-        }
-        Ok(n)
-    }
-
-    fn list_after(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, ConfirmationEntry)>, StoreError> {
-        page_after(&self.tree, after, limit, "list entries")?
-            .into_iter()
-            .map(|(k, v)| Ok((key_text(&k)?, decode(&k, &v)?)))
-            .collect()
-    }
-}
+use crate::cs::*;
+use crate::packed;
+use crate::sled_json::{corrupt, decode, encode, key_text, page_after, tree, Durable};
+use crate::sled_store::backend_error;
+use crate::StoreError;
 
 // ---- decision records ----
 
-struct SledRecords {
-    db: Durable,
-    decisions: sled::Tree,
-    documents: sled::Tree,
-    by_resource: sled::Tree,
-    by_user: sled::Tree,
-    pending: sled::Tree,
+pub(super) struct SledRecords {
+    pub(super) db: Durable,
+    pub(super) decisions: sled::Tree,
+    pub(super) documents: sled::Tree,
+    pub(super) by_resource: sled::Tree,
+    pub(super) by_user: sled::Tree,
+    pub(super) pending: sled::Tree,
     /// The ids of records collected as old history, with their decision
     /// time: never claimed again (§6).
-    collected: sled::Tree,
+    pub(super) collected: sled::Tree,
 }
 
 fn user_key(user: &str, decided_at: i64, id: &str) -> Vec<u8> {
@@ -177,7 +39,7 @@ fn inverted(t: i64) -> u64 {
 }
 
 impl SledRecords {
-    fn open(db: &sled::Db, durable: Durable) -> Result<Self, StoreError> {
+    pub(super) fn open(db: &sled::Db, durable: Durable) -> Result<Self, StoreError> {
         Ok(SledRecords {
             decisions: tree(db, "cs.decisions")?,
             documents: tree(db, "cs.documents")?,
@@ -670,196 +532,5 @@ impl SledRecords {
             self.documents.remove(key.map_err(err)?).map_err(err)?;
         }
         Ok(())
-    }
-}
-
-// ---- accounts ----
-
-struct SledAccounts {
-    users: sled::Tree,
-}
-
-/// Held by every account writer from its checks to its write. The checks
-/// read every account and the write is another operation, so two writers
-/// that ran them side by side could both pass and give one e-mail (or a
-/// user name and an e-mail of the same text) to two accounts. sled opens a
-/// database in one process only (it locks its files), so a lock of the
-/// process serializes every writer of its accounts, as PostgreSQL's table
-/// lock does across instances. Account writes are rare (a new account, a
-/// first sign-in with a provider, a changed e-mail or PIN).
-static ACCOUNT_WRITES: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-impl Accounts for SledAccounts {
-    fn put(&self, account: &Account, replace: bool) -> Result<(), AccountPutError> {
-        let err = |e| AccountPutError::Store(backend_error("put account", e));
-        // A writer that panicked held no half-done state: the write is one
-        // insert, so a poisoned lock is taken as it is.
-        let _writing = ACCOUNT_WRITES
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for item in self.users.iter() {
-            let (_, bytes) = item.map_err(err)?;
-            let Ok(other) = serde_json::from_slice::<Account>(&bytes) else {
-                continue;
-            };
-            if other.username == account.username {
-                continue;
-            }
-            let other_email = other.email.as_deref().unwrap_or("");
-            if other_email.eq_ignore_ascii_case(&account.username) {
-                return Err(AccountPutError::Ambiguous(account.username.clone()));
-            }
-            if let Some(email) = &account.email {
-                if other.username.eq_ignore_ascii_case(email)
-                    || other_email.eq_ignore_ascii_case(email)
-                {
-                    return Err(AccountPutError::Ambiguous(email.clone()));
-                }
-            }
-        }
-        let bytes = encode(account)?;
-        let key = account.username.as_bytes();
-        if replace {
-            self.users.insert(key, bytes).map_err(err)?;
-        } else {
-            let swapped = self
-                .users
-                .compare_and_swap(key, None as Option<&[u8]>, Some(bytes))
-                .map_err(err)?;
-            if swapped.is_err() {
-                return Err(AccountPutError::Exists(account.username.clone()));
-            }
-        }
-        self.users.flush().map_err(err)?;
-        Ok(())
-    }
-
-    fn get(&self, username: &str) -> Result<Option<Account>, StoreError> {
-        self.users
-            .get(username.as_bytes())
-            .map_err(|e| backend_error("get account", e))?
-            .map(|b| decode(username.as_bytes(), &b))
-            .transpose()
-    }
-
-    fn list_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<Account>, StoreError> {
-        page_after(&self.users, after, limit, "list accounts")?
-            .into_iter()
-            .map(|(k, v)| decode(&k, &v))
-            .collect()
-    }
-}
-
-// ---- sessions ----
-
-struct SledSessions {
-    tree: sled::Tree,
-}
-
-impl Sessions for SledSessions {
-    fn put(&self, key: &[u8; 32], session: &Session) -> Result<(), StoreError> {
-        self.tree
-            .insert(key, encode(session)?)
-            .map_err(|e| backend_error("put session", e))?;
-        Ok(())
-    }
-
-    fn get(&self, key: &[u8; 32]) -> Result<Option<Session>, StoreError> {
-        let Some(bytes) = self
-            .tree
-            .get(key)
-            .map_err(|e| backend_error("get session", e))?
-        else {
-            return Ok(None);
-        };
-        match serde_json::from_slice::<Session>(&bytes) {
-            Ok(s) => Ok(Some(s)),
-            Err(_) => {
-                // An unreadable session is no session.
-                self.remove(key)?;
-                Ok(None)
-            }
-        }
-    }
-
-    fn remove(&self, key: &[u8; 32]) -> Result<(), StoreError> {
-        self.tree
-            .remove(key)
-            .map_err(|e| backend_error("remove session", e))?;
-        Ok(())
-    }
-
-    fn collect_expired(&self, now: i64) -> Result<usize, StoreError> {
-        let mut n = 0;
-        for entry in self.tree.iter() {
-            let (k, v) = entry.map_err(|e| backend_error("collect sessions", e))?;
-            let dead = serde_json::from_slice::<Session>(&v).map_or(true, |s| s.expires <= now);
-            if dead {
-                self.tree
-                    .remove(k)
-                    .map_err(|e| backend_error("collect sessions", e))?;
-                n += 1;
-            }
-        }
-        Ok(n)
-    }
-}
-
-// ---- limiter state ----
-
-struct SledLimits {
-    tree: sled::Tree,
-}
-
-impl Limits for SledLimits {
-    fn get(&self, key: &str) -> Result<Option<LimitState>, StoreError> {
-        self.tree
-            .get(key.as_bytes())
-            .map_err(|e| backend_error("get limit", e))?
-            .map(|b| decode(key.as_bytes(), &b))
-            .transpose()
-    }
-
-    fn update(
-        &self,
-        key: &str,
-        f: &mut dyn FnMut(Option<LimitState>) -> Option<LimitState>,
-    ) -> Result<Option<LimitState>, StoreError> {
-        loop {
-            let old = self
-                .tree
-                .get(key.as_bytes())
-                .map_err(|e| backend_error("update limit", e))?;
-            // An unreadable state counts as none (a limiter must not wedge).
-            let state = old
-                .as_ref()
-                .and_then(|b| serde_json::from_slice::<LimitState>(b).ok());
-            let new = f(state);
-            let bytes = new.as_ref().map(encode).transpose()?;
-            let swapped = self
-                .tree
-                .compare_and_swap(key.as_bytes(), old, bytes)
-                .map_err(|e| backend_error("update limit", e))?;
-            if swapped.is_ok() {
-                return Ok(new);
-            }
-        }
-    }
-
-    fn collect(&self, cutoff: i64) -> Result<usize, StoreError> {
-        let mut n = 0;
-        for entry in self.tree.iter() {
-            let (k, v) = entry.map_err(|e| backend_error("collect limits", e))?;
-            let dead = serde_json::from_slice::<LimitState>(&v).map_or(true, |s| {
-                s.last_failure < cutoff && s.locked_until <= cutoff
-            });
-            if dead {
-                self.tree
-                    .remove(k)
-                    .map_err(|e| backend_error("collect limits", e))?;
-                n += 1;
-            }
-        }
-        Ok(n)
     }
 }

@@ -1,0 +1,214 @@
+//! Putting a read stream into an empty store, through its traits.
+
+use super::*;
+use crate::cs::{AccountPutError, Claim, CsStore};
+use crate::rs::RsStore;
+use crate::{RecordOutcome, StoreError};
+use std::io::BufRead;
+
+// ---- import ----
+
+/// Refuses a store that holds anything an import writes.
+fn refuse_if_any<T>(
+    what: &'static str,
+    first: Result<Vec<T>, StoreError>,
+    name: impl Fn(&T) -> String,
+) -> Result<(), ImportError> {
+    let first = first.map_err(|source| ImportError::Store {
+        line: 0,
+        kind: what,
+        key: "(the first)".into(),
+        source,
+    })?;
+    match first.first() {
+        Some(item) => Err(ImportError::NotEmpty {
+            what,
+            first: name(item),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Refuses a CS store that is not empty (sessions and limiter state aside:
+/// an import writes none).
+pub fn ensure_empty_cs(store: &CsStore) -> Result<(), ImportError> {
+    refuse_if_any("accounts", store.accounts.list_after(None, 1), |a| {
+        format!("{:?}", a.username)
+    })?;
+    refuse_if_any(
+        "started confirmations",
+        store.entries.list_after(None, 1),
+        |(id, _)| format!("{id:?}"),
+    )?;
+    refuse_if_any(
+        "decision records",
+        store.records.list_after(None, 1),
+        |(_, r)| format!("nonce {:?} of {}", r.nonce, r.resource_origin),
+    )?;
+    refuse_if_any(
+        "collected decision keys",
+        store.records.collected_after(None, 1),
+        |(id, _)| format!("{id:?}"),
+    )
+}
+
+/// Refuses an RS store that is not empty.
+pub fn ensure_empty_rs(store: &RsStore) -> Result<(), ImportError> {
+    refuse_if_any("nonces", store.nonces.list_after(None, 1), |(n, _)| {
+        format!("{n:?}")
+    })?;
+    refuse_if_any("CHEQ records", store.records.list_after(None, 1), |r| {
+        format!("{:?}", r.id)
+    })?;
+    refuse_if_any(
+        "executions",
+        store.executions.list_after(None, 1),
+        |(k, _)| format!("{k:?}"),
+    )
+}
+
+/// Reads a CS stream into `store`, which must be empty, and makes it
+/// durable. A failure part way leaves the items before it written:
+/// [`check`] the stream first where it can be read twice.
+pub fn import_cs(store: &CsStore, input: &mut dyn BufRead) -> Result<Counts, ImportError> {
+    ensure_empty_cs(store)?;
+    let counts = read_stream(input, Server::Cs, &mut |line, item| {
+        put_cs(store, line, item)
+    })?;
+    if let Some(flusher) = &store.flusher {
+        flusher.wait().map_err(ImportError::Flush)?;
+    }
+    Ok(counts)
+}
+
+/// Writes one item of a CS stream.
+fn put_cs(store: &CsStore, line: u64, item: Item) -> Result<(), ImportError> {
+    let kind = item.kind();
+    let failed = |key: String| {
+        move |source| ImportError::Store {
+            line,
+            kind,
+            key,
+            source,
+        }
+    };
+    let twice = |key: String| ImportError::Duplicate { line, kind, key };
+    match item {
+        Item::Account(account) => match store.accounts.put(&account, false) {
+            Ok(()) => Ok(()),
+            Err(AccountPutError::Exists(name)) => Err(twice(format!("{name:?}"))),
+            Err(source) => Err(ImportError::Account {
+                line,
+                key: account.username,
+                source,
+            }),
+        },
+        Item::Entry { id, entry } => {
+            let key = format!("{id:?}");
+            if store
+                .entries
+                .get(&id)
+                .map_err(failed(key.clone()))?
+                .is_some()
+            {
+                return Err(twice(key));
+            }
+            store.entries.start(&id, &entry).map_err(failed(key))
+        }
+        Item::Decision(record) => {
+            let key = format!("nonce {:?} of {}", record.nonce, record.resource_origin);
+            match store
+                .records
+                .claim_unflushed(&record)
+                .map_err(failed(key.clone()))?
+            {
+                Claim::Fresh => Ok(()),
+                Claim::Existing(_) | Claim::Collected => Err(twice(key)),
+            }
+        }
+        Item::Collected { id, decided_at } => store
+            .records
+            .restore_collected(&id, decided_at)
+            .map_err(failed(format!("{id:?}"))),
+        Item::Cheq(_) | Item::Nonce { .. } | Item::Execution { .. } => Err(ImportError::Line {
+            line,
+            cause: LineError::OtherServer {
+                kind,
+                server: Server::Rs,
+            },
+        }),
+    }
+}
+
+/// Reads an RS stream into `store`, which must be empty, and makes it
+/// durable. A failure part way leaves the items before it written:
+/// [`check`] the stream first where it can be read twice.
+pub fn import_rs(store: &RsStore, input: &mut dyn BufRead) -> Result<Counts, ImportError> {
+    ensure_empty_rs(store)?;
+    let counts = read_stream(input, Server::Rs, &mut |line, item| {
+        put_rs(store, line, item)
+    })?;
+    // Every write so far, of every store in the database (sled); a
+    // database server's writes are durable each already.
+    store.nonces.flush().map_err(ImportError::Flush)?;
+    Ok(counts)
+}
+
+/// Writes one item of an RS stream.
+fn put_rs(store: &RsStore, line: u64, item: Item) -> Result<(), ImportError> {
+    let kind = item.kind();
+    let failed = |key: String| {
+        move |source| ImportError::Store {
+            line,
+            kind,
+            key,
+            source,
+        }
+    };
+    let twice = |key: String| ImportError::Duplicate { line, kind, key };
+    match item {
+        Item::Cheq(record) => {
+            let key = format!("{:?}", record.id);
+            if store
+                .records
+                .create_unflushed(&record)
+                .map_err(failed(key.clone()))?
+            {
+                Ok(())
+            } else {
+                Err(twice(format!("{key} (or its result id)")))
+            }
+        }
+        Item::Nonce { nonce, entry } => {
+            let key = format!("{nonce:?}");
+            match store
+                .nonces
+                .record_unflushed(&nonce, &entry)
+                .map_err(failed(key.clone()))?
+            {
+                RecordOutcome::Fresh => Ok(()),
+                RecordOutcome::SameAsBefore(_) | RecordOutcome::Conflict(_) => Err(twice(key)),
+            }
+        }
+        Item::Execution { key, result } => {
+            let shown = format!("{key:?}");
+            match store
+                .executions
+                .record_unflushed(&key, &result)
+                .map_err(failed(shown.clone()))?
+            {
+                Execution::Fresh => Ok(()),
+                Execution::Existing(_) => Err(twice(shown)),
+            }
+        }
+        Item::Account(_) | Item::Entry { .. } | Item::Decision(_) | Item::Collected { .. } => {
+            Err(ImportError::Line {
+                line,
+                cause: LineError::OtherServer {
+                    kind,
+                    server: Server::Cs,
+                },
+            })
+        }
+    }
+}

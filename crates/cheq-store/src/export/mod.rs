@@ -1,0 +1,323 @@
+//! Moving a host's durable state from one store to another (`cheq store
+//! export`, `cheq store import`): a versioned stream of JSON lines, written
+//! from the store traits and read back through them, so that either backend
+//! (sled, PostgreSQL) can be the source and either the target.
+//!
+//! The stream is UTF-8 text, one JSON object a line. The first line is the
+//! header, `{"format":"cheq-store-export","version":1,"server":"cs",
+//! "exported_at":"…"}` (`server`: `cs` or `rs`); then one object per item,
+//! each with a `kind`; the last line is `{"kind":"end","items":N}`, so that
+//! a stream cut at a line boundary is refused as well as one cut inside a
+//! line.
+//!
+//! | kind | server | what |
+//! |---|---|---|
+//! | `account` | CS | an [`Account`]: its password and PIN hashes as stored (hashes, never a secret in clear) |
+//! | `entry` | CS | a started confirmation: `id` and the [`ConfirmationEntry`] members |
+//! | `decision` | CS | a [`DecisionRecord`] as stored: its document (a sealed one stays sealed: its key is a file in the data directory) and its delivery, so that a pending delivery (the outbox) goes on from the new store |
+//! | `collected` | CS | the id of a decision collected as old history (`history_days`) and its decision time: its key is never countersigned again (§6) |
+//! | `cheq` | RS | a [`CheqRecord`] in its state |
+//! | `nonce` | RS | a decided nonce: the digest of its decision document and its data (base64url), its expiry |
+//! | `execution` | RS | an idempotency key of the demo tools and the operation's result |
+//!
+//! Left out: the CS's sessions (whoever was signed in signs in again; a
+//! session can hold a provider's ID token, which has no business in a
+//! file) and its limiter state (failures counted over minutes: a move
+//! forgives them).
+//!
+//! Import goes into an empty store only ([`ImportError::NotEmpty`]), and
+//! writes each item through the trait method that creates it (a claim, an
+//! insert if absent), which keeps the state given as it is; so each backend
+//! builds its own indexes, and an item given twice is refused.
+
+mod import;
+mod read;
+mod write;
+
+pub use import::{ensure_empty_cs, ensure_empty_rs, import_cs, import_rs};
+pub use read::{check, read_stream, HeaderError, ImportError, LineError};
+pub use write::{export_cs, export_rs, ExportError};
+
+use crate::cs::{Account, ConfirmationEntry, DecisionRecord};
+use crate::rs::{CheqRecord, Execution};
+use crate::NonceEntry;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// The `format` of the header line.
+pub const FORMAT: &str = "cheq-store-export";
+
+/// The version of the stream this cheq writes and reads.
+pub const VERSION: u64 = 1;
+
+/// The longest line read, in bytes (an item is a few KiB; a demo tool's
+/// result or a large document may be more).
+pub const MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// How many items are read from a store at a time.
+const PAGE: usize = 256;
+
+/// Which server a stream is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Server {
+    /// The confirmation server (`cheq serve`).
+    Cs,
+    /// The reference resource server (`cheq resource-server`).
+    Rs,
+}
+
+impl std::fmt::Display for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Server::Cs => "a confirmation server",
+            Server::Rs => "a resource server",
+        })
+    }
+}
+
+/// The first line of a stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    pub format: String,
+    pub version: u64,
+    pub server: Server,
+    /// When the export began (RFC 3339).
+    pub exported_at: String,
+}
+
+/// One item of a stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Item {
+    Account(Account),
+    Entry {
+        id: String,
+        entry: ConfirmationEntry,
+    },
+    Decision(Box<DecisionRecord>),
+    Collected {
+        id: String,
+        decided_at: i64,
+    },
+    Cheq(Box<CheqRecord>),
+    Nonce {
+        nonce: String,
+        entry: NonceEntry,
+    },
+    Execution {
+        key: String,
+        result: Value,
+    },
+}
+
+/// A started confirmation as a line holds it.
+#[derive(Serialize, Deserialize)]
+struct EntryItem {
+    id: String,
+    #[serde(flatten)]
+    entry: ConfirmationEntry,
+}
+
+/// A collected decision key as a line holds it.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CollectedItem {
+    id: String,
+    decided_at: i64,
+}
+
+/// A nonce as a line holds it: bytes in base64url.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NonceItem {
+    nonce: String,
+    digest: String,
+    expires_at: i64,
+    data: String,
+}
+
+/// An execution as a line holds it.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecutionItem {
+    key: String,
+    result: Value,
+}
+
+/// The end line.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EndItem {
+    items: u64,
+}
+
+impl Item {
+    /// The item's `kind`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Item::Account(_) => "account",
+            Item::Entry { .. } => "entry",
+            Item::Decision(_) => "decision",
+            Item::Collected { .. } => "collected",
+            Item::Cheq(_) => "cheq",
+            Item::Nonce { .. } => "nonce",
+            Item::Execution { .. } => "execution",
+        }
+    }
+
+    /// The item as a line (without its newline).
+    pub fn to_line(&self) -> Result<String, serde_json::Error> {
+        let value = match self {
+            Item::Account(a) => serde_json::to_value(a)?,
+            Item::Entry { id, entry } => serde_json::to_value(EntryItem {
+                id: id.clone(),
+                entry: entry.clone(),
+            })?,
+            Item::Decision(r) => serde_json::to_value(r)?,
+            Item::Collected { id, decided_at } => serde_json::to_value(CollectedItem {
+                id: id.clone(),
+                decided_at: *decided_at,
+            })?,
+            Item::Cheq(r) => serde_json::to_value(r)?,
+            Item::Nonce { nonce, entry } => serde_json::to_value(NonceItem {
+                nonce: nonce.clone(),
+                digest: cheq_core::sign::b64::encode(entry.digest),
+                expires_at: entry.expires_at,
+                data: cheq_core::sign::b64::encode(&entry.data),
+            })?,
+            Item::Execution { key, result } => serde_json::to_value(ExecutionItem {
+                key: key.clone(),
+                result: result.clone(),
+            })?,
+        };
+        Ok(with_kind(self.kind(), value))
+    }
+}
+
+/// `{"kind": kind, …value's members}` as text.
+fn with_kind(kind: &str, value: Value) -> String {
+    let mut line = Map::new();
+    line.insert("kind".into(), Value::String(kind.into()));
+    match value {
+        Value::Object(members) => line.extend(members),
+        other => {
+            line.insert("value".into(), other);
+        }
+    }
+    Value::Object(line).to_string()
+}
+
+/// How many items of each kind a stream held.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counts(BTreeMap<&'static str, u64>);
+
+impl Counts {
+    fn add(&mut self, kind: &'static str) {
+        *self.0.entry(kind).or_default() += 1;
+    }
+
+    /// All items.
+    pub fn total(&self) -> u64 {
+        self.0.values().sum()
+    }
+
+    /// The items of `kind`.
+    pub fn of(&self, kind: &str) -> u64 {
+        self.0.get(kind).copied().unwrap_or(0)
+    }
+}
+
+impl std::fmt::Display for Counts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let total = self.total();
+        write!(f, "{total} item{}", if total == 1 { "" } else { "s" })?;
+        if total > 0 {
+            let parts: Vec<String> = self.0.iter().map(|(k, n)| format!("{n} {k}")).collect();
+            write!(f, " ({})", parts.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(lines: &[&str]) -> Vec<u8> {
+        let mut s = lines.join("\n");
+        s.push('\n');
+        s.into_bytes()
+    }
+
+    const HEADER: &str = r#"{"format":"cheq-store-export","version":1,"server":"rs","exported_at":"2026-01-01T00:00:00Z"}"#;
+
+    fn checked(bytes: &[u8]) -> Result<Counts, ImportError> {
+        check(&mut &bytes[..], Server::Rs)
+    }
+
+    #[test]
+    fn a_well_formed_stream_is_counted() {
+        let nonce = r#"{"kind":"nonce","nonce":"n1","digest":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","expires_at":5,"data":"YWNjZXB0"}"#;
+        let exec = r#"{"kind":"execution","key":"k","result":{"ok":true}}"#;
+        let counts = checked(&stream(&[
+            HEADER,
+            nonce,
+            exec,
+            r#"{"kind":"end","items":2}"#,
+        ]))
+        .unwrap();
+        assert_eq!((counts.of("nonce"), counts.of("execution")), (1, 1));
+        assert_eq!(counts.to_string(), "2 items (1 execution, 1 nonce)");
+    }
+
+    #[test]
+    fn every_fault_names_its_line() {
+        let end = r#"{"kind":"end","items":0}"#;
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (Vec::new(), "the export is empty"),
+            (stream(&["{"]), "line 1: it is not JSON"),
+            (stream(&[r#"{"format":"other"}"#]), "line 1: it is not the header"),
+            (
+                stream(&[&HEADER.replace("\"version\":1", "\"version\":2")]),
+                "line 1: version 2 of the export format is unknown",
+            ),
+            (
+                stream(&[&HEADER.replace("\"rs\"", "\"cs\"")]),
+                "line 1: this is an export of a confirmation server, and the configuration is of a resource server",
+            ),
+            (stream(&[HEADER, "{\"kind\":\"nonce\",", end]), "line 2: the line is not JSON"),
+            (stream(&[HEADER, "[1]", end]), "line 2: the line is not a JSON object"),
+            (stream(&[HEADER, "{}", end]), "line 2: the line has no \"kind\""),
+            (stream(&[HEADER, r#"{"kind":"x"}"#, end]), "line 2: unknown kind \"x\""),
+            (
+                stream(&[HEADER, r#"{"kind":"account","username":"a"}"#, end]),
+                "line 2: account items belong to a confirmation server's export",
+            ),
+            (
+                stream(&[HEADER, r#"{"kind":"execution","key":1,"result":null}"#, end]),
+                "line 2: the execution item is malformed",
+            ),
+            (
+                stream(&[HEADER, r#"{"kind":"nonce","nonce":"n","digest":"AA","expires_at":1,"data":""}"#, end]),
+                "line 2: the nonce item's digest is invalid: not 32 bytes",
+            ),
+            (stream(&[HEADER]), "the export stops at line 1 without its end line"),
+            (
+                stream(&[HEADER, r#"{"kind":"end","items":3}"#]),
+                "line 2: the end line counts 3 items, and the export holds 0",
+            ),
+            (stream(&[HEADER, end, end]), "line 3: a line after the end line"),
+        ];
+        for (bytes, expected) in cases {
+            let e = checked(&bytes).unwrap_err().to_string();
+            assert!(e.starts_with(expected), "{expected:?}: got {e:?}");
+        }
+        let mut not_utf8 = stream(&[HEADER]);
+        not_utf8.extend_from_slice(b"\xff\n");
+        assert!(checked(&not_utf8)
+            .unwrap_err()
+            .to_string()
+            .starts_with("line 2: the line is not UTF-8"));
+    }
+}
