@@ -24,12 +24,13 @@
 pub use cheq_core::{cheq, sign};
 pub use cheq_store as store;
 pub use cheq_store::throttle;
-pub use cheq_support::{bearer, configfile, keyfile, metrics, peerkeys, recent, text, time};
+pub use cheq_support::{
+    bearer, configfile, keyfile, keyring, metrics, peerkeys, recent, text, time,
+};
 
 pub mod cli;
 pub mod confirm;
 pub mod httpkit;
-pub mod keyring;
 pub mod mcp;
 pub mod resource;
 pub mod testkit;

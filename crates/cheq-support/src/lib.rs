@@ -9,6 +9,8 @@
 //!   ids; keyed digests that stand for names in logs.
 //! - [`keyfile`]: private key and secret files (0600 in a 0700 directory,
 //!   generated when missing).
+//! - [`keyring`]: a server's own key set (§9): its manifest and key files,
+//!   and which key is new, active or retired at a time.
 //! - [`peerkeys`]: a peer's published keys (§9): a file, or fetched by
 //!   `jwks_uri` with bounded reads and cache headers honoured.
 //! - [`configfile`]: reading TOML configuration, errors naming the key.
@@ -22,6 +24,7 @@
 pub mod bearer;
 pub mod configfile;
 pub mod keyfile;
+pub mod keyring;
 pub mod metrics;
 pub mod peerkeys;
 pub mod recent;

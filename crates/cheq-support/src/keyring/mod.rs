@@ -24,8 +24,8 @@ mod states;
 pub use states::RETIRING_SECS;
 
 use crate::keyfile::KeyFileError;
-use crate::sign::{Jwks, KeySource, KeyState, PublicKey, SigningKey};
 use crate::time::Clock;
+use cheq_core::sign::{Jwks, KeySource, KeyState, PublicKey, SigningKey};
 use chrono::{DateTime, Utc};
 use files::{Loaded, SetPaths, Stamp};
 use states::{index_of, states, time, Entry};

@@ -4,7 +4,7 @@
 //! agrees on the key that signs without talking to the others.
 
 use super::KeyRingError;
-use crate::sign::KeyState;
+use cheq_core::sign::KeyState;
 use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 

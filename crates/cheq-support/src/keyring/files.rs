@@ -9,7 +9,7 @@
 use super::states::Entry;
 use super::{KeyRing, KeyRingError, MAX_KEYS};
 use crate::keyfile::{publish_private, write_private, KeyFileError};
-use crate::sign::SigningKey;
+use cheq_core::sign::SigningKey;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -367,7 +367,7 @@ impl KeyRing {
         let tmp = self.dir.join(format!(
             ".{}.keyset.{}.tmp",
             self.stem,
-            crate::sign::b64::encode(rand::random::<[u8; 9]>())
+            cheq_core::sign::b64::encode(rand::random::<[u8; 9]>())
         ));
         write_private(&tmp, &bytes)?;
         match_owner(&tmp, &self.dir)?;
@@ -394,7 +394,7 @@ impl KeyRing {
             let kid = format!(
                 "{}-{}",
                 self.prefix,
-                crate::sign::b64::encode(rand::random::<[u8; 6]>())
+                cheq_core::sign::b64::encode(rand::random::<[u8; 6]>())
             );
             if !entries.iter().any(|e| e.kid == kid) {
                 break kid;
