@@ -246,6 +246,7 @@ fn no_layer_imports_what_it_must_not() {
         (manifest.join("src"), ""),
         (manifest.join("crates/cheq-store/src"), "store/"),
         (manifest.join("crates/cheq-support/src"), ""),
+        (manifest.join("crates/cheq-confirm/src"), "confirm/"),
     ] {
         let mut found = Vec::new();
         sources(&root, &mut found);
@@ -362,11 +363,12 @@ fn the_script_checker_sees_a_second_definition() {
     assert_eq!(names, ["a", "b_2", "a"]);
 }
 
-/// The signing core (`crates/cheq-core`) and the store (`crates/cheq-store`)
-/// are crates of their own: the compiler keeps out of each what it does not
-/// depend on, as long as its dependencies bring none of it. This reads their
-/// dependency trees as cargo resolves them: the core has no I/O, runtime or
-/// HTTP; the store no web framework and no HTTP client.
+/// The layers below the front ends are crates of their own: the compiler
+/// keeps out of each what it does not depend on, as long as its dependencies
+/// bring none of it. This reads their dependency trees as cargo resolves
+/// them: the signing core has no I/O, runtime or HTTP; the store no web
+/// framework and no HTTP client; the shared helpers and the CS domain no web
+/// framework (and the shared helpers no database driver).
 #[test]
 fn the_lower_crates_depend_on_no_runtime_http_or_web() {
     for (krate, forbidden) in [
@@ -380,6 +382,11 @@ fn the_lower_crates_depend_on_no_runtime_http_or_web() {
             "cheq-store",
             &["actix", "askama", "reqwest", "openidconnect", "rmcp"][..],
         ),
+        (
+            "cheq-support",
+            &["actix", "askama", "postgres", "openidconnect", "rmcp"][..],
+        ),
+        ("cheq-confirm", &["actix", "askama", "utoipa", "rmcp"][..]),
     ] {
         dependencies_exclude(krate, forbidden);
     }

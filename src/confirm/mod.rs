@@ -20,20 +20,12 @@
 //! Around them: [`config`] (`cs.toml`), [`server`] (start-up, background
 //! jobs), [`admin`] (the local admin socket).
 
+pub use cheq_confirm::{auth, config, fetch, flow, oidc, registry, seal, view, voice, warnings};
+
 pub mod admin;
 pub mod api;
-pub mod auth;
-pub mod config;
-pub mod fetch;
-pub mod flow;
-pub mod oidc;
-pub mod registry;
-pub mod seal;
 pub mod server;
 pub mod status;
-pub mod view;
-pub mod voice;
-pub mod warnings;
 pub mod web;
 
 pub use config::{ConfigError, CsConfig};

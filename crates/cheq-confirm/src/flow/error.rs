@@ -2,11 +2,11 @@
 //! domain's words; each front end turns it into a status through the one
 //! table of `confirm::status`, and into words for a person or a program.
 
-use crate::cheq::CountersignableError;
-use crate::confirm::auth::AuthError;
-use crate::confirm::registry::RegistryError;
-use crate::keyring::KeyRingError;
-use crate::store::StoreError;
+use crate::auth::AuthError;
+use crate::registry::RegistryError;
+use cheq_core::cheq::CountersignableError;
+use cheq_store::StoreError;
+use cheq_support::keyring::KeyRingError;
 use std::sync::Arc;
 
 /// What is wrong with a request as sent (400).
@@ -21,7 +21,7 @@ pub enum BadRequest {
     #[error("the decision must be accept or reject")]
     Decision,
     #[error("{0}")]
-    Countersign(crate::sign::CountersignError),
+    Countersign(cheq_core::sign::CountersignError),
 }
 
 /// Why a confirmation could not go on.

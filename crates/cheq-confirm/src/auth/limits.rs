@@ -17,10 +17,10 @@
 //! hashing, so concurrent guesses all count) and delays taken.
 
 use super::{hashing, AuthError, Budget};
-use crate::confirm::flow::CsError;
-use crate::store::cs::{LimitState, Limits};
-use crate::store::StoreError;
-pub use crate::throttle::{Policy, MAX_DELAY_SECS};
+use crate::flow::CsError;
+use cheq_store::cs::{LimitState, Limits};
+pub use cheq_store::throttle::{Policy, MAX_DELAY_SECS};
+use cheq_store::StoreError;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
@@ -278,7 +278,7 @@ impl Limiter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::sled_cs;
+    use cheq_store::sled_cs;
 
     fn limiter() -> (tempfile::TempDir, Limiter) {
         let (dir, store) = sled_cs::temp();

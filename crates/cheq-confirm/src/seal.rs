@@ -12,9 +12,9 @@
 //! deleted, which makes every copy of the ciphertext unreadable. Keys a crash
 //! left behind are swept at the next start.
 
-use crate::sign::b64;
 use chacha20poly1305::aead::{Aead, KeyInit};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use cheq_core::sign::b64;
 use indexmap::IndexMap;
 use serde_json::{json, Value};
 use sha2::Sha256;
@@ -68,7 +68,7 @@ impl Sealer {
         let key: [u8; 32] = rand::random();
         let path = self.key_path(nonce);
         let _ = std::fs::remove_file(&path);
-        crate::keyfile::write_private(&path, &key).map_err(|e| {
+        cheq_support::keyfile::write_private(&path, &key).map_err(|e| {
             SealError::Io(
                 path.display().to_string(),
                 std::io::Error::other(e.to_string()),

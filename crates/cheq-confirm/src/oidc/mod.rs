@@ -52,9 +52,9 @@ pub use id_token::{IdTokenProblem, ALLOWED_ALGS, MAX_IAT_AGE_SECS, SKEW_SECS};
 pub use login::{Callback, Pending, PENDING_TTL_SECS};
 
 use super::config::{IdentityProviderConfig, TokenEndpointAuth};
-use crate::bearer::TokenKey;
-use crate::store::StoreError;
-use crate::time::Clock;
+use cheq_store::StoreError;
+use cheq_support::bearer::TokenKey;
+use cheq_support::time::Clock;
 use discovery::Discovered;
 use openidconnect::RedirectUrl;
 use std::sync::{Arc, Mutex};

@@ -56,13 +56,13 @@
 //! ```
 //! Relative paths are taken relative to the working directory.
 
-use crate::cheq::uri::parse_cheq_uri;
+use cheq_core::cheq::uri::parse_cheq_uri;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
-use crate::configfile::invalid;
-pub use crate::configfile::ConfigError;
-pub use crate::configfile::{DatabaseUrl, LogFormat};
+use cheq_support::configfile::invalid;
+pub use cheq_support::configfile::ConfigError;
+pub use cheq_support::configfile::{DatabaseUrl, LogFormat};
 
 /// One resource server this CS works for (§2, §3).
 #[derive(Clone, Deserialize)]
@@ -245,7 +245,7 @@ pub struct CsConfig {
     /// Who may read `GET /metrics`: `token` (default: a bearer token, the
     /// contents of `metrics.secret` in `data_dir`) or `open`.
     #[serde(default)]
-    pub metrics: crate::metrics::MetricsAccess,
+    pub metrics: cheq_support::metrics::MetricsAccess,
     /// OpenID Connect providers people may sign in with, beside local accounts.
     #[serde(default)]
     pub identity_providers: Vec<IdentityProviderConfig>,
@@ -257,7 +257,7 @@ pub struct CsConfig {
     /// it was made, in days; default: for good. At least 2 (the record
     /// stops a second countersignature until its CHEQ has expired, §6).
     #[serde(default)]
-    pub history_days: Option<crate::confirm::flow::HistoryWindow>,
+    pub history_days: Option<crate::flow::HistoryWindow>,
 }
 
 fn default_api_token_ttl() -> i64 {
@@ -296,7 +296,7 @@ impl std::fmt::Debug for CsConfig {
 impl CsConfig {
     /// Reads a TOML file, applies the environment overrides and checks it.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let mut config: CsConfig = crate::configfile::read_toml(path)?;
+        let mut config: CsConfig = cheq_support::configfile::read_toml(path)?;
         config.apply_env(|k| std::env::var(k).ok())?;
         config.validate()?;
         Ok(config)
@@ -304,7 +304,7 @@ impl CsConfig {
 
     /// Parses and checks TOML text (no environment).
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let config: CsConfig = crate::configfile::parse_toml(text, "cheq.toml")?;
+        let config: CsConfig = cheq_support::configfile::parse_toml(text, "cheq.toml")?;
         config.validate()?;
         Ok(config)
     }

@@ -7,8 +7,8 @@
 //! written, and a unit only when the parameter carries `parameter unit`.
 
 use super::warnings::{check, visible, Warning};
-use crate::cheq::{InputType, Parameter};
-use crate::sign::{b64, VerifiedCheq};
+use cheq_core::cheq::{InputType, Parameter};
+use cheq_core::sign::{b64, VerifiedCheq};
 use chrono::SecondsFormat;
 use std::sync::OnceLock;
 
@@ -114,11 +114,11 @@ fn param_view(index: usize, p: &Parameter) -> ParamView {
     }
 }
 
-pub use crate::cheq::uri::origin_of;
+pub use cheq_core::cheq::uri::origin_of;
 
 /// A short word for a delivery state, as pages and the API say it.
-pub fn delivery_label(d: &crate::store::cs::Delivery) -> &'static str {
-    use crate::store::cs::Delivery;
+pub fn delivery_label(d: &cheq_store::cs::Delivery) -> &'static str {
+    use cheq_store::cs::Delivery;
     match d {
         Delivery::Pending { .. } => "delivery pending",
         Delivery::Delivered { .. } => "delivered",

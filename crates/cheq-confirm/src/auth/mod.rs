@@ -1,5 +1,5 @@
 //! Who the user is (the CS's embedded login; PROTOCOL.md §2, §5 `sub`,
-//! `auth_time`, `amr`), on the store traits of [`crate::store::cs`]:
+//! `auth_time`, `amr`), on the store traits of [`cheq_store::cs`]:
 //!
 //! - this module: local accounts with argon2id hashes, checked by
 //!   [`LocalLogin`] behind the [`Authenticator`] trait, so that an OpenID
@@ -17,11 +17,11 @@ pub use limits::{LimitKey, Limiter, Policy};
 pub use sessions::SessionService;
 
 use super::flow::CsError;
-pub use crate::store::cs::{Account, ExternalId, Identity, LimitState, Session};
-use crate::store::cs::{AccountPutError, Accounts};
-use crate::store::StoreError;
 use argon2::password_hash::{PasswordHash, PasswordHasher, SaltString};
 use argon2::Argon2;
+pub use cheq_store::cs::{Account, ExternalId, Identity, LimitState, Session};
+use cheq_store::cs::{AccountPutError, Accounts};
+use cheq_store::StoreError;
 use sha2::Digest as _;
 use std::sync::Arc;
 
@@ -132,7 +132,7 @@ pub fn verify_secret(secret: &str, hash: &str) -> bool {
     let hashed =
         argon.hash_password_into_with_memory(secret.as_bytes(), salt, &mut out, &mut blocks);
     memory::give_back(blocks);
-    hashed.is_ok() && crate::sign::same_secret(&out, expected.as_bytes())
+    hashed.is_ok() && cheq_core::sign::same_secret(&out, expected.as_bytes())
 }
 
 /// Reused argon2 working memory.
@@ -261,7 +261,7 @@ fn peppered(pepper: &[u8], pin: &str) -> String {
         Ok(mut mac) => {
             mac.update(b"cheq pin\0");
             mac.update(pin.as_bytes());
-            crate::sign::b64::encode(mac.finalize().into_bytes())
+            cheq_core::sign::b64::encode(mac.finalize().into_bytes())
         }
         Err(_) => String::new(),
     }
@@ -394,7 +394,7 @@ fn credential_of(account: &Account, amr: &str) -> Option<String> {
     let mut h = sha2::Sha256::new();
     h.update(b"cheq credential\0");
     h.update(hash.as_bytes());
-    Some(crate::sign::b64::encode(&h.finalize()[..16]))
+    Some(cheq_core::sign::b64::encode(&h.finalize()[..16]))
 }
 
 /// Whether the sign-in `who` still stands (§10: a token is bound to the
@@ -412,15 +412,15 @@ pub fn credential_holds(accounts: &dyn Accounts, who: &Identity) -> Result<bool,
     Ok(accounts
         .get(&who.sub)?
         .and_then(|a| credential_of(&a, amr))
-        .is_some_and(|now| crate::sign::same_secret(now.as_bytes(), bound.as_bytes())))
+        .is_some_and(|now| cheq_core::sign::same_secret(now.as_bytes(), bound.as_bytes())))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::sled_cs;
+    use cheq_store::sled_cs;
 
-    fn store() -> (tempfile::TempDir, crate::store::cs::CsStore) {
+    fn store() -> (tempfile::TempDir, cheq_store::cs::CsStore) {
         sled_cs::temp()
     }
 

@@ -33,13 +33,13 @@ use super::fetch::{FetchError, RsClient};
 use super::registry::Registry;
 use super::seal::{redact, Sealer};
 use super::view::{origin_of, CheqView};
-use crate::cheq::CountersignFields;
-use crate::keyring::KeyRing;
-use crate::peerkeys::{PeerKeys, Refetch};
-use crate::recent::Recent;
-use crate::sign::{verify_resource, Context, TrustStore, VerifiedCheq, VerifyError};
-use crate::store::cs::{ConfirmationEntry, CsStore, DecisionRecord, DecisionRecords, Identity};
-use crate::time::Clock;
+use cheq_core::cheq::CountersignFields;
+use cheq_core::sign::{verify_resource, Context, TrustStore, VerifiedCheq, VerifyError};
+use cheq_store::cs::{ConfirmationEntry, CsStore, DecisionRecord, DecisionRecords, Identity};
+use cheq_support::keyring::KeyRing;
+use cheq_support::peerkeys::{PeerKeys, Refetch};
+use cheq_support::recent::Recent;
+use cheq_support::time::Clock;
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -193,7 +193,7 @@ pub struct Cs {
     locks: Vec<Mutex<()>>,
     delivery_locks: Vec<tokio::sync::Mutex<()>>,
     wake: tokio::sync::Notify,
-    metrics: crate::metrics::CsMetrics,
+    metrics: cheq_support::metrics::CsMetrics,
     /// When the oldest pending delivery was decided, as the delivery worker
     /// last read the outbox ([`NO_PENDING`] when none was).
     oldest_pending_at: std::sync::atomic::AtomicI64,
@@ -211,7 +211,7 @@ impl std::fmt::Debug for Cs {
 }
 
 fn id_for(resource_uri: &str) -> String {
-    crate::text::confirmation_id(resource_uri)
+    cheq_support::text::confirmation_id(resource_uri)
 }
 
 fn stripe(key: &str) -> usize {
@@ -245,7 +245,7 @@ impl Cs {
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
             wake: tokio::sync::Notify::new(),
-            metrics: crate::metrics::CsMetrics::new(),
+            metrics: cheq_support::metrics::CsMetrics::new(),
             oldest_pending_at: std::sync::atomic::AtomicI64::new(NO_PENDING),
         })
     }
@@ -284,12 +284,12 @@ impl Cs {
     }
 
     /// The metrics this instance counts.
-    pub(crate) fn metrics(&self) -> &crate::metrics::CsMetrics {
+    pub(crate) fn metrics(&self) -> &cheq_support::metrics::CsMetrics {
         &self.metrics
     }
 
     /// Whether the store answers now (`GET /readyz`).
-    pub fn readiness(&self) -> Arc<dyn crate::store::Readiness> {
+    pub fn readiness(&self) -> Arc<dyn cheq_store::Readiness> {
         self.store.readiness.clone()
     }
 
@@ -353,7 +353,7 @@ impl Cs {
         self.check_registered(resource_uri)?;
         let resource_uri = resource_uri.trim();
         let id = id_for(resource_uri);
-        let _span = crate::text::confirmation_span(&id).entered();
+        let _span = cheq_support::text::confirmation_span(&id).entered();
         let entry = ConfirmationEntry {
             resource_uri: resource_uri.to_owned(),
             created: self.clock.now().timestamp(),
@@ -458,7 +458,7 @@ impl Cs {
     /// the same CHEQ may come back under another resource URI. The origin
     /// is the one its verification parsed.
     fn earlier_nonce(&self, fields: &CountersignFields) -> Result<Option<DecisionRecord>, CsError> {
-        Ok(self.store.records.get(&crate::store::cs::RecordKey::new(
+        Ok(self.store.records.get(&cheq_store::cs::RecordKey::new(
             &fields.resource_origin.ascii_serialization(),
             &fields.nonce,
         ))?)
@@ -469,7 +469,7 @@ impl Cs {
     pub async fn load(&self, id: &str, who: &Identity) -> Result<Loaded, CsError> {
         use tracing::Instrument;
         self.load_in_span(id, who)
-            .instrument(crate::text::confirmation_span(id))
+            .instrument(cheq_support::text::confirmation_span(id))
             .await
     }
 

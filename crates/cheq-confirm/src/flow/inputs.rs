@@ -1,8 +1,8 @@
 //! Values the user types (PROTOCOL.md §8): how the front ends hand them in,
 //! and their validation against each parameter's `parameter input`.
 
-use crate::cheq::{Decision, InputType};
-use crate::sign::VerifiedCheq;
+use cheq_core::cheq::{Decision, InputType};
+use cheq_core::sign::VerifiedCheq;
 use indexmap::IndexMap;
 
 /// Values the user typed (§8). Its `Debug` shows no value.
@@ -84,7 +84,7 @@ pub const REQUIRED: &str = "a value is required";
 /// §8: checks the values the user typed against each parameter's `parameter
 /// input`. Returns what goes into `cheq_collected` (nothing for a rejection).
 /// That every required input has a value is the rule of
-/// [`crate::cheq::Cheq::missing_required_input`]; here each missing one is
+/// [`cheq_core::cheq::Cheq::missing_required_input`]; here each missing one is
 /// named, so that the page can say so next to each field.
 pub fn validate_collected(
     verified: &VerifiedCheq,

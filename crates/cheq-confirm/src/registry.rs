@@ -15,7 +15,7 @@
 //! (`%252f` → `%2f` → `/`), holds `/`, `\`, `?`, `#` or a control character,
 //! or is `.` or `..` (also before a `;` parameter).
 
-use crate::cheq::uri::parse_cheq_uri;
+use cheq_core::cheq::uri::parse_cheq_uri;
 use std::sync::Arc;
 use url::Url;
 

@@ -16,7 +16,7 @@
 //! endpoint (single flight): the first one asks, the others wait for its
 //! answer, success or failure, instead of each asking on its own.
 
-use crate::cheq::{Decision, DecisionAnswer};
+use cheq_core::cheq::{Decision, DecisionAnswer};
 use oauth2::basic::BasicClient;
 use oauth2::{ClientId, ClientSecret, Scope, TokenResponse, TokenUrl};
 use reqwest::header;
@@ -265,7 +265,7 @@ impl RsClient {
             .await
             .map_err(|e| match e {
                 oauth2::RequestTokenError::ServerResponse(r) => FetchError::Unauthorized(
-                    crate::text::snippet(r.error().to_string().as_bytes(), MAX_RS_WORDS),
+                    cheq_support::text::snippet(r.error().to_string().as_bytes(), MAX_RS_WORDS),
                 ),
                 oauth2::RequestTokenError::Request(e) => e,
                 other => FetchError::Unreachable(format!("token endpoint: {other}")),
@@ -351,7 +351,7 @@ impl RsClient {
         let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
         let text = |k: &str| {
             let t = json.get(k).and_then(|v| v.as_str()).unwrap_or("");
-            crate::text::snippet(t.as_bytes(), MAX_RS_WORDS)
+            cheq_support::text::snippet(t.as_bytes(), MAX_RS_WORDS)
         };
         Ok(match status {
             200 => match DecisionAnswer::from_json(&json) {
@@ -454,5 +454,5 @@ async fn read_limited(
 
 /// The start of a body, for an error message.
 fn snippet(body: &[u8]) -> String {
-    crate::text::snippet(body, 200)
+    cheq_support::text::snippet(body, 200)
 }

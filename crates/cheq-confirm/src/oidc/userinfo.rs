@@ -39,7 +39,7 @@ impl Providers {
                 ),
                 e => LoginError::TokenRequest {
                     provider: p.name.clone(),
-                    detail: crate::text::one_line(&format!("userinfo: {e}")),
+                    detail: cheq_support::text::one_line(&format!("userinfo: {e}")),
                 },
             })?;
         Ok(match (info.email(), info.email_verified()) {

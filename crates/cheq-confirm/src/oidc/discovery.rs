@@ -65,7 +65,7 @@ pub(super) struct Discovered {
 }
 
 /// One request to a provider, as the `openidconnect` crate makes it, sent
-/// the way [`crate::confirm::fetch`] sends the RS's token request: through the
+/// the way [`crate::fetch`] sends the RS's token request: through the
 /// client's timeouts (the total one covers reading the answer), with no
 /// redirect followed, reading at most [`Endpoint::limit`] bytes of the
 /// answer, and refusing a longer one as soon as it is announced or read.
@@ -74,8 +74,8 @@ pub(super) async fn capped(
     what: Endpoint,
     request: openidconnect::HttpRequest,
 ) -> Result<openidconnect::HttpResponse, ProviderHttpError> {
-    use crate::confirm::fetch::Capped;
-    crate::confirm::fetch::send_capped(&http, request, what.limit())
+    use crate::fetch::Capped;
+    crate::fetch::send_capped(&http, request, what.limit())
         .await
         .map_err(|e| match e {
             Capped::TooLarge => ProviderHttpError::TooLarge {
@@ -86,7 +86,7 @@ pub(super) async fn capped(
             // Without the URL: the endpoint names it.
             Capped::Http(e) => ProviderHttpError::Transport(
                 what,
-                crate::text::one_line(&e.without_url().to_string()),
+                cheq_support::text::one_line(&e.without_url().to_string()),
             ),
         })
 }
@@ -250,7 +250,7 @@ fn check_endpoints(metadata: &ProviderMetadataWithLogout) -> Result<(), String> 
         urls.push(("end_session_endpoint", e.as_str()));
     }
     for (what, url) in urls {
-        crate::cheq::uri::parse_cheq_uri(url).map_err(|e| format!("{what}: {e}"))?;
+        cheq_core::cheq::uri::parse_cheq_uri(url).map_err(|e| format!("{what}: {e}"))?;
     }
     Ok(())
 }
@@ -258,8 +258,8 @@ fn check_endpoints(metadata: &ProviderMetadataWithLogout) -> Result<(), String> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::confirm::oidc::Callback;
-    use crate::time::Clock;
+    use crate::oidc::Callback;
+    use cheq_support::time::Clock;
     use openidconnect::core::{CoreIdToken, CoreIdTokenClaims, CoreJwsSigningAlgorithm};
     use openidconnect::{IssuerUrl, Nonce};
     use std::sync::Mutex;
@@ -464,7 +464,7 @@ mod tests {
     }
 
     fn providers_of(issuer: &str, clock: Arc<dyn Clock>) -> Providers {
-        let config: crate::confirm::config::IdentityProviderConfig = toml::from_str(&format!(
+        let config: crate::config::IdentityProviderConfig = toml::from_str(&format!(
             "name = \"example\"\nissuer = \"{issuer}\"\nclient_id = \"cheq\"\nclient_secret = \"s\""
         ))
         .unwrap();
@@ -493,7 +493,7 @@ mod tests {
                 _ => Reply::Status(404),
             })
             .await;
-            let p = providers_of(&tiny.origin, Arc::new(crate::time::SystemClock));
+            let p = providers_of(&tiny.origin, Arc::new(cheq_support::time::SystemClock));
             let failed = if what == Endpoint::Token {
                 let (_, sealed) = p.begin("example", "/", None).await.unwrap();
                 let pending = p.pending(Some(&sealed)).unwrap();
@@ -547,7 +547,7 @@ mod tests {
             _ => Reply::Status(404),
         })
         .await;
-        let p = providers_of(&tiny.origin, Arc::new(crate::time::SystemClock));
+        let p = providers_of(&tiny.origin, Arc::new(cheq_support::time::SystemClock));
         let (_, sealed) = p.begin("example", "/", None).await.unwrap();
         let pending = p.pending(Some(&sealed)).unwrap();
         let now = chrono::Utc::now();
@@ -595,7 +595,7 @@ mod tests {
     #[actix_web::test]
     async fn a_failed_discovery_is_the_answer_for_a_while() {
         let tiny = Tiny::start(|_, _| Reply::Status(503)).await;
-        let clock = Arc::new(crate::time::ManualClock::new(chrono::Utc::now()));
+        let clock = Arc::new(cheq_support::time::ManualClock::new(chrono::Utc::now()));
         let p = providers_of(&tiny.origin, clock.clone());
         let discovery = "/.well-known/openid-configuration";
         let down = |r: Result<(String, String), LoginError>| {

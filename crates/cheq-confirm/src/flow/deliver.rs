@@ -15,10 +15,10 @@
 //! (§8).
 
 use super::{stripe, Cs};
-use crate::confirm::fetch::RsAnswer;
-use crate::confirm::seal::redact;
-use crate::sign::verify::CLOCK_SKEW_SECS;
-use crate::store::cs::{DecisionRecord, Delivery, RecordKey, Refusal};
+use crate::fetch::RsAnswer;
+use crate::seal::redact;
+use cheq_core::sign::verify::CLOCK_SKEW_SECS;
+use cheq_store::cs::{DecisionRecord, Delivery, RecordKey, Refusal};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
@@ -270,9 +270,9 @@ impl Cs {
                 .into_iter()
                 .map(|record| {
                     let cs = self.clone();
-                    let span = crate::text::confirmation_span(&crate::text::confirmation_id(
-                        &record.resource_uri,
-                    ));
+                    let span = cheq_support::text::confirmation_span(
+                        &cheq_support::text::confirmation_id(&record.resource_uri),
+                    );
                     tokio::spawn(async move { cs.deliver(&record.key()).await }.instrument(span))
                 })
                 .collect();
@@ -287,7 +287,7 @@ impl Cs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cheq::{Decision, DecisionAnswer};
+    use cheq_core::cheq::{Decision, DecisionAnswer};
 
     #[test]
     fn backoff_is_capped_at_30_seconds() {

@@ -10,12 +10,12 @@
 
 use super::inputs::{validate_collected, Collected, InputProblems};
 use super::{owned, stripe, Cs, CsError, Open, PAGE_DEADLINE};
-use crate::cheq::{Channel, Decision};
-use crate::confirm::seal::collected_digests;
-use crate::confirm::view::CheqView;
-use crate::sign::{countersign, CountersignError, DecisionInput, VerifiedCheq};
-use crate::store::cs::{Claim, DecisionRecord, Delivery, Identity, RecordKey};
-use crate::store::Durability;
+use crate::seal::collected_digests;
+use crate::view::CheqView;
+use cheq_core::cheq::{Channel, Decision};
+use cheq_core::sign::{countersign, CountersignError, DecisionInput, VerifiedCheq};
+use cheq_store::cs::{Claim, DecisionRecord, Delivery, Identity, RecordKey};
+use cheq_store::Durability;
 use indexmap::IndexMap;
 use std::sync::Arc;
 
@@ -85,7 +85,7 @@ impl Cs {
     ) -> Result<Decided, DecideError> {
         use tracing::Instrument;
         self.decide_in_span(id, who, request)
-            .instrument(crate::text::confirmation_span(id))
+            .instrument(cheq_support::text::confirmation_span(id))
             .await
     }
 
@@ -245,7 +245,7 @@ impl Cs {
                 decision: request.decision,
                 sub: &who.sub,
                 also_known_as: &who.also_known_as,
-                auth_time: who.auth_time.unwrap_or(crate::sign::AUTH_TIME_UNKNOWN),
+                auth_time: who.auth_time.unwrap_or(cheq_core::sign::AUTH_TIME_UNKNOWN),
                 amr: &who.amr,
                 channel: request.channel,
                 view_text: shown(view, request.channel).0,
@@ -258,7 +258,7 @@ impl Cs {
             CountersignError::SubjectMismatch { subject, user } => {
                 CsError::WrongUser { subject, user }
             }
-            e => CsError::BadRequest(crate::confirm::flow::BadRequest::Countersign(e)),
+            e => CsError::BadRequest(crate::flow::BadRequest::Countersign(e)),
         })?;
         // §8: a sensitive value is never written in clear, even before delivery.
         let sensitive = seals(verified, collected.as_ref());
@@ -306,9 +306,9 @@ impl Cs {
                     .inc();
                 log::info!(
                     "{} decided {} on {} ({})",
-                    crate::text::one_line(&record.user),
+                    cheq_support::text::one_line(&record.user),
                     record.decision,
-                    crate::text::one_line(&record.operation_name),
+                    cheq_support::text::one_line(&record.operation_name),
                     record.resource_origin
                 );
                 Ok(Decided {

@@ -6,7 +6,7 @@
 //! RFC 8176 only ([`amr_of`]).
 
 use super::{ExternalLogin, LoginError};
-use crate::store::cs::{Account, AccountPutError, Accounts, ExternalId, Identity};
+use cheq_store::cs::{Account, AccountPutError, Accounts, ExternalId, Identity};
 use sha2::{Digest, Sha256};
 
 /// The RFC 8176 authentication method reference values.
@@ -26,7 +26,7 @@ pub fn account_name(issuer: &str, subject: &str) -> String {
     h.update(issuer.as_bytes());
     h.update([0]);
     h.update(subject.as_bytes());
-    let digest = crate::sign::b64::encode(h.finalize());
+    let digest = cheq_core::sign::b64::encode(h.finalize());
     format!("oidc-{}", &digest[..22])
 }
 
@@ -112,7 +112,7 @@ mod tests {
         assert_ne!(a, account_name("https://idp.example", "248289761002"));
         // No confusion by moving the separator.
         assert_ne!(account_name("ab", "c"), account_name("a", "bc"));
-        crate::confirm::auth::check_username(&a).unwrap();
+        crate::auth::check_username(&a).unwrap();
         assert_eq!(a.len(), 27);
     }
 
@@ -142,13 +142,13 @@ mod tests {
 
     #[test]
     fn accounts_follow_the_provider_and_never_share_an_email() {
-        let (_dir, store) = crate::store::sled_cs::temp();
+        let (_dir, store) = cheq_store::sled_cs::temp();
         let accounts = &*store.accounts;
         let a = account_for(accounts, &login("u1", Some("ann@example.com"))).unwrap();
         assert!(a.username.starts_with("oidc-"));
         assert_eq!(a.email.as_deref(), Some("ann@example.com"));
         // Nothing verifies against an external account's empty hash.
-        assert!(!crate::confirm::auth::verify_secret("", &a.password_hash));
+        assert!(!crate::auth::verify_secret("", &a.password_hash));
         // The same login again: the same account.
         assert_eq!(
             account_for(accounts, &login("u1", Some("ann@example.com"))).unwrap(),
@@ -165,8 +165,7 @@ mod tests {
         ));
         // Nor the e-mail of a local account.
         let local =
-            crate::confirm::auth::new_account("carl", Some("carl@example.com"), "long enough")
-                .unwrap();
+            crate::auth::new_account("carl", Some("carl@example.com"), "long enough").unwrap();
         accounts.put(&local, false).unwrap();
         assert!(matches!(
             account_for(accounts, &login("u3", Some("carl@example.com"))),
@@ -174,7 +173,7 @@ mod tests {
         ));
         // A local account that happens to bear the derived name is not taken over.
         let name = account_name("http://127.0.0.1:9000", "u4");
-        let squatter = crate::confirm::auth::new_account(&name, None, "long enough").unwrap();
+        let squatter = crate::auth::new_account(&name, None, "long enough").unwrap();
         accounts.put(&squatter, false).unwrap();
         assert!(matches!(
             account_for(accounts, &login("u4", None)),

@@ -13,8 +13,8 @@ use super::{
     amr_of, misconfigured, unreachable, ExternalLogin, IdTokenProblem, LoginError, Provider,
     ProviderHttpError, Providers, SKEW_SECS,
 };
-use crate::confirm::config::TokenEndpointAuth;
-use crate::store::cs::Identity;
+use crate::config::TokenEndpointAuth;
+use cheq_store::cs::Identity;
 use openidconnect::core::{
     CoreAuthPrompt, CoreAuthenticationFlow, CoreClient, CoreClientAuthMethod, CoreTokenResponse,
 };
@@ -173,7 +173,7 @@ impl Providers {
         let state_ok = callback
             .state
             .as_deref()
-            .is_some_and(|s| crate::sign::same_secret(s.as_bytes(), pending.s.as_bytes()));
+            .is_some_and(|s| cheq_core::sign::same_secret(s.as_bytes(), pending.s.as_bytes()));
         if !state_ok {
             return Err(LoginError::StateMismatch);
         }
@@ -185,7 +185,7 @@ impl Providers {
             });
         }
         if let Some(error) = &callback.error {
-            let error = crate::text::one_line(error);
+            let error = cheq_support::text::one_line(error);
             return Err(LoginError::Refused {
                 provider: p.name.clone(),
                 error: error.chars().take(100).collect(),
@@ -295,16 +295,16 @@ fn token_error(
         }
         RequestTokenError::ServerResponse(r) => LoginError::TokenRequest {
             provider: provider.to_owned(),
-            detail: crate::text::one_line(r.error().as_ref()),
+            detail: cheq_support::text::one_line(r.error().as_ref()),
         },
         RequestTokenError::Request(cause) => unreachable(provider, cause),
         RequestTokenError::Parse(e, _) => LoginError::TokenRequest {
             provider: provider.to_owned(),
-            detail: crate::text::one_line(&e.to_string()),
+            detail: cheq_support::text::one_line(&e.to_string()),
         },
         RequestTokenError::Other(e) => LoginError::TokenRequest {
             provider: provider.to_owned(),
-            detail: crate::text::one_line(&e),
+            detail: cheq_support::text::one_line(&e),
         },
     }
 }
@@ -318,7 +318,7 @@ mod tests {
     /// no `state`, another `state`, or another issuer's `iss` (RFC 9207).
     #[actix_web::test]
     async fn a_callback_must_carry_the_state_and_issuer_of_its_sign_in() {
-        let config: crate::confirm::config::IdentityProviderConfig = toml::from_str(
+        let config: crate::config::IdentityProviderConfig = toml::from_str(
             "name = \"example\"\nissuer = \"http://127.0.0.1:9\"\nclient_id = \"cheq\"\nclient_secret = \"s\"",
         )
         .unwrap();
@@ -326,7 +326,7 @@ mod tests {
             &[config],
             "http://127.0.0.1:8080",
             &[1; 32],
-            Arc::new(crate::time::SystemClock),
+            Arc::new(cheq_support::time::SystemClock),
         )
         .unwrap();
         let pending = || Pending {
@@ -379,7 +379,7 @@ mod tests {
 
     #[test]
     fn a_pending_login_opens_only_with_its_key_and_in_time() {
-        use crate::time::Clock;
+        use cheq_support::time::Clock;
         struct At(i64);
         impl Clock for At {
             fn now(&self) -> chrono::DateTime<chrono::Utc> {

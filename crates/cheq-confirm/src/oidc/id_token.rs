@@ -98,7 +98,7 @@ impl Providers {
 
 fn problem_of(e: ClaimsVerificationError) -> IdTokenProblem {
     let short = |s: String| {
-        crate::text::one_line(&s)
+        cheq_support::text::one_line(&s)
             .chars()
             .take(200)
             .collect::<String>()

@@ -3,7 +3,7 @@
 //! the session id under the session secret (PROTOCOL.md §2).
 
 use super::AuthError;
-use crate::store::cs::{Identity, Session, Sessions};
+use cheq_store::cs::{Identity, Session, Sessions};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -45,7 +45,7 @@ impl SessionService {
 
     /// A new session; returns its id (the cookie value).
     pub fn create(&self, identity: Option<Identity>, now: i64) -> Result<String, AuthError> {
-        let id = crate::sign::b64::encode(rand::random::<[u8; 32]>());
+        let id = cheq_core::sign::b64::encode(rand::random::<[u8; 32]>());
         let session = Session {
             identity,
             expires: now + self.ttl_secs,
@@ -83,7 +83,7 @@ impl SessionService {
             Some(mac) => {
                 let mut mac = mac.clone();
                 mac.update(session_id.as_bytes());
-                crate::sign::b64::encode(mac.finalize().into_bytes())
+                cheq_core::sign::b64::encode(mac.finalize().into_bytes())
             }
             None => String::new(),
         }
@@ -92,7 +92,7 @@ impl SessionService {
     /// Does `token` belong to this session? (constant time)
     pub fn check_csrf(&self, session_id: &str, token: &str) -> bool {
         let expected = self.csrf_token(session_id);
-        !expected.is_empty() && crate::sign::same_secret(expected.as_bytes(), token.as_bytes())
+        !expected.is_empty() && cheq_core::sign::same_secret(expected.as_bytes(), token.as_bytes())
     }
 
     /// The tag that a user's own `POST` of `resource_uri` (§2) gives the
@@ -107,16 +107,16 @@ impl SessionService {
     /// Did this browser's own `POST` of `resource_uri` give `tag`? (constant time)
     pub fn check_start_tag(&self, pre_login_id: &str, resource_uri: &str, tag: &str) -> bool {
         let expected = self.start_tag(pre_login_id, resource_uri);
-        !expected.is_empty() && crate::sign::same_secret(expected.as_bytes(), tag.as_bytes())
+        !expected.is_empty() && cheq_core::sign::same_secret(expected.as_bytes(), tag.as_bytes())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::sled_cs;
+    use cheq_store::sled_cs;
 
-    fn store() -> (tempfile::TempDir, crate::store::cs::CsStore) {
+    fn store() -> (tempfile::TempDir, cheq_store::cs::CsStore) {
         sled_cs::temp()
     }
 
@@ -144,7 +144,7 @@ mod tests {
         let s = SessionService::new(store.sessions.clone(), vec![9; 32], 100);
         let mut mac = Hmac::<Sha256>::new_from_slice(&[9; 32]).unwrap();
         mac.update(b"cheq csrf\0session one");
-        let expected = crate::sign::b64::encode(mac.finalize().into_bytes());
+        let expected = cheq_core::sign::b64::encode(mac.finalize().into_bytes());
         assert_eq!(s.csrf_token("session one"), expected);
         // The kept MAC is not advanced by a token: the next is the same.
         assert_eq!(s.csrf_token("session one"), expected);

@@ -1,0 +1,28 @@
+//! # cheq-confirm
+//!
+//! The confirmation server's domain (`docs/PROTOCOL.md` §2–§6, §8, §10):
+//! everything a CS decides, with no HTTP server in it. The HTTP front ends
+//! (pages, the raw API, the status table, start-up) are in the crate `cheq`
+//! and call this one; the compiler keeps the web framework out of here (it
+//! is not a dependency).
+//!
+//! - [`flow`]: start, load, decide, deliver, history, evidence.
+//! - [`auth`]: accounts, sessions, failed-attempt limits.
+//! - [`registry`]: the resource servers this CS works for (§2).
+//! - [`fetch`]: the one client of resource servers (§3, §6), bounded.
+//! - [`oidc`]: signing in with an identity provider (OpenID Connect).
+//! - [`view`], [`voice`], [`warnings`]: what a person is shown or read.
+//! - [`seal`]: private data sealed until delivery is final (§8).
+//! - [`config`]: the CS configuration, validated when read.
+#![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod config;
+pub mod fetch;
+pub mod flow;
+pub mod oidc;
+pub mod registry;
+pub mod seal;
+pub mod view;
+pub mod voice;
+pub mod warnings;
