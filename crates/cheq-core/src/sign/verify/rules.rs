@@ -90,7 +90,7 @@ pub(super) fn check_header<'s>(
     })
 }
 
-pub(super) fn check_crit(index: usize, m: &Object<'_>) -> Result<(), VerifyError> {
+fn check_crit(index: usize, m: &Object<'_>) -> Result<(), VerifyError> {
     let Some(crit) = m.get("crit") else {
         return Ok(());
     };
