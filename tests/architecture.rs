@@ -88,13 +88,29 @@ fn rules() -> Vec<Rule> {
         Rule {
             layer: "RS domain",
             files: &[
-                "resource/cheq_rs.rs",
+                "resource/cheq_rs/",
                 "resource/tools.rs",
                 "resource/config.rs",
                 "resource/agent.rs",
             ],
             except: &[],
             forbidden: HTTP_SERVER,
+        },
+        Rule {
+            layer: "RS domain (not its front end)",
+            files: &[
+                "resource/cheq_rs/",
+                "resource/tools.rs",
+                "resource/config.rs",
+                "resource/agent.rs",
+            ],
+            except: &[],
+            forbidden: &[
+                "crate::httpkit",
+                "resource::error",
+                "resource::server",
+                "resource::oauth",
+            ],
         },
         Rule {
             layer: "RS",
@@ -110,7 +126,12 @@ fn rules() -> Vec<Rule> {
         },
         Rule {
             layer: "MCP bridge domain",
-            files: &["mcp/mod.rs", "mcp/state.rs", "mcp/schema.rs"],
+            files: &[
+                "mcp/mod.rs",
+                "mcp/pending.rs",
+                "mcp/state.rs",
+                "mcp/schema.rs",
+            ],
             except: &[],
             forbidden: &[
                 "rmcp",

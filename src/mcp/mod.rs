@@ -30,33 +30,19 @@ pub mod schema;
 pub mod server;
 pub mod state;
 
-use crate::resource::agent::{Agent, AgentError, InvokeOutcome, ResultRead, ResultStatus};
-use serde_json::{Map, Value};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+mod pending;
 
-/// The most pending confirmations the bridge keeps for 2025-11-25 sessions;
-/// past it a new one is refused (the oldest are swept first).
-pub const MAX_PENDING: usize = 10_000;
-/// The most pending confirmations one session may hold at once.
-pub const MAX_PENDING_PER_SESSION: usize = 64;
-/// How long a pending confirmation is kept at most (longer than any CHEQ lives).
-pub const PENDING_TTL: Duration = Duration::from_secs(25 * 3600);
-/// How long a final outcome waits to be collected before it is dropped.
-pub const COLLECT_TTL: Duration = Duration::from_secs(3600);
-/// The shortest wait between two reads of a pending call's result: the
-/// first read comes this long after the call.
-pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
-/// The longest wait between two reads of a pending call's result that the
-/// bridge chooses itself; the RS's `Retry-After` may ask for a longer one
-/// (up to [`agent::MAX_RETRY_AFTER`](crate::resource::agent::MAX_RETRY_AFTER)).
-pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(10);
-/// The longest wait after reads that failed in a row.
-pub const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(60);
-/// How many result reads the poller has under way at once.
-pub const POLL_CONCURRENCY: usize = 16;
+pub use pending::{
+    error_backoff, next_read_in, COLLECT_TTL, MAX_ERROR_BACKOFF, MAX_PENDING,
+    MAX_PENDING_PER_SESSION, MAX_POLL_INTERVAL, PENDING_TTL, POLL_CONCURRENCY, POLL_INTERVAL,
+};
+
+use crate::resource::agent::{Agent, AgentError, InvokeOutcome, ResultRead, ResultStatus};
+use pending::{poller, Calls, Pending, Reservation, Shared, Watch};
+use serde_json::{Map, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 /// Told the `elicitationId` of a pending call once the RS reports its final
 /// state (the bridge calls it once per call, whoever read that state first).
@@ -140,223 +126,6 @@ pub enum Outcome {
         /// True when this call created the pending confirmation.
         new: bool,
     },
-}
-
-/// Where a pending 2025-11-25 call stands.
-enum Watch {
-    /// Not final yet: the poller reads `result_uri` at `due`.
-    Waiting {
-        result_uri: String,
-        due: Instant,
-        /// Reads that failed in a row.
-        failures: u32,
-    },
-    /// Final, since `at`; kept for the retry to collect.
-    Final { outcome: Final, at: Instant },
-}
-
-struct Pending {
-    session: String,
-    tool: String,
-    digest: String,
-    elicitation: Elicitation,
-    created: Instant,
-    watch: Watch,
-    /// Taken by whoever first sees the final state, so that the client is
-    /// told exactly once.
-    notify: Option<Notifier>,
-}
-
-/// The pending 2025-11-25 calls, and the slots held by calls whose RS call
-/// is under way (counted against the bounds like the calls they may become).
-#[derive(Default)]
-struct Calls {
-    map: HashMap<String, Pending>,
-    reserved: HashMap<String, usize>,
-    reserved_total: usize,
-}
-
-impl Calls {
-    fn release(&mut self, session: &str) {
-        self.reserved_total = self.reserved_total.saturating_sub(1);
-        if let Some(n) = self.reserved.get_mut(session) {
-            *n -= 1;
-            if *n == 0 {
-                self.reserved.remove(session);
-            }
-        }
-    }
-
-    fn sweep(&mut self, now: Instant) {
-        self.map.retain(|_, p| match &p.watch {
-            Watch::Final { at, .. } => now.duration_since(*at) < COLLECT_TTL,
-            Watch::Waiting { .. } => now.duration_since(p.created) < PENDING_TTL,
-        });
-    }
-}
-
-/// What the bridge and its poller share.
-struct Shared {
-    agent: Agent,
-    calls: Mutex<Calls>,
-}
-
-impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Calls> {
-        self.calls.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Records a read of call `id`'s result, and tells the client once it
-    /// is final (unless someone already did).
-    fn record(&self, id: &str, read: Result<ResultRead, AgentError>) {
-        let now = Instant::now();
-        let notify = {
-            let mut calls = self.lock();
-            let Some(p) = calls.map.get_mut(id) else {
-                return;
-            };
-            let Watch::Waiting { due, failures, .. } = &mut p.watch else {
-                return;
-            };
-            match read {
-                Ok(ResultRead::Final(status)) => {
-                    p.watch = Watch::Final {
-                        outcome: status.into(),
-                        at: now,
-                    };
-                    p.notify.take()
-                }
-                Ok(ResultRead::Pending { retry_after }) => {
-                    *failures = 0;
-                    *due = now + next_read_in(now.duration_since(p.created), retry_after);
-                    None
-                }
-                Err(e) => {
-                    *failures = failures.saturating_add(1);
-                    *due = now + error_backoff(*failures);
-                    tracing::debug!(error = %e, "a pending call's result could not be read");
-                    None
-                }
-            }
-        };
-        if let Some(notify) = notify {
-            notify(id);
-        }
-    }
-
-    /// One walk of the pending calls: sweeps, reads every result that is
-    /// due ([`POLL_CONCURRENCY`] at a time) and records it. Returns whether
-    /// any call is left to watch, and when the next read is due.
-    async fn poll_round(self: &Arc<Self>) -> Option<Instant> {
-        let now = Instant::now();
-        let due: Vec<(String, String)> = {
-            let mut calls = self.lock();
-            calls.sweep(now);
-            calls
-                .map
-                .iter_mut()
-                .filter_map(|(id, p)| match &mut p.watch {
-                    Watch::Waiting {
-                        result_uri, due, ..
-                    } if *due <= now => {
-                        // Not read again before this read has ended (or
-                        // timed out) and said when.
-                        *due = now + crate::resource::agent::REQUEST_TIMEOUT + POLL_INTERVAL;
-                        Some((id.clone(), result_uri.clone()))
-                    }
-                    _ => None,
-                })
-                .collect()
-        };
-        let mut queue = due.into_iter();
-        let mut reads = tokio::task::JoinSet::new();
-        loop {
-            while reads.len() < POLL_CONCURRENCY {
-                let Some((id, uri)) = queue.next() else {
-                    break;
-                };
-                let shared = self.clone();
-                reads.spawn(async move {
-                    let read = shared.agent.read_result(&uri).await;
-                    shared.record(&id, read);
-                });
-            }
-            if reads.join_next().await.is_none() {
-                break;
-            }
-        }
-        let calls = self.lock();
-        calls
-            .map
-            .values()
-            .filter_map(|p| match &p.watch {
-                Watch::Waiting { due, .. } => Some(*due),
-                Watch::Final { .. } => None,
-            })
-            .min()
-    }
-}
-
-/// How long until the next read of a call that has been pending for `age`:
-/// [`POLL_INTERVAL`] at first, then a tenth of its age (a user who has not
-/// decided for a while is read less often), at most [`MAX_POLL_INTERVAL`];
-/// never sooner than the RS's `Retry-After`.
-pub fn next_read_in(age: Duration, retry_after: Option<Duration>) -> Duration {
-    let own = (age / 10).clamp(POLL_INTERVAL, MAX_POLL_INTERVAL);
-    own.max(retry_after.unwrap_or(Duration::ZERO))
-}
-
-/// How long until the next read after `failures` failed reads in a row.
-pub fn error_backoff(failures: u32) -> Duration {
-    POLL_INTERVAL
-        .saturating_mul(1 << failures.min(8))
-        .min(MAX_ERROR_BACKOFF)
-}
-
-/// The one task that reads the results of all pending 2025-11-25 calls. It
-/// ends with the bridge.
-async fn poller(shared: Weak<Shared>, wake: Arc<tokio::sync::Notify>) {
-    loop {
-        let next = match shared.upgrade() {
-            Some(shared) => shared.poll_round().await,
-            None => return,
-        };
-        match next {
-            // Rounds at most every quarter second, however the reads fall.
-            Some(at) => {
-                let soonest = Instant::now() + Duration::from_millis(250);
-                tokio::time::sleep_until(at.max(soonest).into()).await;
-            }
-            // Nothing to watch: until a call is added.
-            None => wake.notified().await,
-        }
-    }
-}
-
-/// A slot held for a call whose RS call is under way; given back when
-/// dropped unless the call became pending ([`Reservation::fill`]).
-struct Reservation<'a> {
-    shared: &'a Shared,
-    session: &'a str,
-    held: bool,
-}
-
-impl Reservation<'_> {
-    /// Turns the slot into the pending call `id`, under one lock.
-    fn fill(mut self, id: String, pending: Pending) {
-        let mut calls = self.shared.lock();
-        calls.release(self.session);
-        calls.map.insert(id, pending);
-        self.held = false;
-    }
-}
-
-impl Drop for Reservation<'_> {
-    fn drop(&mut self) {
-        if self.held {
-            self.shared.lock().release(self.session);
-        }
-    }
 }
 
 /// The bridge: the RS it fronts, the pending confirmations of 2025-11-25
@@ -695,20 +464,6 @@ mod tests {
             message_for("book_flight", "https://confirm.example/confirm?x=1"),
             "Confirm 'book_flight' at https://confirm.example"
         );
-    }
-
-    #[test]
-    fn reads_wait_for_retry_after_and_thin_out_with_age() {
-        let s = Duration::from_secs;
-        assert_eq!(next_read_in(s(0), None), POLL_INTERVAL);
-        assert_eq!(next_read_in(s(0), Some(s(1))), POLL_INTERVAL);
-        assert_eq!(next_read_in(s(0), Some(s(9))), s(9));
-        assert_eq!(next_read_in(s(60), None), s(6));
-        assert_eq!(next_read_in(s(3600), None), MAX_POLL_INTERVAL);
-        assert_eq!(next_read_in(s(3600), Some(s(45))), s(45));
-        assert_eq!(error_backoff(1), 2 * POLL_INTERVAL);
-        assert!(error_backoff(2) > error_backoff(1));
-        assert_eq!(error_backoff(u32::MAX), MAX_ERROR_BACKOFF);
     }
 
     /// A call whose RS call fails gives its slot back: the bound is not

@@ -1,59 +1,23 @@
 //! Errors of each layer of the resource server, and their single HTTP mapping
-//! into [`ApiError`] (the shared [`JsonError`] of both servers). Every HTTP
-//! error is JSON `{"error","error_description"}` (PROTOCOL.md §3, §6, §7,
-//! RFC 6749 §5.2, RFC 6750 §3).
+//! into [`ApiError`] (the shared [`JsonError`] of both servers). The RS
+//! domain's errors are its own, free of HTTP ([`CheqRsError`] in
+//! [`super::cheq_rs`], [`ToolError`] in [`super::tools`]); their statuses
+//! are chosen here. Every HTTP error is JSON `{"error","error_description"}`
+//! (PROTOCOL.md §3, §6, §7, RFC 6749 §5.2, RFC 6750 §3).
 
 use super::config::ConfigError;
 use crate::httpkit::JsonError;
 use crate::peerkeys::JwksError;
-use crate::sign::{KeyError, SignError, TrustError, VerifyError};
+use crate::sign::{KeyError, TrustError};
 use crate::store::StoreError;
 use actix_web::http::StatusCode;
+
+pub use super::cheq_rs::CheqRsError;
+pub use super::tools::ToolError;
 
 /// An HTTP error answer of the RS: status, `error` code, `error_description`
 /// and, for 401 answers, the `WWW-Authenticate` challenge.
 pub type ApiError = JsonError;
-
-/// The RS side of CHEQ ([`super::cheq_rs`]).
-#[derive(Debug, thiserror::Error)]
-pub enum CheqRsError {
-    #[error("no such confirmation")]
-    NotFound,
-    #[error("no such result")]
-    ResultNotFound,
-    #[error("the CHEQ has expired")]
-    Expired,
-    #[error("the CHEQ has already been decided")]
-    AlreadyDecided,
-    #[error("rule {rule}: {error}")]
-    Invalid { rule: u8, error: VerifyError },
-    #[error("{0}")]
-    InvalidOther(String),
-    #[error("nonce already decided with a different document")]
-    Replayed,
-    #[error("cannot mint the CHEQ: {0}")]
-    Mint(String),
-    #[error("cannot sign the CHEQ: {0}")]
-    Sign(#[from] SignError),
-    #[error("no key to sign with: {0}")]
-    Keys(String),
-    #[error("{0}")]
-    Store(#[from] StoreError),
-    #[error("the operation failed: {0}")]
-    Operation(String),
-}
-
-impl From<VerifyError> for CheqRsError {
-    fn from(error: VerifyError) -> Self {
-        match error {
-            VerifyError::Expired { .. } => CheqRsError::Expired,
-            error => CheqRsError::Invalid {
-                rule: error.rule(),
-                error,
-            },
-        }
-    }
-}
 
 /// The token endpoint and bearer tokens ([`super::oauth`]).
 #[derive(Debug, thiserror::Error)]
@@ -74,19 +38,6 @@ pub enum TokenError {
     WrongRole(&'static str),
     #[error("too many failed attempts; try again in {retry_after} s")]
     TooManyAttempts { retry_after: i64 },
-}
-
-/// The A2T tool API ([`super::tools`]).
-#[derive(Debug, thiserror::Error)]
-pub enum ToolError {
-    #[error("no tool \"{0}\"")]
-    UnknownTool(String),
-    #[error("{0}")]
-    BadRequest(String),
-    #[error("input parameter \"{name}\": {message}")]
-    BadParameter { name: String, message: String },
-    #[error("the tool failed: {0}")]
-    Failed(String),
 }
 
 /// Start-up of the resource server.
@@ -220,5 +171,80 @@ impl From<ToolError> for JsonError {
                 description,
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sign::{SignError, VerifyError};
+
+    /// Every refusal of the RS side of CHEQ, status by status: the one
+    /// mapping of the domain's errors to HTTP.
+    #[test]
+    fn each_cheq_rs_error_has_its_status_and_code() {
+        let unavailable = || StoreError::Unavailable {
+            op: "get",
+            message: "down".into(),
+        };
+        let backend = || StoreError::Backend {
+            op: "get",
+            message: "broken".into(),
+        };
+        let sign = || match crate::cheq::Cheq::parse(b"not json") {
+            Err(e) => SignError::Payload(e),
+            Ok(_) => unreachable!("a payload that is not JSON parses"),
+        };
+        let cases: Vec<(CheqRsError, u16, &str, Option<i64>)> = vec![
+            (CheqRsError::NotFound, 404, "not_found", None),
+            (CheqRsError::ResultNotFound, 404, "not_found", None),
+            (CheqRsError::Expired, 410, "expired", None),
+            (CheqRsError::AlreadyDecided, 410, "already_decided", None),
+            (
+                CheqRsError::Invalid {
+                    rule: 3,
+                    error: VerifyError::RsSigMismatch,
+                },
+                400,
+                "invalid_cheq",
+                None,
+            ),
+            (
+                CheqRsError::InvalidOther("x".into()),
+                400,
+                "invalid_cheq",
+                None,
+            ),
+            (CheqRsError::Replayed, 409, "replayed", None),
+            (
+                CheqRsError::Operation("x".into()),
+                500,
+                "operation_failed",
+                None,
+            ),
+            (
+                CheqRsError::Store(unavailable()),
+                503,
+                "unavailable",
+                Some(1),
+            ),
+            (CheqRsError::Keys("x".into()), 503, "unavailable", Some(1)),
+            (CheqRsError::Mint("x".into()), 500, "server_error", None),
+            (CheqRsError::Sign(sign()), 500, "server_error", None),
+            (CheqRsError::Store(backend()), 500, "server_error", None),
+        ];
+        for (error, status, code, retry_after) in cases {
+            let shown = format!("{error:?}");
+            let answer = JsonError::from(error);
+            assert_eq!(answer.status.as_u16(), status, "{shown}");
+            assert_eq!(answer.code, code, "{shown}");
+            assert_eq!(answer.retry_after, retry_after, "{shown}");
+        }
+        let store = JsonError::from(CheqRsError::Store(backend()));
+        assert_eq!(store.description, "internal storage error");
+        let expired = JsonError::from(CheqRsError::from(VerifyError::Expired {
+            expires: "then".into(),
+        }));
+        assert_eq!(expired.code, "expired");
     }
 }

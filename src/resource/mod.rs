@@ -14,8 +14,9 @@
 //! - [`config`]: the settings, read from `rs.toml`.
 //! - [`server`]: the actix-web routes, app state, [`server::run`].
 //! - [`agent`]: a small agent-side client (`invoke`, `poll_result`).
-//! - [`error`]: the error types of each layer and their single HTTP mapping
-//!   (into [`crate::httpkit::JsonError`], shared with the CS).
+//! - [`error`]: the front end's error types and the single HTTP mapping of
+//!   every error, the domain's included (into [`crate::httpkit::JsonError`],
+//!   shared with the CS).
 //!
 //! Only [`server::build_state`] chooses the storage backend.
 
@@ -29,7 +30,7 @@ pub mod tools;
 
 pub use crate::cheq::DecisionAnswer;
 pub use agent::{invoke, poll_result, AgentError, InvokeOutcome, ResultStatus};
-pub use cheq_rs::{CheqRs, MintRequest, Minted, Operation, ResultView};
+pub use cheq_rs::{CheqRs, CheqRsError, MintRequest, Minted, Operation, ResultView};
 pub use config::{ClientConfig, ClientRole, ConfigError, RsConfig};
-pub use error::{ApiError, CheqRsError, RsError};
+pub use error::{ApiError, RsError};
 pub use server::{build_state, configure, run, serve, RsState};

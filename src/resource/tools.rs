@@ -16,7 +16,6 @@
 //! state; a run that needs no confirmation flushes its own.
 
 use super::cheq_rs::{Effect, MintRequest, Operation};
-use super::error::ToolError;
 use crate::store::rs::{Execution, Executions, RsStore};
 use chrono::{Duration, NaiveDate};
 use indexmap::IndexMap;
@@ -24,6 +23,20 @@ use rand::RngCore;
 use serde_json::{json, Map, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// Why an A2T tool call was refused or failed. No HTTP here: the front
+/// end maps each to a status (`resource::error`).
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error("no tool \"{0}\"")]
+    UnknownTool(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("input parameter \"{name}\": {message}")]
+    BadParameter { name: String, message: String },
+    #[error("the tool failed: {0}")]
+    Failed(String),
+}
 
 /// A tool input type (A2T §6.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
