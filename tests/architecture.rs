@@ -268,6 +268,7 @@ fn no_layer_imports_what_it_must_not() {
         (manifest.join("crates/cheq-store/src"), "store/"),
         (manifest.join("crates/cheq-support/src"), ""),
         (manifest.join("crates/cheq-confirm/src"), "confirm/"),
+        (manifest.join("crates/cheq-resource/src"), "resource/"),
     ] {
         let mut found = Vec::new();
         sources(&root, &mut found);
@@ -389,7 +390,8 @@ fn the_script_checker_sees_a_second_definition() {
 /// bring none of it. This reads their dependency trees as cargo resolves
 /// them: the signing core has no I/O, runtime or HTTP; the store no web
 /// framework and no HTTP client; the shared helpers and the CS domain no web
-/// framework (and the shared helpers no database driver).
+/// framework (and the shared helpers no database driver); the RS domain no
+/// web framework.
 #[test]
 fn the_lower_crates_depend_on_no_runtime_http_or_web() {
     for (krate, forbidden) in [
@@ -408,6 +410,10 @@ fn the_lower_crates_depend_on_no_runtime_http_or_web() {
             &["actix", "askama", "postgres", "openidconnect", "rmcp"][..],
         ),
         ("cheq-confirm", &["actix", "askama", "utoipa", "rmcp"][..]),
+        (
+            "cheq-resource",
+            &["actix", "askama", "utoipa", "rmcp", "openidconnect"][..],
+        ),
     ] {
         dependencies_exclude(krate, forbidden);
     }

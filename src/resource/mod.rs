@@ -20,17 +20,15 @@
 //!
 //! Only [`server::build_state`] chooses the storage backend.
 
-pub mod agent;
-pub mod cheq_rs;
-pub mod config;
+pub use cheq_resource::{agent, cheq_rs, config, tools};
+pub use cheq_resource::{
+    invoke, poll_result, AgentError, CheqRs, CheqRsError, ClientConfig, ClientRole, ConfigError,
+    DecisionAnswer, InvokeOutcome, MintRequest, Minted, Operation, ResultStatus, ResultView,
+    RsConfig,
+};
+
 pub mod error;
 pub mod oauth;
 pub mod server;
-pub mod tools;
-
-pub use crate::cheq::DecisionAnswer;
-pub use agent::{invoke, poll_result, AgentError, InvokeOutcome, ResultStatus};
-pub use cheq_rs::{CheqRs, CheqRsError, MintRequest, Minted, Operation, ResultView};
-pub use config::{ClientConfig, ClientRole, ConfigError, RsConfig};
 pub use error::{ApiError, RsError};
 pub use server::{build_state, configure, run, serve, RsState};

@@ -16,7 +16,7 @@
 //! state; a run that needs no confirmation flushes its own.
 
 use super::cheq_rs::{Effect, MintRequest, Operation};
-use crate::store::rs::{Execution, Executions, RsStore};
+use cheq_store::rs::{Execution, Executions, RsStore};
 use chrono::{Duration, NaiveDate};
 use indexmap::IndexMap;
 use rand::RngCore;
@@ -487,7 +487,7 @@ impl DemoTools {
             inputs.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         // Its result is the answer: durable before it is given.
         self.run(
-            &format!("direct-{}", crate::sign::b64::encode(key)),
+            &format!("direct-{}", cheq_core::sign::b64::encode(key)),
             &json!({"tool": tool.name, "inputs": inputs}),
             &IndexMap::new(),
             true,

@@ -39,13 +39,13 @@
 //! (127.0.0.0/8, `[::1]`, `localhost`), as in PROTOCOL.md §1, so that the
 //! keys this RS trusts never cross a network in clear.
 
-use crate::cheq::uri::parse_cheq_uri;
+use cheq_core::cheq::uri::parse_cheq_uri;
 use serde::Deserialize;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use crate::configfile::invalid;
-pub use crate::configfile::{ConfigError, DatabaseUrl, LogFormat};
+use cheq_support::configfile::invalid;
+pub use cheq_support::configfile::{ConfigError, DatabaseUrl, LogFormat};
 
 /// What a registered client may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -155,13 +155,13 @@ pub struct RsConfig {
     /// Who may read `GET /metrics`: `token` (default: a bearer token, the
     /// contents of `metrics.secret` in `data_dir`) or `open`.
     #[serde(default)]
-    pub metrics: crate::metrics::MetricsAccess,
+    pub metrics: cheq_support::metrics::MetricsAccess,
 }
 
 impl RsConfig {
     /// Reads and checks a TOML file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let mut config: RsConfig = crate::configfile::read_toml(path)?;
+        let mut config: RsConfig = cheq_support::configfile::read_toml(path)?;
         config.apply_env(|k| std::env::var(k).ok())?;
         config.validate()?;
         Ok(config)
@@ -184,7 +184,7 @@ impl RsConfig {
 
     /// Parses and checks TOML text.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let config: RsConfig = crate::configfile::parse_toml(text, "rs.toml")?;
+        let config: RsConfig = cheq_support::configfile::parse_toml(text, "rs.toml")?;
         config.validate()?;
         Ok(config)
     }

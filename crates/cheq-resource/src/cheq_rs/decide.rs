@@ -3,14 +3,14 @@
 //! for a re-delivery of the same bytes.
 
 use super::{expires_at, CheqRs, CheqRsError};
-use crate::cheq::{Decision, DecisionAnswer};
-use crate::sign::verify::CLOCK_SKEW_SECS;
-use crate::sign::{
+use cheq_core::cheq::{Decision, DecisionAnswer};
+use cheq_core::sign::verify::CLOCK_SKEW_SECS;
+use cheq_core::sign::{
     b64, verify_decision, verify_own_decision, Context, VerifiedDecision, VerifyError,
 };
-use crate::store::rs::{CheqRecord, CheqState, Transition};
-use crate::store::Durability;
-use crate::store::{NonceEntry, RecordOutcome, StoreError};
+use cheq_store::rs::{CheqRecord, CheqState, Transition};
+use cheq_store::Durability;
+use cheq_store::{NonceEntry, RecordOutcome, StoreError};
 use chrono::{DateTime, Duration, Utc};
 use indexmap::IndexMap;
 use sha2::{Digest, Sha256};
@@ -94,9 +94,10 @@ impl CheqRs {
             Some(record) => record,
             None => self.records.get(id)?.ok_or(CheqRsError::NotFound)?,
         };
-        let _span =
-            crate::text::confirmation_span(&crate::text::confirmation_id(&record.resource_uri))
-                .entered();
+        let _span = cheq_support::text::confirmation_span(&cheq_support::text::confirmation_id(
+            &record.resource_uri,
+        ))
+        .entered();
         let digest_bytes: [u8; 32] = Sha256::digest(body).into();
         let digest = b64::encode(digest_bytes);
         let now = self.clock.now();

@@ -61,7 +61,7 @@
 //! after the operation's effect but before step 4, so an [`Operation`] MUST be
 //! idempotent per key: the demo tools write their effect and its result under
 //! that key in one atomic write of their execution log
-//! ([`crate::store::rs::Executions`]) and return the stored result when the key
+//! ([`cheq_store::rs::Executions`]) and return the stored result when the key
 //! is already present; a real API passes the key on as its own idempotency key.
 //! Decisions on one confirmation are serialised by a lock (striped by id), so
 //! two concurrent deliveries of the same document cannot both run the
@@ -101,13 +101,13 @@ pub use mint::{MintRequest, Minted};
 pub use operation::{Effect, Operation};
 pub use records::ResultView;
 
-use crate::keyring::KeyRing;
-use crate::peerkeys::PeerKeys;
-use crate::recent::Recent;
-use crate::sign::TrustStore;
-use crate::store::rs::{CheqRecord, CheqRecords, RsStore};
-use crate::store::{AsyncFlush, NonceStore, StoreError};
-use crate::time::Clock;
+use cheq_core::sign::TrustStore;
+use cheq_store::rs::{CheqRecord, CheqRecords, RsStore};
+use cheq_store::{AsyncFlush, NonceStore, StoreError};
+use cheq_support::keyring::KeyRing;
+use cheq_support::peerkeys::PeerKeys;
+use cheq_support::recent::Recent;
+use cheq_support::time::Clock;
 use chrono::{DateTime, TimeZone, Utc};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -204,7 +204,7 @@ impl CheqRs {
         trust
             .add(
                 false,
-                &crate::cheq::uri::origin_of(confirmation_uri),
+                &cheq_core::cheq::uri::origin_of(confirmation_uri),
                 cs_keys.source(),
             )
             .map_err(|e| CheqRsError::Mint(e.to_string()))?;

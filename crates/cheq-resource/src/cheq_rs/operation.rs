@@ -12,10 +12,10 @@ pub enum Effect {
     /// nonce is on disk before the operation runs, so that no crash can
     /// forget a decision whose effect happened.
     Elsewhere,
-    /// In the RS's own store (the [`RsStore`](crate::store::rs::RsStore) given
+    /// In the RS's own store (the [`RsStore`](cheq_store::rs::RsStore) given
     /// to [`CheqRs::new`](super::CheqRs::new)), written without a flush of its
     /// own
-    /// ([`Executions::record_unflushed`](crate::store::rs::Executions::record_unflushed)):
+    /// ([`Executions::record_unflushed`](cheq_store::rs::Executions::record_unflushed)):
     /// the nonce, the `decided` state, the effect and the final state are then
     /// written in that order and made durable together, by one flush with the
     /// final state, before the answer. A crash keeps a prefix of them, which a

@@ -2,10 +2,10 @@
 //! payload, the record kept until it is decided.
 
 use super::{CheqRs, CheqRsError, ID_BYTES, MAX_TTL_SECS, NONCE_BYTES, TIME_BYTES};
-use crate::cheq::{Cheq, UriPack};
-use crate::sign::b64;
-use crate::store::rs::{CheqRecord, CheqState};
-use crate::store::Durability;
+use cheq_core::cheq::{Cheq, UriPack};
+use cheq_core::sign::b64;
+use cheq_store::rs::{CheqRecord, CheqState};
+use cheq_store::Durability;
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use rand::RngCore;
 use serde_json::{json, Value};
@@ -120,7 +120,7 @@ impl CheqRs {
             .keys
             .signer()
             .map_err(|e| CheqRsError::Keys(e.to_string()))?;
-        let document = crate::sign::sign_resource(&payload, &key)?;
+        let document = cheq_core::sign::sign_resource(&payload, &key)?;
         let pack = UriPack::new(&self.confirmation_uri, &resource_uri, &result_uri)
             .map_err(|e| CheqRsError::Mint(e.to_string()))?;
         let record = CheqRecord {

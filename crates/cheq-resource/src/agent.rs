@@ -13,7 +13,7 @@
 //! A result URI is a capability (§1): no error made here names it, only its
 //! origin and the path above it.
 
-use crate::cheq::UriPack;
+use cheq_core::cheq::UriPack;
 use reqwest::header;
 use serde_json::{json, Map, Value};
 use std::sync::Mutex;
@@ -148,7 +148,8 @@ async fn error_of(name: &str, res: reqwest::Response) -> AgentError {
     let body = read_json(res, name, MAX_TOKEN_BODY)
         .await
         .unwrap_or(Value::Null);
-    let words = |key: &str| crate::text::snippet(body[key].as_str().unwrap_or("").as_bytes(), 200);
+    let words =
+        |key: &str| cheq_support::text::snippet(body[key].as_str().unwrap_or("").as_bytes(), 200);
     AgentError::Status {
         url: name.to_owned(),
         status,
@@ -174,7 +175,7 @@ fn final_status(name: &str, body: &Value) -> Result<ResultStatus, AgentError> {
             url: name.to_owned(),
             message: format!(
                 "unknown status {}",
-                crate::text::snippet(other.unwrap_or("(none)").as_bytes(), 40)
+                cheq_support::text::snippet(other.unwrap_or("(none)").as_bytes(), 40)
             ),
         }),
     }

@@ -1,8 +1,8 @@
 //! Why the RS side of CHEQ refused or failed. No HTTP here: the front end
 //! maps each to a status in one place (`resource::error`).
 
-use crate::sign::{SignError, VerifyError};
-use crate::store::StoreError;
+use cheq_core::sign::{SignError, VerifyError};
+use cheq_store::StoreError;
 
 /// Why the RS side of CHEQ ([`CheqRs`](super::CheqRs)) refused or failed.
 #[derive(Debug, thiserror::Error)]

@@ -2,9 +2,9 @@
 //! the result for the agent (§7), and forgetting what can no longer matter.
 
 use super::{expires_at, CheqRs, CheqRsError};
-use crate::cheq::Decision;
-use crate::sign::verify::CLOCK_SKEW_SECS;
-use crate::store::rs::CheqState;
+use cheq_core::cheq::Decision;
+use cheq_core::sign::verify::CLOCK_SKEW_SECS;
+use cheq_store::rs::CheqState;
 use chrono::Duration;
 use serde_json::{json, Value};
 
