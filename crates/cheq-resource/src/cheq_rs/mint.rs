@@ -26,8 +26,9 @@ pub struct MintRequest {
     pub language: Option<String>,
     /// Lifetime; at most 24 h.
     pub ttl: Duration,
-    /// What to run when accepted, given back to [`Operation::execute`]. Stored
-    /// at rest: it must not hold anything the user alone may see.
+    /// What to run when accepted, given back to
+    /// [`Operation::execute`](super::Operation::execute). Stored at rest: it
+    /// must not hold anything the user alone may see.
     pub action: Value,
 }
 
