@@ -22,6 +22,7 @@
 //! - [`cli`]: the `cheq` command line.
 
 pub use cheq_core::{cheq, sign};
+pub use cheq_mcp as mcp;
 pub use cheq_store as store;
 pub use cheq_store::throttle;
 pub use cheq_support::{
@@ -31,6 +32,5 @@ pub use cheq_support::{
 pub mod cli;
 pub mod confirm;
 pub mod httpkit;
-pub mod mcp;
 pub mod resource;
 pub mod testkit;

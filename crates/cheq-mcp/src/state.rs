@@ -115,7 +115,7 @@ impl StateKey {
             .map_err(|_| StateError::Internal("encryption failed".into()))?;
         let mut out = iv.to_vec();
         out.extend_from_slice(&sealed);
-        Ok(crate::sign::b64::encode(&out))
+        Ok(cheq_core::sign::b64::encode(&out))
     }
 
     /// Opens a state shown with the call whose digest is `digest`.
@@ -128,7 +128,7 @@ impl StateKey {
         if text.len() > MAX_STATE_LEN {
             return Err(StateError::TooLong);
         }
-        let raw = crate::sign::b64::decode(text).ok_or(StateError::Encoding)?;
+        let raw = cheq_core::sign::b64::decode(text).ok_or(StateError::Encoding)?;
         if raw.len() < 12 + 16 {
             return Err(StateError::Seal);
         }
@@ -175,7 +175,7 @@ mod tests {
         let now = SystemTime::now();
         let sealed = key.seal(&sample(now), "d1").unwrap();
         assert!(!sealed.contains("secret-result"));
-        let raw = crate::sign::b64::decode(&sealed).unwrap();
+        let raw = cheq_core::sign::b64::decode(&sealed).unwrap();
         assert!(!String::from_utf8_lossy(&raw).contains("secret-result"));
         assert_eq!(key.open(&sealed, "d1", now).unwrap(), sample(now));
     }
@@ -193,11 +193,11 @@ mod tests {
             Err(StateError::Seal)
         );
         // every single-byte change
-        let raw = crate::sign::b64::decode(&sealed).unwrap();
+        let raw = cheq_core::sign::b64::decode(&sealed).unwrap();
         for i in 0..raw.len() {
             let mut bent = raw.clone();
             bent[i] ^= 1;
-            let text = crate::sign::b64::encode(&bent);
+            let text = cheq_core::sign::b64::encode(&bent);
             assert_eq!(
                 key.open(&text, "d1", now),
                 Err(StateError::Seal),

@@ -25,6 +25,7 @@
 //!
 //! The bridge calls the RS as one [`Agent`]: one HTTP client whose
 //! connections are reused, and one token until shortly before it expires.
+#![forbid(unsafe_code)]
 
 pub mod schema;
 pub mod server;
@@ -37,7 +38,7 @@ pub use pending::{
     MAX_PENDING_PER_SESSION, MAX_POLL_INTERVAL, PENDING_TTL, POLL_CONCURRENCY, POLL_INTERVAL,
 };
 
-use crate::resource::agent::{Agent, AgentError, InvokeOutcome, ResultRead, ResultStatus};
+use cheq_resource::agent::{Agent, AgentError, InvokeOutcome, ResultRead, ResultStatus};
 use pending::{poller, Calls, Pending, Reservation, Shared, Watch};
 use serde_json::{Map, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -147,7 +148,7 @@ impl std::fmt::Debug for Bridge {
 }
 
 /// The start link of §11: `<confirmation uri>?resource_uri=<encoded>`.
-pub use crate::resource::agent::start_link;
+pub use cheq_resource::agent::start_link;
 
 /// The elicitation message: the operation and the CS's origin (§11).
 pub fn message_for(tool: &str, confirmation_uri: &str) -> String {
@@ -162,7 +163,7 @@ pub fn message_for(tool: &str, confirmation_uri: &str) -> String {
 /// key order, and one changed byte gives another.
 pub fn args_digest(tool: &str, args: &Map<String, Value>) -> String {
     let canonical = canonical(&Value::Object(args.clone()));
-    crate::sign::b64::sha256(format!("{tool}\n{canonical}").as_bytes())
+    cheq_core::sign::b64::sha256(format!("{tool}\n{canonical}").as_bytes())
 }
 
 fn canonical(v: &Value) -> String {
@@ -186,7 +187,7 @@ fn canonical(v: &Value) -> String {
 
 fn random_id() -> String {
     let bytes: [u8; 16] = rand::random();
-    crate::sign::b64::encode(bytes)
+    cheq_core::sign::b64::encode(bytes)
 }
 
 /// What a 2025-11-25 call found of an earlier one.

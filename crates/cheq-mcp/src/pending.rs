@@ -3,7 +3,7 @@
 //! poller task that reads their results.
 
 use super::{Elicitation, Final, Notifier};
-use crate::resource::agent::{Agent, AgentError, ResultRead};
+use cheq_resource::agent::{Agent, AgentError, ResultRead};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ pub const COLLECT_TTL: Duration = Duration::from_secs(3600);
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 /// The longest wait between two reads of a pending call's result that the
 /// bridge chooses itself; the RS's `Retry-After` may ask for a longer one
-/// (up to [`agent::MAX_RETRY_AFTER`](crate::resource::agent::MAX_RETRY_AFTER)).
+/// (up to [`agent::MAX_RETRY_AFTER`](cheq_resource::agent::MAX_RETRY_AFTER)).
 pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(10);
 /// The longest wait after reads that failed in a row.
 pub const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(60);
@@ -148,7 +148,7 @@ impl Shared {
                     } if *due <= now => {
                         // Not read again before this read has ended (or
                         // timed out) and said when.
-                        *due = now + crate::resource::agent::REQUEST_TIMEOUT + POLL_INTERVAL;
+                        *due = now + cheq_resource::agent::REQUEST_TIMEOUT + POLL_INTERVAL;
                         Some((id.clone(), result_uri.clone()))
                     }
                     _ => None,

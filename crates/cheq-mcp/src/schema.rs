@@ -141,7 +141,7 @@ pub fn tool_def(signature: &Value) -> Result<ToolDef, SchemaError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resource::tools::catalogue;
+    use cheq_resource::tools::catalogue;
 
     #[test]
     fn book_flight_signature_becomes_a_schema() {

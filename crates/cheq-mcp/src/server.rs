@@ -63,7 +63,7 @@ impl McpBridge {
         let bytes: [u8; 16] = rand::random();
         McpBridge {
             bridge,
-            session: crate::sign::b64::encode(bytes).into(),
+            session: cheq_core::sign::b64::encode(bytes).into(),
         }
     }
 }
@@ -322,7 +322,7 @@ impl ServerHandler for McpBridge {
 pub async fn serve_http(
     bridge: Arc<Bridge>,
     addr: SocketAddr,
-    token: Option<Arc<crate::keyfile::BearerSecret>>,
+    token: Option<Arc<cheq_support::keyfile::BearerSecret>>,
     bound: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
     use bytes::Bytes;
@@ -455,7 +455,7 @@ impl Refusal {
 /// Whether `headers` carry `token` as `Authorization: Bearer` (RFC 6750:
 /// the scheme in any case, the token compared in constant time).
 fn bearer_check(
-    token: &crate::keyfile::BearerSecret,
+    token: &cheq_support::keyfile::BearerSecret,
     headers: &hyper::HeaderMap,
 ) -> Result<(), Refusal> {
     let mut values = headers.get_all(hyper::header::AUTHORIZATION).iter();
