@@ -23,7 +23,7 @@ fn open(dir: &tempfile::TempDir) -> SledNonceStore {
     SledNonceStore::open(dir.path()).expect("open store")
 }
 
-/// The key of the expiry index as documented in `src/store/sled_store.rs`.
+/// The key of the expiry index as documented in `crates/cheq-store/src/sled_store.rs`.
 fn index_key(expires_at: i64, nonce: &str) -> Vec<u8> {
     let mut key = (expires_at ^ i64::MIN).to_be_bytes().to_vec();
     key.extend_from_slice(nonce.as_bytes());
