@@ -14,6 +14,7 @@
 use cheq::cheq::{Channel, Decision};
 use cheq::store::cs::{DecisionRecord, Delivery};
 use cheq::store::sled_cs;
+use cheq::store::Durability;
 
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -95,7 +96,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 sealed: false,
                 collected_hmac: Default::default(),
             };
-            store.records.claim_unflushed(&record)?;
+            store.records.claim_with(&record, Durability::Deferred)?;
         }
         let started = std::time::Instant::now();
         let collected = if keep > 0 && t > keep {

@@ -19,6 +19,7 @@ use cheq::sign::{
     DecisionInput, Jwks, ResourceSignature, SigningKey, TrustStore,
 };
 use cheq::store::rs::{CheqRecord, CheqRecords, CheqState, RsStore, Transition};
+use cheq::store::Durability;
 use cheq::store::{AsyncFlush, NonceEntry, NonceStore, RecordOutcome, StoreError};
 use cheq::time::{Clock, ManualClock};
 use chrono::{Duration, Utc};
@@ -218,7 +219,7 @@ impl Fixture {
         assert_eq!(
             self.store
                 .records
-                .advance(&m.id, &CheqState::Pending, &decided, true)
+                .advance(&m.id, &CheqState::Pending, &decided, Durability::Now)
                 .unwrap(),
             Transition::Moved
         );
@@ -479,7 +480,7 @@ fn note(log: &Log, what: impl Into<String>) {
     log.lock().unwrap().push(what.into());
 }
 
-fn durability(durable: bool) -> &'static str {
+fn durability_word(durable: bool) -> &'static str {
     if durable {
         "durable"
     } else {
@@ -495,13 +496,17 @@ impl NonceStore for SpyNonces {
         note(&self.1, "nonce durable");
         self.0.record(nonce, entry)
     }
-    fn record_unflushed(
+    fn record_with(
         &self,
         nonce: &str,
         entry: &NonceEntry,
+        durability: Durability,
     ) -> Result<RecordOutcome, StoreError> {
+        if durability == Durability::Now {
+            return self.record(nonce, entry);
+        }
         note(&self.1, "nonce unflushed");
-        self.0.record_unflushed(nonce, entry)
+        self.0.record_with(nonce, entry, durability)
     }
     fn flush(&self) -> Result<(), StoreError> {
         note(&self.1, "flush");
@@ -546,9 +551,12 @@ impl CheqRecords for SpyRecords {
         note(&self.1, "created durable");
         self.0.create(record)
     }
-    fn create_unflushed(&self, record: &CheqRecord) -> Result<bool, StoreError> {
+    fn create_with(&self, record: &CheqRecord, durability: Durability) -> Result<bool, StoreError> {
+        if durability == Durability::Now {
+            return self.create(record);
+        }
         note(&self.1, "created unflushed");
-        self.0.create_unflushed(record)
+        self.0.create_with(record, durability)
     }
     fn get(&self, id: &str) -> Result<Option<CheqRecord>, StoreError> {
         self.3.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -562,25 +570,27 @@ impl CheqRecords for SpyRecords {
         id: &str,
         from: &CheqState,
         to: &CheqState,
-        durable: bool,
+        durability: Durability,
     ) -> Result<Transition, StoreError> {
+        let durable = durability == Durability::Now;
         note(
             &self.1,
-            format!("{} {}", state_name(to), durability(durable)),
+            format!("{} {}", state_name(to), durability_word(durable)),
         );
-        self.0.advance(id, from, to, durable)
+        self.0.advance(id, from, to, durability)
     }
     fn advance_record(
         &self,
         record: &CheqRecord,
         to: &CheqState,
-        durable: bool,
+        durability: Durability,
     ) -> Result<Transition, StoreError> {
+        let durable = durability == Durability::Now;
         note(
             &self.1,
-            format!("{} {}", state_name(to), durability(durable)),
+            format!("{} {}", state_name(to), durability_word(durable)),
         );
-        let moved = self.0.advance_record(record, to, durable)?;
+        let moved = self.0.advance_record(record, to, durability)?;
         if let (Some(hold), CheqState::Done { .. }) = (&self.2, to) {
             hold.written.lock().unwrap().send(()).unwrap();
             hold.go_on.lock().unwrap().recv().unwrap();

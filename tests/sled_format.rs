@@ -8,6 +8,7 @@
 use cheq::cheq::{Channel, Decision};
 use cheq::store::cs::{Account, Claim, DecisionRecord, Delivery};
 use cheq::store::rs::{CheqRecord, CheqState};
+use cheq::store::Durability;
 use cheq::store::{sled_cs, sled_rs, NonceEntry, RecordOutcome};
 use std::path::{Path, PathBuf};
 
@@ -120,7 +121,10 @@ fn a_database_cheq_writes_opens_with_published_sled() {
     {
         let (db, store) = sled_cs::open_dir(&cs).unwrap();
         for i in 0..3000 {
-            let claimed = store.records.claim_unflushed(&decision(i)).unwrap();
+            let claimed = store
+                .records
+                .claim_with(&decision(i), Durability::Deferred)
+                .unwrap();
             assert_eq!(claimed, Claim::Fresh);
         }
         store
@@ -149,7 +153,10 @@ fn a_database_cheq_writes_opens_with_published_sled() {
                 expires_at: 1_800_000_000 + i64::from(i),
                 data: b"accept".to_vec(),
             };
-            let fresh = store.nonces.record_unflushed(&nonce, &entry).unwrap();
+            let fresh = store
+                .nonces
+                .record_with(&nonce, &entry, Durability::Deferred)
+                .unwrap();
             assert_eq!(fresh, RecordOutcome::Fresh);
             let record = CheqRecord {
                 id: format!("id-{i:06}"),
@@ -165,7 +172,10 @@ fn a_database_cheq_writes_opens_with_published_sled() {
                     result: Some(serde_json::json!({"n": i})),
                 },
             };
-            assert!(store.records.create_unflushed(&record).unwrap());
+            assert!(store
+                .records
+                .create_with(&record, Durability::Deferred)
+                .unwrap());
         }
         db.flush().unwrap();
     }

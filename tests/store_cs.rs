@@ -10,6 +10,7 @@ use cheq::store::cs::{
     Account, AccountPutError, Claim, ConfirmationEntry, CsStore, DecisionRecord, Delivery,
     Identity, LimitState, RecordKey, Session,
 };
+use cheq::store::Durability;
 use cheq::store::{packed, sled_cs};
 use std::sync::{Arc, Barrier};
 #[path = "support/crash.rs"]
@@ -151,7 +152,7 @@ fn due_deliveries_are_leased_to_one_worker(store: &CsStore) {
         decision: Decision::Accept,
         at: 1040,
     };
-    r.update(&done, true).unwrap();
+    r.update(&done, Durability::Now).unwrap();
     assert!(r
         .lease_due(9999, 30, 100)
         .unwrap()
@@ -425,7 +426,7 @@ fn a_changed_document_replaces_the_old(store: &CsStore) {
         decision: Decision::Accept,
         at: 41,
     };
-    r.update(&rec, true).unwrap();
+    r.update(&rec, Durability::Now).unwrap();
     let now = r.get(&key).unwrap().unwrap();
     assert_eq!(now.document, REDACTED);
     assert!(!now.sealed);
@@ -437,7 +438,7 @@ fn a_changed_document_replaces_the_old(store: &CsStore) {
     assert_eq!(history.len(), 1);
     assert_eq!(history[0].document, REDACTED);
     // Rewriting the same document again changes nothing.
-    r.update(&rec, false).unwrap();
+    r.update(&rec, Durability::Deferred).unwrap();
     assert_eq!(r.get(&key).unwrap().unwrap().document, REDACTED);
 }
 
@@ -580,7 +581,7 @@ fn sled_keeps_documents_apart_and_drops_replaced_ones() {
         decision: Decision::Accept,
         at: 51,
     };
-    r.update(&rec, true).unwrap();
+    r.update(&rec, Durability::Now).unwrap();
     let docs = documents(&db);
     assert!(
         !contains(&docs, SEALED),
@@ -600,7 +601,7 @@ fn sled_keeps_documents_apart_and_drops_replaced_ones() {
     let read = r.get(&old.key()).unwrap().unwrap();
     assert_eq!(read, old);
     old.delivery = Delivery::Expired { at: 61 };
-    r.update(&old, true).unwrap();
+    r.update(&old, Durability::Now).unwrap();
     assert_eq!(r.get(&old.key()).unwrap().unwrap(), old);
     assert!(contains(&documents(&db), "d0c-in-the-record"));
     assert!(!contains(
@@ -642,7 +643,7 @@ fn sled_collects_a_decision_from_every_tree() {
         refusal: cheq::store::cs::Refusal::Unregistered,
         at: 101,
     };
-    r.update(&rec, true).unwrap();
+    r.update(&rec, Durability::Now).unwrap();
     assert_eq!(counts(), [1, 1, 1, 1, 0, 0]);
     assert_eq!(r.collect_decided_before(1_000).unwrap(), 1);
     assert_eq!(counts(), [0, 0, 0, 0, 0, 1], "only its key is left");
@@ -716,7 +717,7 @@ fn sled_readers_never_see_a_record_without_its_document_during_collection() {
         })
         .collect();
     for r in &records {
-        store.records.claim_unflushed(r).unwrap();
+        store.records.claim_with(r, Durability::Deferred).unwrap();
     }
     let done = std::sync::atomic::AtomicBool::new(false);
     let (reads, errors) = std::thread::scope(|s| {
@@ -860,12 +861,15 @@ fn an_awaited_claim_survives_sigkill() {
         let (_db, store) = open(std::path::Path::new(&dir));
         let claimed = record(A, "awaited", "alice", 10);
         assert_eq!(
-            store.records.claim_unflushed(&claimed).unwrap(),
+            store
+                .records
+                .claim_with(&claimed, Durability::Deferred)
+                .unwrap(),
             Claim::Fresh
         );
         // Claimed once, as `claim`.
         assert!(matches!(
-            store.records.claim_unflushed(&record(A, "awaited", "bob", 11)),
+            store.records.claim_with(&record(A, "awaited", "bob", 11), Durability::Deferred),
             Ok(Claim::Existing(old)) if old.user == "alice"
         ));
         let flusher = store.flusher.clone().expect("sled has a flusher");
@@ -1162,7 +1166,7 @@ fn postgres_keeps_documents_packed_in_their_own_column() {
         next_try: 85,
         last_error: Some("timed out".into()),
     };
-    r.update(&rec, true).unwrap();
+    r.update(&rec, Durability::Now).unwrap();
     assert_eq!(r.get(&rec.key()).unwrap().unwrap(), rec);
 
     rec.document = REDACTED.into();
@@ -1171,7 +1175,7 @@ fn postgres_keeps_documents_packed_in_their_own_column() {
         decision: Decision::Accept,
         at: 81,
     };
-    r.update(&rec, true).unwrap();
+    r.update(&rec, Durability::Now).unwrap();
     let (body, document, stored) = row("pgdoc1");
     assert!(!body.contains("signatures"), "{body}");
     assert_eq!(document, None);
@@ -1191,7 +1195,7 @@ fn postgres_keeps_documents_packed_in_their_own_column() {
             "a lease keeps the document"
         );
         old.delivery = Delivery::Expired { at: 101 };
-        r.update(old, true).unwrap();
+        r.update(old, Durability::Now).unwrap();
         assert_eq!(&r.get(&old.key()).unwrap().unwrap(), &*old);
         let (body, document, stored) = row(&old.nonce);
         assert!(!body.contains(marker), "{body}");
@@ -1301,7 +1305,7 @@ fn postgres_keys_records_by_their_id_alone() {
         decision: Decision::Accept,
         at: 73,
     };
-    r.update(&old, true).unwrap();
+    r.update(&old, Durability::Now).unwrap();
     assert_eq!(r.get(&old.key()).unwrap().unwrap(), old);
     assert_eq!(r.get(&RecordKey::new(B, "pgkey2")).unwrap(), None);
 }

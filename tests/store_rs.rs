@@ -8,6 +8,7 @@
 
 use cheq::cheq::Decision;
 use cheq::store::rs::{CheqRecord, CheqState, Execution, RsStore, Transition};
+use cheq::store::Durability;
 use cheq::store::{NonceEntry, RecordOutcome, StoreError};
 use serde_json::{json, Value};
 use std::sync::{Arc, Barrier};
@@ -67,14 +68,19 @@ fn records_advance_by_compare_and_set(store: &RsStore) {
     assert_eq!(
         store
             .records
-            .advance("c", &CheqState::Pending, &step2, false)
+            .advance("c", &CheqState::Pending, &step2, Durability::Deferred)
             .unwrap(),
         Transition::Moved
     );
     // A second writer that read `pending` loses, and is told what won.
     match store
         .records
-        .advance("c", &CheqState::Pending, &decided("d2"), false)
+        .advance(
+            "c",
+            &CheqState::Pending,
+            &decided("d2"),
+            Durability::Deferred,
+        )
         .unwrap()
     {
         Transition::Other(now) => assert_eq!(now.state, step2),
@@ -86,7 +92,10 @@ fn records_advance_by_compare_and_set(store: &RsStore) {
     assert_eq!((mid.document.as_str(), &mid.action), ("", &r.action));
     let step4 = done("d1", json!({"ok": true}));
     assert_eq!(
-        store.records.advance("c", &step2, &step4, true).unwrap(),
+        store
+            .records
+            .advance("c", &step2, &step4, Durability::Now)
+            .unwrap(),
         Transition::Moved
     );
     let now = store.records.get("c").unwrap().unwrap();
@@ -107,7 +116,7 @@ fn records_advance_by_compare_and_set(store: &RsStore) {
     assert_eq!(
         store
             .records
-            .advance("missing", &CheqState::Pending, &step2, true)
+            .advance("missing", &CheqState::Pending, &step2, Durability::Now)
             .unwrap(),
         Transition::Missing
     );
@@ -120,7 +129,10 @@ fn records_advance_a_record_as_read(store: &RsStore) {
     let read = store.records.get("ar").unwrap().unwrap();
     let step2 = decided("e1");
     assert_eq!(
-        store.records.advance_record(&read, &step2, false).unwrap(),
+        store
+            .records
+            .advance_record(&read, &step2, Durability::Deferred)
+            .unwrap(),
         Transition::Moved
     );
     let mid = store.records.get("ar").unwrap().unwrap();
@@ -130,7 +142,7 @@ fn records_advance_a_record_as_read(store: &RsStore) {
     // caller is told what is stored now.
     match store
         .records
-        .advance_record(&read, &decided("e2"), false)
+        .advance_record(&read, &decided("e2"), Durability::Deferred)
         .unwrap()
     {
         Transition::Other(now) => assert_eq!(*now, mid),
@@ -139,21 +151,28 @@ fn records_advance_a_record_as_read(store: &RsStore) {
     assert_eq!(store.records.get("ar").unwrap().unwrap(), mid);
     let step4 = done("e1", json!({"n": 1}));
     assert_eq!(
-        store.records.advance_record(&mid, &step4, true).unwrap(),
+        store
+            .records
+            .advance_record(&mid, &step4, Durability::Now)
+            .unwrap(),
         Transition::Moved
     );
     let now = store.records.get("ar").unwrap().unwrap();
     assert_eq!((&now.state, &now.action), (&step4, &Value::Null));
     assert_eq!(store.records.by_result("rar").unwrap(), Some(now.clone()));
     // A stale copy of a done record moves nothing.
-    match store.records.advance_record(&mid, &step4, true).unwrap() {
+    match store
+        .records
+        .advance_record(&mid, &step4, Durability::Now)
+        .unwrap()
+    {
         Transition::Other(stored) => assert_eq!(*stored, now),
         other => panic!("expected Other, got {other:?}"),
     }
     assert_eq!(
         store
             .records
-            .advance_record(&record("gone", "rgone", 100), &step2, true)
+            .advance_record(&record("gone", "rgone", 100), &step2, Durability::Now)
             .unwrap(),
         Transition::Missing
     );
@@ -175,7 +194,7 @@ fn records_advance_once_under_contention(store: &RsStore) {
                         "race",
                         &CheqState::Pending,
                         &decided(&format!("d{i}")),
-                        false,
+                        Durability::Deferred,
                     )
                     .unwrap()
             })
@@ -303,11 +322,16 @@ fn sled_keeps_everything_across_a_reopen() {
         assert!(store.records.create(&record("y", "ry", 100)).unwrap());
         store
             .records
-            .advance("x", &CheqState::Pending, &decided("dx"), false)
+            .advance(
+                "x",
+                &CheqState::Pending,
+                &decided("dx"),
+                Durability::Deferred,
+            )
             .unwrap();
         store
             .records
-            .advance("x", &decided("dx"), &step4, true)
+            .advance("x", &decided("dx"), &step4, Durability::Now)
             .unwrap();
         store.executions.record("x", &json!("ran")).unwrap();
         let entry = NonceEntry {
@@ -432,7 +456,7 @@ fn sled_packs_the_document_while_the_cheq_is_served() {
     assert_eq!(
         store
             .records
-            .advance("p1", &CheqState::Pending, &decided("g"), true)
+            .advance("p1", &CheqState::Pending, &decided("g"), Durability::Now)
             .unwrap(),
         Transition::Moved
     );
@@ -445,7 +469,12 @@ fn sled_packs_the_document_while_the_cheq_is_served() {
     );
     store
         .records
-        .advance("p1", &decided("g"), &done("g", json!({"ok": true})), true)
+        .advance(
+            "p1",
+            &decided("g"),
+            &done("g", json!({"ok": true})),
+            Durability::Now,
+        )
         .unwrap();
     let stored = t.get("p1").unwrap().unwrap();
     assert_eq!(stored[0], b'{', "a done record is JSON alone");
@@ -464,7 +493,7 @@ fn sled_packs_the_document_while_the_cheq_is_served() {
     assert_eq!(store.records.get("p2").unwrap().unwrap(), old);
     store
         .records
-        .advance("p2", &CheqState::Pending, &decided("h"), true)
+        .advance("p2", &CheqState::Pending, &decided("h"), Durability::Now)
         .unwrap();
     assert_eq!(t.get("p2").unwrap().unwrap()[0], b'{');
     assert!(store
@@ -522,11 +551,16 @@ fn postgres_keeps_everything_across_a_reopen() {
         assert!(store.records.create(&r).unwrap());
         store
             .records
-            .advance("x", &CheqState::Pending, &decided("dx"), false)
+            .advance(
+                "x",
+                &CheqState::Pending,
+                &decided("dx"),
+                Durability::Deferred,
+            )
             .unwrap();
         store
             .records
-            .advance("x", &decided("dx"), &step4, true)
+            .advance("x", &decided("dx"), &step4, Durability::Now)
             .unwrap();
         store.executions.record("x", &json!("ran")).unwrap();
     }
@@ -611,7 +645,7 @@ fn postgres_packs_the_document_while_the_cheq_is_served() {
 
     store
         .records
-        .advance("pgp", &CheqState::Pending, &decided("g"), true)
+        .advance("pgp", &CheqState::Pending, &decided("g"), Durability::Now)
         .unwrap();
     let (body, packed) = row("pgp");
     assert_eq!(packed, None, "a decided CHEQ keeps its document");
@@ -626,7 +660,12 @@ fn postgres_packs_the_document_while_the_cheq_is_served() {
     assert!(!body.contains("signatures"), "{body}");
     store
         .records
-        .advance("pgp", &decided("g"), &done("g", json!({"ok": 1})), true)
+        .advance(
+            "pgp",
+            &decided("g"),
+            &done("g", json!({"ok": 1})),
+            Durability::Now,
+        )
         .unwrap();
     assert!(store
         .records
@@ -641,7 +680,7 @@ fn postgres_packs_the_document_while_the_cheq_is_served() {
     assert_eq!(store.records.get("pgo").unwrap().unwrap(), old);
     store
         .records
-        .advance("pgo", &CheqState::Pending, &decided("h"), true)
+        .advance("pgo", &CheqState::Pending, &decided("h"), Durability::Now)
         .unwrap();
     let now = store.records.get("pgo").unwrap().unwrap();
     assert_eq!((now.document.as_str(), now.state), ("", decided("h")));
@@ -655,7 +694,7 @@ fn postgres_packs_the_document_while_the_cheq_is_served() {
     assert_eq!(
         store
             .records
-            .advance_record(&read, &decided("q"), true)
+            .advance_record(&read, &decided("q"), Durability::Now)
             .unwrap(),
         Transition::Moved
     );

@@ -2,6 +2,7 @@
 //! directories. No mocks.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
+use cheq::store::Durability;
 use std::sync::{Arc, Barrier};
 
 use cheq::store::{
@@ -53,23 +54,31 @@ fn an_unflushed_record_answers_as_a_durable_one() {
     let store = open(&dir);
     let accept = entry(1, 1_000, b"accept");
     assert_eq!(
-        store.record_unflushed("n1", &accept).unwrap(),
+        store
+            .record_with("n1", &accept, Durability::Deferred)
+            .unwrap(),
         RecordOutcome::Fresh
     );
     assert_eq!(store.get("n1").unwrap(), Some(accept.clone()));
     assert_eq!(
-        store.record_unflushed("n1", &accept).unwrap(),
+        store
+            .record_with("n1", &accept, Durability::Deferred)
+            .unwrap(),
         RecordOutcome::SameAsBefore(accept.clone())
     );
     assert_eq!(
-        store.record_unflushed("n1", &entry(2, 1_000, b"")).unwrap(),
+        store
+            .record_with("n1", &entry(2, 1_000, b""), Durability::Deferred)
+            .unwrap(),
         RecordOutcome::Conflict(accept.clone())
     );
     assert_eq!(
         store.record("n1", &accept).unwrap(),
         RecordOutcome::SameAsBefore(accept)
     );
-    assert!(store.record_unflushed("", &entry(1, 1, b"")).is_err());
+    assert!(store
+        .record_with("", &entry(1, 1, b""), Durability::Deferred)
+        .is_err());
     assert_eq!(store.collect_expired(1_001).unwrap(), 1);
     assert_eq!(store.get("n1").unwrap(), None);
 }

@@ -17,6 +17,7 @@
 
 use super::cheq_rs::{Effect, MintRequest, Operation};
 use cheq_store::rs::{Execution, Executions, RsStore};
+use cheq_store::Durability;
 use chrono::{Duration, NaiveDate};
 use indexmap::IndexMap;
 use rand::RngCore;
@@ -490,7 +491,7 @@ impl DemoTools {
             &format!("direct-{}", cheq_core::sign::b64::encode(key)),
             &json!({"tool": tool.name, "inputs": inputs}),
             &IndexMap::new(),
-            true,
+            Durability::Now,
         )
         .map_err(ToolError::Failed)
     }
@@ -498,15 +499,16 @@ impl DemoTools {
     /// Runs `action` once per `key`. The stored result is the effect: one
     /// atomic write, which keeps the first result under `key` and answers it
     /// to any later run, so the log is not read first; on disk before this
-    /// returns when `durable`. A run that fails gives way to one that stored
+    /// returns with [`Durability::Now`]. A run that fails gives way to one that stored
     /// its result before.
     fn run(
         &self,
         key: &str,
         action: &Value,
         collected: &IndexMap<String, String>,
-        durable: bool,
+        durability: Durability,
     ) -> Result<Value, String> {
+        let durable = durability == Durability::Now;
         let result = match Self::perform(action, collected) {
             Ok(result) => result,
             Err(e) => {
@@ -519,7 +521,8 @@ impl DemoTools {
         let stored = if durable {
             self.executions.record(key, &result)
         } else {
-            self.executions.record_unflushed(key, &result)
+            self.executions
+                .record_with(key, &result, Durability::Deferred)
         };
         match stored.map_err(|e| e.to_string())? {
             Execution::Fresh => {
@@ -591,7 +594,7 @@ impl Operation for DemoTools {
         action: &Value,
         collected: &IndexMap<String, String>,
     ) -> Result<Value, String> {
-        self.run(key, action, collected, false)
+        self.run(key, action, collected, Durability::Deferred)
     }
 }
 

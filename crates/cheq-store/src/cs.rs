@@ -16,7 +16,7 @@
 //!   asks for it only once their CHEQs have expired. The key stays (§6: the
 //!   CS never countersigns a nonce twice, even an RS's reused one).
 
-use super::StoreError;
+use super::{Durability, StoreError};
 use cheq_core::cheq::{Channel, Decision};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
@@ -180,11 +180,17 @@ pub trait DecisionRecords: Send + Sync {
     /// takes to find it by resource URI, by user and as a pending delivery;
     /// durable before it returns [`Claim::Fresh`].
     fn claim(&self, record: &DecisionRecord) -> Result<Claim, StoreError>;
-    /// [`claim`](Self::claim), except that the record need not be on disk
-    /// when this returns: it is once a later write is made durable (the
-    /// backend's [`AsyncFlush`](super::AsyncFlush)). The default writes
-    /// durably, as `claim`.
-    fn claim_unflushed(&self, record: &DecisionRecord) -> Result<Claim, StoreError> {
+    /// [`claim`](Self::claim), made durable as `durability` says: with
+    /// [`Durability::Deferred`] the record need not be on disk when this
+    /// returns; it is once a later write is made durable (the backend's
+    /// [`AsyncFlush`](super::AsyncFlush)). The default writes durably, as
+    /// `claim`, either way.
+    fn claim_with(
+        &self,
+        record: &DecisionRecord,
+        durability: Durability,
+    ) -> Result<Claim, StoreError> {
+        let _ = durability;
         self.claim(record)
     }
     /// The record under `key`.
@@ -193,9 +199,10 @@ pub trait DecisionRecords: Send + Sync {
     fn by_resource(&self, resource_uri: &str) -> Result<Option<DecisionRecord>, StoreError>;
     /// The user's record whose [`RecordKey::id`] is `id`.
     fn by_id_for_user(&self, user: &str, id: &str) -> Result<Option<DecisionRecord>, StoreError>;
-    /// Rewrites an existing record (its delivery state). With `durable`, it is
-    /// on disk before this returns; otherwise a crash may lose it.
-    fn update(&self, record: &DecisionRecord, durable: bool) -> Result<(), StoreError>;
+    /// Rewrites an existing record (its delivery state), made durable as
+    /// `durability` says: [`Durability::Now`], on disk before this returns;
+    /// otherwise a crash may lose it.
+    fn update(&self, record: &DecisionRecord, durability: Durability) -> Result<(), StoreError>;
     /// Up to `limit` pending deliveries due at `now`, each leased to the
     /// caller for `lease_secs` (its next try moved to `now + lease_secs`), so
     /// that no other worker takes it meanwhile.
@@ -235,7 +242,7 @@ pub trait DecisionRecords: Send + Sync {
     ) -> Result<Vec<(String, i64)>, StoreError>;
     /// Puts back a key collected as old history elsewhere (`store import`):
     /// from then on a claim of it is [`Claim::Collected`]. Durable once a
-    /// later durable write is (as [`claim_unflushed`](Self::claim_unflushed)).
+    /// later durable write is (as a deferred [`claim_with`](Self::claim_with)).
     fn restore_collected(&self, id: &str, decided_at: i64) -> Result<(), StoreError>;
 }
 

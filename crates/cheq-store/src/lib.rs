@@ -154,28 +154,29 @@ pub trait NonceStore: Send + Sync {
     /// [`RecordOutcome::Conflict`] (different digest).
     fn record(&self, nonce: &str, entry: &NonceEntry) -> Result<RecordOutcome, StoreError>;
 
-    /// [`record`](Self::record), except that what it writes need not be on
-    /// disk when it returns: it is once a later write to the same database
-    /// is made durable, and a crash before that loses it together with
-    /// everything written after it (sled keeps its log in order and
-    /// recovers a prefix of it; a database server commits each statement
-    /// durably anyway). For a caller that makes a later write of its own
-    /// durable before anything relies on the nonce: the RS when its
-    /// operation keeps its effect in the RS's own store
-    /// (the RS's "effect in the store"). The default writes
-    /// durably, as `record`.
-    fn record_unflushed(
+    /// [`record`](Self::record), made durable as `durability` says. With
+    /// [`Durability::Deferred`] what it writes need not be on disk when it
+    /// returns: it is once a later write to the same database is made
+    /// durable, and a crash before that loses it together with everything
+    /// written after it (sled keeps its log in order and recovers a prefix of
+    /// it; a database server commits each statement durably anyway). For a
+    /// caller that makes a later write of its own durable before anything
+    /// relies on the nonce: the RS when its operation keeps its effect in the
+    /// RS's own store. The default writes durably, as `record`, either way.
+    fn record_with(
         &self,
         nonce: &str,
         entry: &NonceEntry,
+        durability: Durability,
     ) -> Result<RecordOutcome, StoreError> {
+        let _ = durability;
         self.record(nonce, entry)
     }
 
     /// Makes every write so far through this store durable, with those of
-    /// [`record_unflushed`](Self::record_unflushed) (sled: and every other
+    /// a deferred [`record_with`](Self::record_with) (sled: and every other
     /// write to its database). The default does nothing: it goes with the
-    /// default `record_unflushed`, which writes durably; a backend that
+    /// default `record_with`, which writes durably; a backend that
     /// overrides one overrides both.
     fn flush(&self) -> Result<(), StoreError> {
         Ok(())

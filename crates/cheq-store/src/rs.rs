@@ -20,7 +20,7 @@
 //! The steps a decision goes through, and why each write is durable or not,
 //! are in `resource::cheq_rs`.
 
-use super::{NonceStore, StoreError};
+use super::{Durability, NonceStore, StoreError};
 use cheq_core::cheq::Decision;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -154,11 +154,13 @@ pub trait CheqRecords: Send + Sync {
     /// nothing is stored and `false` is returned). Durable before it returns
     /// `true`.
     fn create(&self, record: &CheqRecord) -> Result<bool, StoreError>;
-    /// [`create`](Self::create), except that the record need not be on disk
-    /// when this returns: it is once a later write is made durable (the
-    /// backend's [`AsyncFlush`](super::AsyncFlush)). The default writes
-    /// durably, as `create`.
-    fn create_unflushed(&self, record: &CheqRecord) -> Result<bool, StoreError> {
+    /// [`create`](Self::create), made durable as `durability` says: with
+    /// [`Durability::Deferred`] the record need not be on disk when this
+    /// returns; it is once a later write is made durable (the backend's
+    /// [`AsyncFlush`](super::AsyncFlush)). The default writes durably, as
+    /// `create`, either way.
+    fn create_with(&self, record: &CheqRecord, durability: Durability) -> Result<bool, StoreError> {
+        let _ = durability;
         self.create(record)
     }
     /// The record with confirmation id `id`.
@@ -168,14 +170,15 @@ pub trait CheqRecords: Send + Sync {
     /// Moves the record `id` from state `from` to state `to`, only if it is
     /// in `from` now (compare-and-set; every other member is kept, except
     /// what [`CheqRecord::enter`] drops once done). With
-    /// `durable`, the move is on disk before this returns; otherwise a crash
-    /// may lose it (and a later durable write of the same backend covers it).
+    /// [`Durability::Now`] the move is on disk before this returns; otherwise
+    /// a crash may lose it (and a later durable write of the same backend
+    /// covers it).
     fn advance(
         &self,
         id: &str,
         from: &CheqState,
         to: &CheqState,
-        durable: bool,
+        durability: Durability,
     ) -> Result<Transition, StoreError>;
     /// [`advance`](Self::advance) for `record` as the caller read it, in its
     /// state now (`record.state` is `from`): the same compare-and-set, but a
@@ -186,9 +189,9 @@ pub trait CheqRecords: Send + Sync {
         &self,
         record: &CheqRecord,
         to: &CheqState,
-        durable: bool,
+        durability: Durability,
     ) -> Result<Transition, StoreError> {
-        self.advance(&record.id, &record.state, to, durable)
+        self.advance(&record.id, &record.state, to, durability)
     }
     /// Removes the records whose CHEQ expired before `cutoff` (unix seconds),
     /// with their result-id index entries; returns how many records went.
@@ -224,12 +227,19 @@ pub trait Executions: Send + Sync {
     /// that stands for the effect (compare-and-set). Whatever the outcome, the
     /// stored result is durable before this returns.
     fn record(&self, key: &str, result: &Value) -> Result<Execution, StoreError>;
-    /// [`record`](Self::record), except that the write need not be on disk
-    /// when this returns: it is once a later write to the same database is
-    /// made durable, and a crash before that loses it with everything written
-    /// after it (as [`NonceStore::record_unflushed`](super::NonceStore::record_unflushed)).
-    /// The default writes durably, as `record`.
-    fn record_unflushed(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
+    /// [`record`](Self::record), made durable as `durability` says: with
+    /// [`Durability::Deferred`] the write need not be on disk when this
+    /// returns; it is once a later write to the same database is made
+    /// durable, and a crash before that loses it with everything written
+    /// after it (as [`NonceStore::record_with`](super::NonceStore::record_with)).
+    /// The default writes durably, as `record`, either way.
+    fn record_with(
+        &self,
+        key: &str,
+        result: &Value,
+        durability: Durability,
+    ) -> Result<Execution, StoreError> {
+        let _ = durability;
         self.record(key, result)
     }
     /// Up to `limit` keys with their results, in the order of the keys,

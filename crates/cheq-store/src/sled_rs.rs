@@ -29,6 +29,7 @@ use super::rs::*;
 use super::sled_json::{corrupt, decode, encode, key_text, open_db, page_after, tree, Durable};
 use super::sled_store::backend_error;
 use super::{SledNonceStore, StoreError};
+use crate::Durability;
 use serde_json::Value;
 use std::path::Path;
 use std::sync::Arc;
@@ -152,14 +153,17 @@ struct SledRecords {
 
 impl CheqRecords for SledRecords {
     fn create(&self, record: &CheqRecord) -> Result<bool, StoreError> {
-        let created = self.create_unflushed(record)?;
+        let created = self.create_with(record, Durability::Deferred)?;
         if created {
             self.db.flush()?;
         }
         Ok(created)
     }
 
-    fn create_unflushed(&self, record: &CheqRecord) -> Result<bool, StoreError> {
+    fn create_with(&self, record: &CheqRecord, durability: Durability) -> Result<bool, StoreError> {
+        if durability == Durability::Now {
+            return self.create(record);
+        }
         let err = |e| backend_error("create", e);
         let id = record.id.as_bytes();
         let taken = self
@@ -219,8 +223,9 @@ impl CheqRecords for SledRecords {
         id: &str,
         from: &CheqState,
         to: &CheqState,
-        durable: bool,
+        durability: Durability,
     ) -> Result<Transition, StoreError> {
+        let durable = durability == Durability::Now;
         let err = |e| backend_error("advance", e);
         let key = id.as_bytes();
         for _ in 0..CAS_ATTEMPTS {
@@ -298,11 +303,16 @@ impl Executions for SledExecutions {
     }
 
     fn record(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
-        self.record_then(key, result, true)
+        self.record_then(key, result, Durability::Now)
     }
 
-    fn record_unflushed(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
-        self.record_then(key, result, false)
+    fn record_with(
+        &self,
+        key: &str,
+        result: &Value,
+        durability: Durability,
+    ) -> Result<Execution, StoreError> {
+        self.record_then(key, result, durability)
     }
 
     fn list_after(
@@ -318,13 +328,14 @@ impl Executions for SledExecutions {
 }
 
 impl SledExecutions {
-    /// [`Executions::record`] (`durable`) or [`Executions::record_unflushed`].
+    /// [`Executions::record`] or [`Executions::record_with`], as `durability` says.
     fn record_then(
         &self,
         key: &str,
         result: &Value,
-        durable: bool,
+        durability: Durability,
     ) -> Result<Execution, StoreError> {
+        let durable = durability == Durability::Now;
         let err = |e| backend_error("record execution", e);
         let bytes = encode(result)?;
         for _ in 0..CAS_ATTEMPTS {

@@ -62,7 +62,7 @@
 //! thread has written but not yet flushed). Concurrent writers share flushes
 //! (`store::group_commit`, shared by every store of one database): one flush
 //! that starts after a writer's writes stands for all the writers waiting.
-//! `record_unflushed` writes the same and leaves the flush to its caller's
+//! `record_with(…, Durability::Deferred)` writes the same and leaves the flush to its caller's
 //! next durable write in the database: sled writes its log in order, and
 //! recovery stops at the first entry missing from it, so a crash keeps a
 //! prefix of the writes, and a flush covers every write before it.
@@ -76,6 +76,7 @@
 //! Collection does not flush: a removal lost in a crash is simply redone by the
 //! next collection.
 
+use crate::Durability;
 use std::path::Path;
 
 use sled::CompareAndSwapError;
@@ -145,14 +146,15 @@ impl SledNonceStore {
         Ok(Self { db, nonces, expiry })
     }
 
-    /// [`NonceStore::record`] (`durable`) or
-    /// [`NonceStore::record_unflushed`].
+    /// [`NonceStore::record`] or
+    /// [`NonceStore::record_with`], as `durability` says.
     fn record_then(
         &self,
         nonce: &str,
         entry: &NonceEntry,
-        durable: bool,
+        durability: Durability,
     ) -> Result<RecordOutcome, StoreError> {
+        let durable = durability == Durability::Now;
         let flush = |store: &Self| if durable { store.db.flush() } else { Ok(()) };
         validate(nonce, entry)?;
         let key = nonce.as_bytes();
@@ -210,15 +212,16 @@ impl SledNonceStore {
 
 impl NonceStore for SledNonceStore {
     fn record(&self, nonce: &str, entry: &NonceEntry) -> Result<RecordOutcome, StoreError> {
-        self.record_then(nonce, entry, true)
+        self.record_then(nonce, entry, Durability::Now)
     }
 
-    fn record_unflushed(
+    fn record_with(
         &self,
         nonce: &str,
         entry: &NonceEntry,
+        durability: Durability,
     ) -> Result<RecordOutcome, StoreError> {
-        self.record_then(nonce, entry, false)
+        self.record_then(nonce, entry, durability)
     }
 
     /// Every write to the database so far (see the module docs for the

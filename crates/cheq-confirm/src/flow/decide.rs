@@ -296,7 +296,7 @@ impl Cs {
         };
         let claimed = match durability {
             Durability::Now => self.store.records.claim(&record),
-            Durability::Deferred => self.store.records.claim_unflushed(&record),
+            Durability::Deferred => self.store.records.claim_with(&record, Durability::Deferred),
         };
         match claimed.map_err(CsError::from)? {
             Claim::Fresh => {

@@ -19,6 +19,7 @@ use crate::fetch::RsAnswer;
 use crate::seal::redact;
 use cheq_core::sign::verify::CLOCK_SKEW_SECS;
 use cheq_store::cs::{DecisionRecord, Delivery, RecordKey, Refusal};
+use cheq_store::Durability;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
@@ -203,7 +204,7 @@ impl Cs {
                 None => "{\"redacted\":\"the sealed document could not be opened\"}".to_owned(),
             };
             record.sealed = false;
-            if let Err(e) = self.store.records.update(&record, true) {
+            if let Err(e) = self.store.records.update(&record, Durability::Now) {
                 log::error!("cannot store a delivery state: {e}");
                 return None;
             }
@@ -215,7 +216,12 @@ impl Cs {
         // A lost "delivered" is harmless (the next start delivers the same
         // bytes again and the RS answers the same), so it is not flushed; a
         // still-pending state is worth keeping.
-        match self.store.records.update(&record, !done) {
+        let durability = if done {
+            Durability::Deferred
+        } else {
+            Durability::Now
+        };
+        match self.store.records.update(&record, durability) {
             Ok(()) => Some(record),
             Err(e) => {
                 log::error!("cannot store a delivery state: {e}");

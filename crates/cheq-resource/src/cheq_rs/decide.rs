@@ -152,7 +152,8 @@ impl CheqRs {
         // nonce of an effect elsewhere is on disk before it runs).
         let deferred = durability == Durability::Deferred && in_store;
         let recorded = if in_store {
-            self.nonces.record_unflushed(&nonce, &entry)?
+            self.nonces
+                .record_with(&nonce, &entry, Durability::Deferred)?
         } else {
             self.nonces.record(&nonce, &entry)?
         };
@@ -296,7 +297,9 @@ impl CheqRs {
             // after step 1 or 3.
             CheqState::Pending if self.in_store() => {}
             CheqState::Pending => {
-                let moved = self.records.advance_record(&record, &decided, false)?;
+                let moved = self
+                    .records
+                    .advance_record(&record, &decided, Durability::Deferred)?;
                 if let Some(answer) = settled_elsewhere(moved, digest)? {
                     return Ok(answer);
                 }
@@ -324,8 +327,12 @@ impl CheqRs {
             digest: digest.to_owned(),
             result,
         };
-        let durable = durability == Durability::Now || !self.in_store();
-        let moved = self.records.advance_record(&record, &done, durable)?;
+        let durability = if self.in_store() {
+            durability
+        } else {
+            Durability::Now
+        };
+        let moved = self.records.advance_record(&record, &done, durability)?;
         *flushed = moved == Transition::Moved;
         Ok(settled_elsewhere(moved, digest)?.unwrap_or(DecisionAnswer { decision }))
     }

@@ -136,7 +136,7 @@ impl CheqRs {
         };
         let created = match durability {
             Durability::Now => self.records.create(&record)?,
-            Durability::Deferred => self.records.create_unflushed(&record)?,
+            Durability::Deferred => self.records.create_with(&record, Durability::Deferred)?,
         };
         if !created {
             return Err(CheqRsError::Mint(

@@ -15,7 +15,7 @@ pub enum Effect {
     /// In the RS's own store (the [`RsStore`](cheq_store::rs::RsStore) given
     /// to [`CheqRs::new`](super::CheqRs::new)), written without a flush of its
     /// own
-    /// ([`Executions::record_unflushed`](cheq_store::rs::Executions::record_unflushed)):
+    /// ([`Executions::record_with`](cheq_store::rs::Executions::record_with), deferred):
     /// the nonce, the `decided` state, the effect and the final state are then
     /// written in that order and made durable together, by one flush with the
     /// final state, before the answer. A crash keeps a prefix of them, which a

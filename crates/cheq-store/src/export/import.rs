@@ -3,6 +3,7 @@
 use super::*;
 use crate::cs::{AccountPutError, Claim, CsStore};
 use crate::rs::RsStore;
+use crate::Durability;
 use crate::{RecordOutcome, StoreError};
 use std::io::BufRead;
 
@@ -119,7 +120,7 @@ fn put_cs(store: &CsStore, line: u64, item: Item) -> Result<(), ImportError> {
             let key = format!("nonce {:?} of {}", record.nonce, record.resource_origin);
             match store
                 .records
-                .claim_unflushed(&record)
+                .claim_with(&record, Durability::Deferred)
                 .map_err(failed(key.clone()))?
             {
                 Claim::Fresh => Ok(()),
@@ -171,7 +172,7 @@ fn put_rs(store: &RsStore, line: u64, item: Item) -> Result<(), ImportError> {
             let key = format!("{:?}", record.id);
             if store
                 .records
-                .create_unflushed(&record)
+                .create_with(&record, Durability::Deferred)
                 .map_err(failed(key.clone()))?
             {
                 Ok(())
@@ -183,7 +184,7 @@ fn put_rs(store: &RsStore, line: u64, item: Item) -> Result<(), ImportError> {
             let key = format!("{nonce:?}");
             match store
                 .nonces
-                .record_unflushed(&nonce, &entry)
+                .record_with(&nonce, &entry, Durability::Deferred)
                 .map_err(failed(key.clone()))?
             {
                 RecordOutcome::Fresh => Ok(()),
@@ -194,7 +195,7 @@ fn put_rs(store: &RsStore, line: u64, item: Item) -> Result<(), ImportError> {
             let shown = format!("{key:?}");
             match store
                 .executions
-                .record_unflushed(&key, &result)
+                .record_with(&key, &result, Durability::Deferred)
                 .map_err(failed(shown.clone()))?
             {
                 Execution::Fresh => Ok(()),

@@ -13,6 +13,7 @@
 use super::nonce_batch::Gatherer;
 use super::{backend, client, corrupt, db_error, decode, encode, Migration, Pg, Source};
 use crate::rs::*;
+use crate::Durability;
 use crate::{
     packed, validate, validate_nonce, NonceEntry, NonceStore, Readiness, RecordOutcome, StoreError,
 };
@@ -253,8 +254,9 @@ impl CheqRecords for PgCheqs {
         id: &str,
         from: &CheqState,
         to: &CheqState,
-        durable: bool,
+        durability: Durability,
     ) -> Result<Transition, StoreError> {
+        let durable = durability == Durability::Now;
         let id = id.to_owned();
         let (from, to) = (from.clone(), to.clone());
         // Read, then write only if the state is still the one read (a
@@ -320,15 +322,16 @@ impl CheqRecords for PgCheqs {
         &self,
         record: &CheqRecord,
         to: &CheqState,
-        durable: bool,
+        durability: Durability,
     ) -> Result<Transition, StoreError> {
+        let durable = durability == Durability::Now;
         let mut next = record.clone();
         next.enter(to.clone());
         // Only a move that drops the document (every move out of `Pending`)
         // is written blind: one that keeps it would have to know where the
         // stored row keeps it.
         if !next.document.is_empty() {
-            return self.advance(&record.id, &record.state, to, durable);
+            return self.advance(&record.id, &record.state, to, durability);
         }
         let id = record.id.clone();
         let from = state_tag(&record.state)?;
@@ -359,7 +362,7 @@ impl CheqRecords for PgCheqs {
         if written == 1 {
             return Ok(Transition::Moved);
         }
-        self.advance(&record.id, &record.state, to, durable)
+        self.advance(&record.id, &record.state, to, durability)
     }
 
     fn collect_expired(&self, cutoff: i64) -> Result<usize, StoreError> {

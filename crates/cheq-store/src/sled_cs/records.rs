@@ -6,6 +6,7 @@ use crate::cs::*;
 use crate::packed;
 use crate::sled_json::{corrupt, decode, encode, key_text, page_after, tree, Durable};
 use crate::sled_store::backend_error;
+use crate::Durability;
 use crate::StoreError;
 
 // ---- decision records ----
@@ -200,14 +201,21 @@ fn document_key(id: &str, document: &str) -> String {
 
 impl DecisionRecords for SledRecords {
     fn claim(&self, record: &DecisionRecord) -> Result<Claim, StoreError> {
-        let claim = self.claim_unflushed(record)?;
+        let claim = self.claim_with(record, Durability::Deferred)?;
         if claim == Claim::Fresh {
             self.flush()?;
         }
         Ok(claim)
     }
 
-    fn claim_unflushed(&self, record: &DecisionRecord) -> Result<Claim, StoreError> {
+    fn claim_with(
+        &self,
+        record: &DecisionRecord,
+        durability: Durability,
+    ) -> Result<Claim, StoreError> {
+        if durability == Durability::Now {
+            return self.claim(record);
+        }
         let id = record.key().id();
         let key = id.as_bytes();
         let was_collected = || {
@@ -287,7 +295,8 @@ impl DecisionRecords for SledRecords {
         Ok(self.get_id(id.as_bytes())?.filter(|r| r.user == user))
     }
 
-    fn update(&self, record: &DecisionRecord, durable: bool) -> Result<(), StoreError> {
+    fn update(&self, record: &DecisionRecord, durability: Durability) -> Result<(), StoreError> {
+        let durable = durability == Durability::Now;
         self.write(record)?;
         if durable {
             self.flush()?;

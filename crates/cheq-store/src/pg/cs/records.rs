@@ -5,6 +5,7 @@ use crate::cs::*;
 use crate::pg::{
     backend, client, corrupt, db_error, decode, encode, pooled, Pg, Source, CALL_TIMEOUT,
 };
+use crate::Durability;
 use crate::{packed, StoreError};
 
 // ---- decision records ----
@@ -238,7 +239,8 @@ impl DecisionRecords for PgRecords {
         )
     }
 
-    fn update(&self, record: &DecisionRecord, durable: bool) -> Result<(), StoreError> {
+    fn update(&self, record: &DecisionRecord, durability: Durability) -> Result<(), StoreError> {
+        let durable = durability == Durability::Now;
         let r = RecordRow::of(record)?;
         let update = move |pool: Source| async move {
             let err = db_error("update");
