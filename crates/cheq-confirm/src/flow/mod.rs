@@ -619,3 +619,102 @@ fn owned(record: DecisionRecord, who: &Identity) -> Result<DecisionRecord, CsErr
     }
     Ok(record)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cheq_store::cs::{Claim, RecordKey};
+    use cheq_store::{Durability, StoreError};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A sled store's decision records, counting how often the outbox is
+    /// read whole (`pending_summary`).
+    struct Counting(Arc<dyn DecisionRecords>, Arc<AtomicUsize>);
+
+    impl DecisionRecords for Counting {
+        fn claim(&self, record: &DecisionRecord) -> Result<Claim, StoreError> {
+            self.0.claim(record)
+        }
+        fn claim_with(&self, r: &DecisionRecord, d: Durability) -> Result<Claim, StoreError> {
+            self.0.claim_with(r, d)
+        }
+        fn get(&self, key: &RecordKey) -> Result<Option<DecisionRecord>, StoreError> {
+            self.0.get(key)
+        }
+        fn by_resource(&self, uri: &str) -> Result<Option<DecisionRecord>, StoreError> {
+            self.0.by_resource(uri)
+        }
+        fn by_id_for_user(&self, u: &str, id: &str) -> Result<Option<DecisionRecord>, StoreError> {
+            self.0.by_id_for_user(u, id)
+        }
+        fn update(&self, r: &DecisionRecord, d: Durability) -> Result<(), StoreError> {
+            self.0.update(r, d)
+        }
+        fn lease_due(&self, now: i64, l: i64, n: usize) -> Result<Vec<DecisionRecord>, StoreError> {
+            self.0.lease_due(now, l, n)
+        }
+        fn pending_summary(&self) -> Result<(usize, Option<i64>), StoreError> {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            self.0.pending_summary()
+        }
+        fn sealed(&self) -> Result<Vec<RecordKey>, StoreError> {
+            self.0.sealed()
+        }
+        fn for_user(&self, u: &str, n: usize) -> Result<Vec<DecisionRecord>, StoreError> {
+            self.0.for_user(u, n)
+        }
+        fn collect_decided_before(&self, cutoff: i64) -> Result<usize, StoreError> {
+            self.0.collect_decided_before(cutoff)
+        }
+        fn list_after(
+            &self,
+            after: Option<&str>,
+            n: usize,
+        ) -> Result<Vec<(String, DecisionRecord)>, StoreError> {
+            self.0.list_after(after, n)
+        }
+        fn collected_after(
+            &self,
+            after: Option<&str>,
+            n: usize,
+        ) -> Result<Vec<(String, i64)>, StoreError> {
+            self.0.collected_after(after, n)
+        }
+        fn restore_collected(&self, id: &str, decided_at: i64) -> Result<(), StoreError> {
+            self.0.restore_collected(id, decided_at)
+        }
+    }
+
+    /// `GET /metrics` reads no stored record, however often it comes: the
+    /// outbox's size is read by the delivery worker now and then
+    /// (`summarise_outbox`), and a scrape renders what it read.
+    #[test]
+    fn a_scrape_reads_no_stored_record() {
+        let (dir, mut store) = cheq_store::sled_cs::temp();
+        let summaries = Arc::new(AtomicUsize::new(0));
+        store.records = Arc::new(Counting(store.records.clone(), summaries.clone()));
+        let clock: Arc<dyn Clock> =
+            Arc::new(cheq_support::time::ManualClock::new(chrono::Utc::now()));
+        let keys = KeyRing::open(&dir.path().join("cs.jwk"), None, "cs", clock.clone()).unwrap();
+        let cs = Cs::new(Deps {
+            public_url: "http://127.0.0.1:9".into(),
+            keys,
+            registry: Registry::default(),
+            store,
+            clock,
+            sealer: Sealer::new(&dir.path().join("sealed"), vec![7; 32]),
+            history: None,
+        })
+        .unwrap();
+        for _ in 0..20 {
+            assert!(cs.metrics_text().contains("cheq_deliveries_pending 0"));
+        }
+        assert_eq!(
+            summaries.load(Ordering::SeqCst),
+            0,
+            "a scrape read the outbox"
+        );
+        cs.summarise_outbox();
+        assert_eq!(summaries.load(Ordering::SeqCst), 1);
+    }
+}
