@@ -1,8 +1,8 @@
 //! Fixtures shared by the tests, the benchmarks and the demo: a confirmation
 //! server and a reference resource server on loopback that trust each other,
 //! as the two TOML configurations they are started from (no I/O: the caller
-//! writes the files and starts the servers); and, from the store crate, what
-//! parts of the test suite need besides Rust ([`can_run`]).
+//! writes the files and starts the servers). What parts of the test suite
+//! need besides Rust is `cheq_store::testing`, for tests only.
 
 use std::path::{Path, PathBuf};
 
@@ -137,5 +137,3 @@ client_secret = "{cs_secret}"
         ))
     }
 }
-
-pub use cheq_store::testing::{can_run, Outside, REQUIRE_ALL_ENV, TEST_DATABASE_ENV};

@@ -109,9 +109,9 @@ fn python_verify(doc: &str) -> std::process::Output {
 
 #[test]
 fn our_documents_verify_with_joserfc() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the JOSE interop tests with Python's joserfc",
-        &[cheq::testkit::Outside::Python("joserfc")],
+        &[cheq::store::testing::Outside::Python("joserfc")],
     ) {
         return;
     }

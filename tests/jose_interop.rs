@@ -143,9 +143,9 @@ fn tampered(doc: &str, i: Option<usize>, member: &str) -> String {
 
 #[test]
 fn node_jose_verifies_every_signature_of_our_decided_cheqs() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the JOSE interop tests with node's jose",
-        &[cheq::testkit::Outside::Node("jose")],
+        &[cheq::store::testing::Outside::Node("jose")],
     ) {
         return;
     }
@@ -200,9 +200,9 @@ fn node_jose_verifies_every_signature_of_our_decided_cheqs() {
 
 #[test]
 fn node_jose_honours_crit() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the JOSE interop tests with node's jose",
-        &[cheq::testkit::Outside::Node("jose")],
+        &[cheq::store::testing::Outside::Node("jose")],
     ) {
         return;
     }
@@ -236,9 +236,9 @@ fn node_jose_honours_crit() {
 /// with the two servers' published keys.
 #[actix_web::test]
 async fn node_jose_verifies_a_decision_of_a_running_cs() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the JOSE interop tests with node's jose",
-        &[cheq::testkit::Outside::Node("jose")],
+        &[cheq::store::testing::Outside::Node("jose")],
     ) {
         return;
     }
@@ -340,9 +340,9 @@ fn cheq_verify(doc: &str, expect: Option<&str>) -> (Option<i32>, String, String)
 
 #[test]
 fn cheqs_node_signs_verify_here() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the JOSE interop tests with node's jose",
-        &[cheq::testkit::Outside::Node("jose")],
+        &[cheq::store::testing::Outside::Node("jose")],
     ) {
         return;
     }
@@ -384,9 +384,9 @@ fn cheqs_node_signs_verify_here() {
 
 #[test]
 fn broken_cheqs_node_signs_are_refused_here() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the JOSE interop tests with node's jose",
-        &[cheq::testkit::Outside::Node("jose")],
+        &[cheq::store::testing::Outside::Node("jose")],
     ) {
         return;
     }

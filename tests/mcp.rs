@@ -255,9 +255,9 @@ fn check_elicitation(env: &Env, el: &Value) {
 
 #[actix_web::test]
 async fn revision_2025_11_25_accept_reject_and_sessions() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the MCP tests with the official Python SDK",
-        &[cheq::testkit::Outside::Python("mcp")],
+        &[cheq::store::testing::Outside::Python("mcp")],
     ) {
         return;
     }
@@ -368,9 +368,9 @@ fn tamper(state: &str, at: usize) -> String {
 
 #[actix_web::test]
 async fn revision_2026_07_28_request_state_binding_accept_and_reject() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the MCP tests with the official Python SDK",
-        &[cheq::testkit::Outside::Python("mcp")],
+        &[cheq::store::testing::Outside::Python("mcp")],
     ) {
         return;
     }
@@ -494,9 +494,9 @@ async fn revision_2026_07_28_request_state_binding_accept_and_reject() {
 
 #[actix_web::test]
 async fn expiry_in_both_revisions_is_a_tool_result() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the MCP tests with the official Python SDK",
-        &[cheq::testkit::Outside::Python("mcp")],
+        &[cheq::store::testing::Outside::Python("mcp")],
     ) {
         return;
     }
@@ -544,9 +544,9 @@ async fn expiry_in_both_revisions_is_a_tool_result() {
 /// §8 and §11: what the user types at the CS never reaches the client.
 #[actix_web::test]
 async fn a_private_value_typed_at_the_cs_never_reaches_the_client() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the MCP tests with the official Python SDK",
-        &[cheq::testkit::Outside::Python("mcp")],
+        &[cheq::store::testing::Outside::Python("mcp")],
     ) {
         return;
     }
@@ -618,9 +618,9 @@ async fn a_private_value_typed_at_the_cs_never_reaches_the_client() {
 /// `cheq mcp --stdio`, launched by the SDK as a subprocess, in both revisions.
 #[actix_web::test]
 async fn stdio_in_both_revisions() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the MCP tests with the official Python SDK",
-        &[cheq::testkit::Outside::Python("mcp")],
+        &[cheq::store::testing::Outside::Python("mcp")],
     ) {
         return;
     }
@@ -709,9 +709,9 @@ async fn origin_and_host_are_checked() {
 /// without one. Beyond loopback, no token means no start.
 #[actix_web::test]
 async fn a_bridge_with_a_token_serves_only_its_bearer() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the MCP tests with the official Python SDK",
-        &[cheq::testkit::Outside::Python("mcp")],
+        &[cheq::store::testing::Outside::Python("mcp")],
     ) {
         return;
     }
@@ -865,9 +865,9 @@ fn completions(py: &mut Py, id: &str) -> usize {
 /// bridge's own watch did, and exactly once either way.
 #[actix_web::test]
 async fn the_completion_notice_comes_once_whoever_collects_first() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the MCP tests with the official Python SDK",
-        &[cheq::testkit::Outside::Python("mcp")],
+        &[cheq::store::testing::Outside::Python("mcp")],
     ) {
         return;
     }
@@ -921,9 +921,9 @@ async fn the_completion_notice_comes_once_whoever_collects_first() {
 /// the slot is taken when the call is checked, before the RS is asked.
 #[actix_web::test]
 async fn calls_made_at_once_in_one_session_stay_within_its_bound() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the MCP tests with the official Python SDK",
-        &[cheq::testkit::Outside::Python("mcp")],
+        &[cheq::store::testing::Outside::Python("mcp")],
     ) {
         return;
     }
@@ -1105,9 +1105,9 @@ async fn relay(
 /// and a pending call's result read no sooner than the RS's `Retry-After`.
 #[actix_web::test]
 async fn the_bridge_keeps_one_token_and_its_connections_and_honours_retry_after() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the MCP tests with the official Python SDK",
-        &[cheq::testkit::Outside::Python("mcp")],
+        &[cheq::store::testing::Outside::Python("mcp")],
     ) {
         return;
     }

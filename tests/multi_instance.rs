@@ -37,9 +37,9 @@ use std::time::{Duration, Instant};
 /// Whether a PostgreSQL server is here for these tests (else they are
 /// skipped, saying so; `scripts/test` starts one).
 fn postgres() -> bool {
-    cheq::testkit::can_run(
+    cheq::store::testing::can_run(
         "the multi-instance tests on PostgreSQL",
-        &[cheq::testkit::Outside::Postgres],
+        &[cheq::store::testing::Outside::Postgres],
     )
 }
 

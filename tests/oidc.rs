@@ -434,9 +434,9 @@ fn confirmation_header(document: &str) -> Value {
 
 #[actix_web::test]
 async fn an_idp_login_decides_an_email_subject_end_to_end() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the OpenID Connect tests with node's oidc-provider",
-        &[cheq::testkit::Outside::Node("oidc")],
+        &[cheq::store::testing::Outside::Node("oidc")],
     ) {
         return;
     }
@@ -612,9 +612,9 @@ async fn an_idp_login_decides_an_email_subject_end_to_end() {
 
 #[actix_web::test]
 async fn an_unverified_email_never_matches() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the OpenID Connect tests with node's oidc-provider",
-        &[cheq::testkit::Outside::Node("oidc")],
+        &[cheq::store::testing::Outside::Node("oidc")],
     ) {
         return;
     }
@@ -657,9 +657,9 @@ async fn an_unverified_email_never_matches() {
 
 #[actix_web::test]
 async fn state_missing_swapped_or_without_cookie_is_refused_and_nothing_is_stored() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the OpenID Connect tests with node's oidc-provider",
-        &[cheq::testkit::Outside::Node("oidc")],
+        &[cheq::store::testing::Outside::Node("oidc")],
     ) {
         return;
     }
@@ -741,9 +741,9 @@ async fn state_missing_swapped_or_without_cookie_is_refused_and_nothing_is_store
 /// ends, it signs in. The password form from that address is not locked.
 #[actix_web::test]
 async fn failed_callbacks_are_limited_per_address_before_a_code_is_redeemed() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the OpenID Connect tests with node's oidc-provider",
-        &[cheq::testkit::Outside::Node("oidc")],
+        &[cheq::store::testing::Outside::Node("oidc")],
     ) {
         return;
     }
@@ -785,9 +785,9 @@ async fn failed_callbacks_are_limited_per_address_before_a_code_is_redeemed() {
 /// trouble: 400, counted against the address like every bad callback.
 #[actix_web::test]
 async fn a_replayed_callback_is_the_callers_fault_and_counted() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the OpenID Connect tests with node's oidc-provider",
-        &[cheq::testkit::Outside::Node("oidc")],
+        &[cheq::store::testing::Outside::Node("oidc")],
     ) {
         return;
     }
@@ -844,9 +844,9 @@ async fn a_replayed_callback_is_the_callers_fault_and_counted() {
 
 #[actix_web::test]
 async fn every_bad_id_token_is_refused_by_its_own_rule() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the OpenID Connect tests with node's oidc-provider",
-        &[cheq::testkit::Outside::Node("oidc")],
+        &[cheq::store::testing::Outside::Node("oidc")],
     ) {
         return;
     }
@@ -945,9 +945,9 @@ async fn carol_accepts(
 /// `auth_time` 0, which claims no freshness (§5 requires the member).
 #[actix_web::test]
 async fn an_unreported_auth_time_is_stated_as_unknown() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the OpenID Connect tests with node's oidc-provider",
-        &[cheq::testkit::Outside::Node("oidc")],
+        &[cheq::store::testing::Outside::Node("oidc")],
     ) {
         return;
     }
@@ -976,9 +976,9 @@ async fn an_unreported_auth_time_is_stated_as_unknown() {
 /// `auth_time`), and the countersignature states the time it reports.
 #[actix_web::test]
 async fn an_unreported_auth_time_is_never_fresh_enough() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the OpenID Connect tests with node's oidc-provider",
-        &[cheq::testkit::Outside::Node("oidc")],
+        &[cheq::store::testing::Outside::Node("oidc")],
     ) {
         return;
     }
@@ -1023,9 +1023,9 @@ async fn an_unreported_auth_time_is_never_fresh_enough() {
 
 #[actix_web::test]
 async fn max_auth_age_sends_people_back_to_sign_in() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the OpenID Connect tests with node's oidc-provider",
-        &[cheq::testkit::Outside::Node("oidc")],
+        &[cheq::store::testing::Outside::Node("oidc")],
     ) {
         return;
     }

@@ -111,9 +111,9 @@ fn the_voice_text_reads_every_fact_speakably() {
 
 #[test]
 fn the_ssml_is_well_formed_and_marks_characters_dates_and_money() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the voice tests that parse SSML with Python",
-        &[cheq::testkit::Outside::Python("xml.dom.minidom")],
+        &[cheq::store::testing::Outside::Python("xml.dom.minidom")],
     ) {
         return;
     }
@@ -141,9 +141,9 @@ fn the_ssml_is_well_formed_and_marks_characters_dates_and_money() {
 
 #[test]
 fn values_that_look_like_markup_are_escaped() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the voice tests that parse SSML with Python",
-        &[cheq::testkit::Outside::Python("xml.dom.minidom")],
+        &[cheq::store::testing::Outside::Python("xml.dom.minidom")],
     ) {
         return;
     }
@@ -161,9 +161,9 @@ fn values_that_look_like_markup_are_escaped() {
 
 #[test]
 fn deceptive_text_is_warned_about_in_both_views() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the voice tests that parse SSML with Python",
-        &[cheq::testkit::Outside::Python("xml.dom.minidom")],
+        &[cheq::store::testing::Outside::Python("xml.dom.minidom")],
     ) {
         return;
     }
@@ -254,9 +254,9 @@ fn names_and_descriptions_never_supply_a_currency() {
 /// name or description claims; the page and the voice both carry it.
 #[test]
 fn parameter_unit_names_the_currency_or_unit() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the voice tests that parse SSML with Python",
-        &[cheq::testkit::Outside::Python("xml.dom.minidom")],
+        &[cheq::store::testing::Outside::Python("xml.dom.minidom")],
     ) {
         return;
     }
@@ -380,9 +380,9 @@ fn wav_info(bytes: &[u8]) -> (u32, u16, u16, usize) {
 
 #[test]
 fn espeak_ng_speaks_the_ssml() {
-    if !cheq::testkit::can_run(
+    if !cheq::store::testing::can_run(
         "the speech test with espeak-ng",
-        &[cheq::testkit::Outside::Program("espeak-ng")],
+        &[cheq::store::testing::Outside::Program("espeak-ng")],
     ) {
         return;
     }

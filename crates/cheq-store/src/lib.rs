@@ -38,6 +38,8 @@ pub mod sled_cs;
 mod sled_json;
 pub mod sled_rs;
 mod sled_store;
+/// For tests only (this crate's, and other crates' with `test-support`).
+#[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod throttle;
 

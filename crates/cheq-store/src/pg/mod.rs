@@ -33,10 +33,12 @@ mod local;
 mod nonce_batch;
 pub mod rs;
 mod schema;
+#[cfg(any(test, feature = "test-support"))]
 mod testdb;
 pub mod tls;
 
 pub use schema::{applied, Migration, SchemaReadiness};
+#[cfg(any(test, feature = "test-support"))]
 pub use testdb::{fresh_database, test_database, test_database_or_skip, TEST_DATABASE_ENV};
 
 use super::StoreError;
