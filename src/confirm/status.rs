@@ -123,7 +123,12 @@ pub fn every_error() -> Vec<(CsError, u16)> {
             )),
             503,
         ),
-        (CsError::Internal("sled exploded".into()), 500),
+        (
+            CsError::Internal(crate::confirm::flow::Internal::Cookie(
+                "sled exploded".into(),
+            )),
+            500,
+        ),
     ]
 }
 

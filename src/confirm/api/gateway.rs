@@ -252,7 +252,9 @@ impl FromRequest for ApiUser {
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let user = match req.app_data::<web::Data<Api>>() {
             Some(api) => api.user(authorization(req)).map(ApiUser),
-            None => Err(json_error(CsError::Internal("no API state".into()))),
+            None => Err(json_error(CsError::Internal(
+                crate::confirm::flow::Internal::Missing("the API's state"),
+            ))),
         };
         ready(user)
     }

@@ -41,7 +41,10 @@ pub fn json_error(e: CsError) -> JsonError {
     let (status, code) = crate::confirm::status::of(&e);
     let description = match &e {
         CsError::Internal(detail) => {
-            log::error!("internal error: {}", crate::text::one_line(detail));
+            log::error!(
+                "internal error: {}",
+                crate::text::one_line(&detail.to_string())
+            );
             "internal error".to_owned()
         }
         CsError::Unavailable(detail) => {

@@ -30,7 +30,9 @@ impl Visitor {
 
 fn state(req: &HttpRequest) -> Result<&web::Data<CsState>, CsError> {
     req.app_data::<web::Data<CsState>>()
-        .ok_or_else(|| CsError::Internal("no state".into()))
+        .ok_or(CsError::Internal(crate::confirm::flow::Internal::Missing(
+            "the server's state",
+        )))
 }
 
 fn visitor(req: &HttpRequest) -> Result<Visitor, CsError> {

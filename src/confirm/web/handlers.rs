@@ -12,7 +12,8 @@ use super::{
 use crate::cheq::{Channel, Decision};
 use crate::confirm::auth::{identity_of, Authenticator, Budget, LimitKey};
 use crate::confirm::flow::{
-    BadRequest, Collected, CsError, DecideError, DecisionRequest, InputProblems, Loaded, Open,
+    BadRequest, Collected, CsError, DecideError, DecisionRequest, InputProblems, Internal, Loaded,
+    Open,
 };
 use crate::store::cs::DecisionRecord;
 use actix_web::cookie::Cookie;
@@ -151,7 +152,7 @@ fn begin(state: &CsState, req: &HttpRequest, visitor: &Visitor, uri: &str) -> Pa
         let mut res = to_login(&format!("{}?{query}", state.start_path));
         if fresh {
             res.add_cookie(&session_cookie(state, &pre_login))
-                .map_err(|e| CsError::Internal(e.to_string()))?;
+                .map_err(|e| CsError::Internal(Internal::Cookie(e.to_string())))?;
         }
         return Ok(res);
     }
@@ -269,7 +270,7 @@ pub(super) async fn login_form(
     let mut res = html(StatusCode::OK, render(&page)?);
     if fresh {
         res.add_cookie(&session_cookie(&state, &id))
-            .map_err(|e| CsError::Internal(e.to_string()))?;
+            .map_err(|e| CsError::Internal(Internal::Cookie(e.to_string())))?;
     }
     Ok(res)
 }
@@ -359,7 +360,7 @@ pub(super) async fn login(
         .create(Some(identity_of(&account, "pwd", t)), t)?;
     let mut res = see_other(&after_sign_in(&state, Some(&old_id), &next));
     res.add_cookie(&session_cookie(&state, &id))
-        .map_err(|e| CsError::Internal(e.to_string()))?;
+        .map_err(|e| CsError::Internal(Internal::Cookie(e.to_string())))?;
     Ok(res)
 }
 
@@ -403,7 +404,7 @@ pub(super) async fn logout(
             };
             let mut res = html(StatusCode::OK, render(&page)?);
             res.add_cookie(&session_cookie(&state, &pre_login))
-                .map_err(|e| CsError::Internal(e.to_string()))?;
+                .map_err(|e| CsError::Internal(Internal::Cookie(e.to_string())))?;
             Ok(res)
         }
         None => {
@@ -414,7 +415,7 @@ pub(super) async fn logout(
                 .finish();
             gone.make_removal();
             res.add_cookie(&gone)
-                .map_err(|e| CsError::Internal(e.to_string()))?;
+                .map_err(|e| CsError::Internal(Internal::Cookie(e.to_string())))?;
             Ok(res)
         }
     }

@@ -115,7 +115,10 @@ impl ResponseError for WebError {
         let status = self.status_code();
         match e {
             CsError::Internal(detail) => {
-                log::error!("internal error: {}", crate::text::one_line(detail));
+                log::error!(
+                    "internal error: {}",
+                    crate::text::one_line(&detail.to_string())
+                );
             }
             CsError::Unavailable(detail) => {
                 log::warn!("{}", crate::text::one_line(&detail.to_string()))

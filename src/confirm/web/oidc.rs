@@ -6,7 +6,7 @@
 
 use super::{safe_next, see_other, session_cookie, CsState, Visitor, WebError};
 use crate::confirm::auth::limits::LimitKey;
-use crate::confirm::flow::CsError;
+use crate::confirm::flow::{CsError, Internal};
 use crate::confirm::oidc::{account_for, identity_of, Callback, LoginError};
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::http::{header, StatusCode};
@@ -179,7 +179,7 @@ pub(super) async fn callback(
     let login_for_store = login.clone();
     let account = web::block(move || account_for(&*accounts, &login_for_store))
         .await
-        .map_err(|e| CsError::Internal(e.to_string()))?
+        .map_err(|_| CsError::Internal(Internal::Task("account")))?
         .map_err(LoginFailure)?;
     let now = state.cs.now().timestamp();
     // A new session id at sign-in (no session fixation).
@@ -202,14 +202,14 @@ pub(super) async fn callback(
         &next,
     ));
     res.add_cookie(&session_cookie(&state, &id))
-        .map_err(|e| CsError::Internal(e.to_string()))?;
+        .map_err(|e| CsError::Internal(Internal::Cookie(e.to_string())))?;
     let mut gone = Cookie::build(pending_cookie_name(state.secure_cookies), "")
         .path("/")
         .secure(state.secure_cookies)
         .finish();
     gone.make_removal();
     res.add_cookie(&gone)
-        .map_err(|e| CsError::Internal(e.to_string()))?;
+        .map_err(|e| CsError::Internal(Internal::Cookie(e.to_string())))?;
     Ok(res)
 }
 

@@ -2,7 +2,7 @@
 //! the words a person reads: titles and messages of errors, the state of a
 //! delivery. Every page is rendered here; handlers only fill these structs.
 
-use crate::confirm::flow::{CsError, InputProblems};
+use crate::confirm::flow::{CsError, InputProblems, Internal};
 use crate::confirm::view::CheqView;
 use crate::store::cs::{DecisionRecord, Delivery, Refusal};
 use askama::Template;
@@ -130,7 +130,7 @@ pub struct ErrorPage<'a> {
 /// Renders a page; a template failure is an internal error.
 pub fn render(t: &impl Template) -> Result<String, CsError> {
     t.render()
-        .map_err(|e| CsError::Internal(format!("template: {e}")))
+        .map_err(|e| CsError::Internal(Internal::Template(e.to_string())))
 }
 
 /// A time as pages show it.

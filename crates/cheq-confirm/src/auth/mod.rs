@@ -234,10 +234,10 @@ pub async fn hashing<T: Send + 'static>(
         .permits
         .acquire()
         .await
-        .map_err(|_| CsError::Internal("hashing closed".into()))?;
+        .map_err(|_| CsError::Internal(crate::flow::Internal::Task("hashing")))?;
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|_| CsError::Internal("the hashing task failed".into()))
+        .map_err(|_| CsError::Internal(crate::flow::Internal::Task("hashing")))
 }
 
 /// The name of the file, in the data directory, of the PIN pepper: a secret

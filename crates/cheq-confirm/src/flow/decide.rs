@@ -9,7 +9,7 @@
 //! anything is delivered.
 
 use super::inputs::{validate_collected, Collected, InputProblems};
-use super::{owned, stripe, Cs, CsError, Open, PAGE_DEADLINE};
+use super::{owned, stripe, Cs, CsError, Internal, Open, PAGE_DEADLINE};
 use crate::seal::collected_digests;
 use crate::view::CheqView;
 use cheq_core::cheq::{Channel, Decision};
@@ -176,7 +176,7 @@ impl Cs {
                     )
                 })
                 .await
-                .map_err(|_| CsError::Internal("the signing task failed".into()))??
+                .map_err(|_| CsError::Internal(Internal::Task("signing")))??
             }
         };
         self.forget(id);
@@ -225,7 +225,7 @@ impl Cs {
         let record_id = key.id();
         let _guard = self.locks[stripe(&record_id)]
             .lock()
-            .map_err(|_| CsError::Internal("lock poisoned".into()))?;
+            .map_err(|_| CsError::Internal(Internal::Poisoned))?;
         // A double click, a second tab, a replayed form, a decision made on
         // another instance: no second countersignature (§6), not even one
         // thrown away. (Across instances deciding at the same moment, the
@@ -269,7 +269,7 @@ impl Cs {
         let document = if sensitive {
             self.sealer
                 .seal(&record_id, &document)
-                .map_err(|e| CsError::Internal(e.to_string()))?
+                .map_err(|e| CsError::Internal(Internal::Seal(Arc::new(e))))?
         } else {
             document
         };

@@ -9,6 +9,30 @@ use cheq_store::StoreError;
 use cheq_support::keyring::KeyRingError;
 use std::sync::Arc;
 
+/// What broke inside the CS (500): never the request's doing, and never
+/// shown to a person or a program beyond "internal error" (the log has it).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Internal {
+    #[error("{0}")]
+    Store(Arc<StoreError>),
+    #[error("{0}")]
+    Auth(Arc<AuthError>),
+    #[error("a registered resource server's keys: {0}")]
+    Trust(cheq_core::sign::TrustError),
+    #[error("sealing a document: {0}")]
+    Seal(Arc<crate::seal::SealError>),
+    #[error("the {0} task ended before it answered")]
+    Task(&'static str),
+    #[error("a lock was poisoned")]
+    Poisoned,
+    #[error("the page could not be rendered: {0}")]
+    Template(String),
+    #[error("a cookie could not be set: {0}")]
+    Cookie(String),
+    #[error("{0} is missing")]
+    Missing(&'static str),
+}
+
 /// What is wrong with a request as sent (400).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum BadRequest {
@@ -76,14 +100,14 @@ pub enum CsError {
     #[error("the service cannot sign decisions right now; try again later")]
     SigningUnavailable(Arc<KeyRingError>),
     #[error("internal error: {0}")]
-    Internal(String),
+    Internal(Internal),
 }
 
 impl From<StoreError> for CsError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unavailable { .. } => CsError::Unavailable(Arc::new(e)),
-            e => CsError::Internal(e.to_string()),
+            e => CsError::Internal(Internal::Store(Arc::new(e))),
         }
     }
 }
@@ -92,7 +116,7 @@ impl From<AuthError> for CsError {
     fn from(e: AuthError) -> Self {
         match e {
             AuthError::Store(e) => e.into(),
-            e => CsError::Internal(e.to_string()),
+            e => CsError::Internal(Internal::Auth(Arc::new(e))),
         }
     }
 }

@@ -26,7 +26,7 @@ pub mod error;
 pub mod inputs;
 
 pub use decide::{DecideError, Decided, DecisionRequest};
-pub use error::{BadRequest, CsError};
+pub use error::{BadRequest, CsError, Internal};
 pub use inputs::{Collected, InputProblems};
 
 use super::fetch::{FetchError, RsClient};
@@ -225,7 +225,7 @@ impl Cs {
         for (origin, rs) in deps.registry.iter() {
             trust
                 .add(true, &origin, rs.keys.source())
-                .map_err(|e| CsError::Internal(e.to_string()))?;
+                .map_err(|e| CsError::Internal(Internal::Trust(e)))?;
         }
         Ok(Cs {
             cs_origin: origin_of(&deps.public_url),
@@ -596,7 +596,7 @@ impl Cs {
                 let clear = self
                     .sealer
                     .open(record_id, &r.document)
-                    .map_err(|e| CsError::Internal(e.to_string()))?;
+                    .map_err(|e| CsError::Internal(Internal::Seal(Arc::new(e))))?;
                 Ok(redact(
                     self.sealer.evidence_key(),
                     &clear,
