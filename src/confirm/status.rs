@@ -95,7 +95,14 @@ pub fn every_error() -> Vec<(CsError, u16)> {
             CsError::NotCountersignable(crate::cheq::CountersignableError::BadNonce),
             422,
         ),
-        (CsError::Expired("2026-01-01T00:00:00Z".into()), 410),
+        (
+            CsError::Expired(
+                chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+                    .unwrap()
+                    .to_utc(),
+            ),
+            410,
+        ),
         (CsError::Gone, 410),
         (CsError::DecidedBefore, 410),
         (CsError::Changed, 409),

@@ -243,7 +243,7 @@ mod tests {
         let store = JsonError::from(CheqRsError::Store(backend()));
         assert_eq!(store.description, "internal storage error");
         let expired = JsonError::from(CheqRsError::from(VerifyError::Expired {
-            expires: "then".into(),
+            expires: chrono::Utc::now(),
         }));
         assert_eq!(expired.code, "expired");
     }

@@ -73,8 +73,8 @@ pub enum CsError {
     KeysPending { origin: String, retry_after: i64 },
     #[error("{0}")]
     NotCountersignable(CountersignableError),
-    #[error("this request expired at {0}")]
-    Expired(String),
+    #[error("this request expired at {}", .0.to_rfc3339())]
+    Expired(chrono::DateTime<chrono::Utc>),
     #[error("the resource server says this request has expired or was already decided")]
     Gone,
     #[error("this request was decided here before, and that decision is no longer kept: it is not confirmed again")]

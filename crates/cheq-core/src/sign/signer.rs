@@ -27,8 +27,8 @@ pub enum SignError {
 pub enum CountersignError {
     #[error("the CHEQ is for \"{subject}\", not \"{user}\"")]
     SubjectMismatch { subject: String, user: String },
-    #[error("the CHEQ expired at {0}")]
-    Expired(String),
+    #[error("the CHEQ expired at {}", .0.to_rfc3339())]
+    Expired(chrono::DateTime<chrono::Utc>),
     #[error("the CHEQ is dated {date}, later than now ({now}) plus the clock skew")]
     DatedInFuture { date: String, now: String },
     #[error("\"amr\" must name at least one authentication method")]
@@ -98,7 +98,7 @@ pub fn countersign(
         });
     }
     if now > fields.expires + chrono::Duration::seconds(CLOCK_SKEW_SECS) {
-        return Err(CountersignError::Expired(fields.expires.to_rfc3339()));
+        return Err(CountersignError::Expired(fields.expires));
     }
     // §4: a CHEQ dated later than now plus the skew is never countersigned,
     // even one verified earlier against another clock.

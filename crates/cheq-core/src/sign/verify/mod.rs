@@ -121,8 +121,10 @@ pub enum VerifyError {
     ResourceUriMismatch { expected: String, found: String },
     #[error("\"confirmation uri\" is {found}, not this confirmation server ({expected})")]
     ConfirmationUriMismatch { expected: String, found: String },
-    #[error("the CHEQ expired at {expires}")]
-    Expired { expires: String },
+    #[error("the CHEQ expired at {}", expires.to_rfc3339())]
+    Expired {
+        expires: chrono::DateTime<chrono::Utc>,
+    },
     #[error(
         "the CHEQ is dated {date}, later than now ({now}) plus the {CLOCK_SKEW_SECS} s clock skew"
     )]

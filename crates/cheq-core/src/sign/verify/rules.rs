@@ -334,7 +334,7 @@ pub(super) fn check_not_expired(
 ) -> Result<(), VerifyError> {
     if ctx.now > fields.expires + chrono::Duration::seconds(CLOCK_SKEW_SECS) {
         return Err(VerifyError::Expired {
-            expires: fields.expires.to_rfc3339(),
+            expires: fields.expires,
         });
     }
     Ok(())
