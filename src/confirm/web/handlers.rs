@@ -6,17 +6,15 @@ use super::pages::{
     OutcomePage, ProviderLink, StartPage,
 };
 use super::{
-    check_csrf, safe_next, see_other, session_cookie, to_login, CsState, SignedIn, Visitor,
-    WebError, MAX_FORM,
+    check_csrf, removal, safe_next, see_other, session_cookie, set_cookie, to_login, CsState,
+    SignedIn, Visitor, WebError, MAX_FORM,
 };
 use crate::cheq::{Channel, Decision};
 use crate::confirm::auth::{identity_of, Authenticator, Budget, LimitKey};
 use crate::confirm::flow::{
-    BadRequest, Collected, CsError, DecideError, DecisionRequest, InputProblems, Internal, Loaded,
-    Open,
+    BadRequest, Collected, CsError, DecideError, DecisionRequest, InputProblems, Loaded, Open,
 };
 use crate::store::cs::DecisionRecord;
-use actix_web::cookie::Cookie;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use indexmap::IndexMap;
@@ -151,8 +149,7 @@ fn begin(state: &CsState, req: &HttpRequest, visitor: &Visitor, uri: &str) -> Pa
         .unwrap_or_default();
         let mut res = to_login(&format!("{}?{query}", state.start_path));
         if fresh {
-            res.add_cookie(&session_cookie(state, &pre_login))
-                .map_err(|e| CsError::Internal(Internal::Cookie(e.to_string())))?;
+            set_cookie(&mut res, &session_cookie(state, &pre_login))?;
         }
         return Ok(res);
     }
@@ -269,8 +266,7 @@ pub(super) async fn login_form(
     };
     let mut res = html(StatusCode::OK, render(&page)?);
     if fresh {
-        res.add_cookie(&session_cookie(&state, &id))
-            .map_err(|e| CsError::Internal(Internal::Cookie(e.to_string())))?;
+        set_cookie(&mut res, &session_cookie(&state, &id))?;
     }
     Ok(res)
 }
@@ -359,8 +355,7 @@ pub(super) async fn login(
         .sessions
         .create(Some(identity_of(&account, "pwd", t)), t)?;
     let mut res = see_other(&after_sign_in(&state, Some(&old_id), &next));
-    res.add_cookie(&session_cookie(&state, &id))
-        .map_err(|e| CsError::Internal(Internal::Cookie(e.to_string())))?;
+    set_cookie(&mut res, &session_cookie(&state, &id))?;
     Ok(res)
 }
 
@@ -403,19 +398,18 @@ pub(super) async fn logout(
                 ..login_page(&state, "/history", &csrf, None, "", None)
             };
             let mut res = html(StatusCode::OK, render(&page)?);
-            res.add_cookie(&session_cookie(&state, &pre_login))
-                .map_err(|e| CsError::Internal(Internal::Cookie(e.to_string())))?;
+            set_cookie(&mut res, &session_cookie(&state, &pre_login))?;
             Ok(res)
         }
         None => {
             let mut res = see_other("/login");
-            let mut gone = Cookie::build(super::session_cookie_name(state.secure_cookies), "")
-                .path("/")
-                .secure(state.secure_cookies)
-                .finish();
-            gone.make_removal();
-            res.add_cookie(&gone)
-                .map_err(|e| CsError::Internal(Internal::Cookie(e.to_string())))?;
+            set_cookie(
+                &mut res,
+                &removal(
+                    super::session_cookie_name(state.secure_cookies),
+                    state.secure_cookies,
+                ),
+            )?;
             Ok(res)
         }
     }

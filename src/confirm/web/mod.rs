@@ -268,6 +268,19 @@ fn session_cookie(state: &CsState, id: &str) -> Cookie<'static> {
         .finish()
 }
 
+/// Adds `cookie` to `res` (a cookie that cannot be encoded is the CS's fault).
+fn set_cookie(res: &mut HttpResponse, cookie: &Cookie<'_>) -> Result<(), CsError> {
+    res.add_cookie(cookie)
+        .map_err(|e| CsError::Internal(crate::confirm::flow::Internal::Cookie(e.to_string())))
+}
+
+/// A cookie that removes the cookie `name` (path `/`).
+fn removal(name: &'static str, secure: bool) -> Cookie<'static> {
+    let mut gone = Cookie::build(name, "").path("/").secure(secure).finish();
+    gone.make_removal();
+    gone
+}
+
 /// Only local paths are followed after login (no open redirect).
 fn safe_next(next: Option<&str>) -> String {
     // A local path of plain URL characters only: browsers drop tabs and line

@@ -4,7 +4,9 @@
 //! [`crate::confirm::oidc`], creates the session and goes back to `next`.
 //! Failures are pages ([`LoginFailure`]), one status per kind, in one place.
 
-use super::{safe_next, see_other, session_cookie, CsState, Visitor, WebError};
+use super::{
+    removal, safe_next, see_other, session_cookie, set_cookie, CsState, Visitor, WebError,
+};
 use crate::confirm::auth::limits::LimitKey;
 use crate::confirm::flow::{CsError, Internal};
 use crate::confirm::oidc::{account_for, identity_of, Callback, LoginError};
@@ -201,15 +203,14 @@ pub(super) async fn callback(
         pre_login.as_deref(),
         &next,
     ));
-    res.add_cookie(&session_cookie(&state, &id))
-        .map_err(|e| CsError::Internal(Internal::Cookie(e.to_string())))?;
-    let mut gone = Cookie::build(pending_cookie_name(state.secure_cookies), "")
-        .path("/")
-        .secure(state.secure_cookies)
-        .finish();
-    gone.make_removal();
-    res.add_cookie(&gone)
-        .map_err(|e| CsError::Internal(Internal::Cookie(e.to_string())))?;
+    set_cookie(&mut res, &session_cookie(&state, &id))?;
+    set_cookie(
+        &mut res,
+        &removal(
+            pending_cookie_name(state.secure_cookies),
+            state.secure_cookies,
+        ),
+    )?;
     Ok(res)
 }
 

@@ -82,18 +82,42 @@ pub fn import_cs(store: &CsStore, input: &mut dyn BufRead) -> Result<Counts, Imp
     Ok(counts)
 }
 
-/// Writes one item of a CS stream.
-fn put_cs(store: &CsStore, line: u64, item: Item) -> Result<(), ImportError> {
-    let kind = item.kind();
-    let failed = |key: String| {
+/// Where an item is in the stream, for what its import may fail with.
+#[derive(Clone, Copy)]
+struct At {
+    line: u64,
+    kind: &'static str,
+}
+
+impl At {
+    /// The store refused the item's write.
+    fn failed(self, key: String) -> impl FnOnce(StoreError) -> ImportError {
         move |source| ImportError::Store {
-            line,
-            kind,
+            line: self.line,
+            kind: self.kind,
             key,
             source,
         }
+    }
+
+    /// The store holds the item already.
+    fn twice(self, key: String) -> ImportError {
+        ImportError::Duplicate {
+            line: self.line,
+            kind: self.kind,
+            key,
+        }
+    }
+}
+
+/// Writes one item of a CS stream.
+fn put_cs(store: &CsStore, line: u64, item: Item) -> Result<(), ImportError> {
+    let at = At {
+        line,
+        kind: item.kind(),
     };
-    let twice = |key: String| ImportError::Duplicate { line, kind, key };
+    let failed = |key: String| at.failed(key);
+    let twice = |key: String| at.twice(key);
     match item {
         Item::Account(account) => match store.accounts.put(&account, false) {
             Ok(()) => Ok(()),
@@ -134,7 +158,7 @@ fn put_cs(store: &CsStore, line: u64, item: Item) -> Result<(), ImportError> {
         Item::Cheq(_) | Item::Nonce { .. } | Item::Execution { .. } => Err(ImportError::Line {
             line,
             cause: LineError::OtherServer {
-                kind,
+                kind: at.kind,
                 server: Server::Rs,
             },
         }),
@@ -157,16 +181,12 @@ pub fn import_rs(store: &RsStore, input: &mut dyn BufRead) -> Result<Counts, Imp
 
 /// Writes one item of an RS stream.
 fn put_rs(store: &RsStore, line: u64, item: Item) -> Result<(), ImportError> {
-    let kind = item.kind();
-    let failed = |key: String| {
-        move |source| ImportError::Store {
-            line,
-            kind,
-            key,
-            source,
-        }
+    let at = At {
+        line,
+        kind: item.kind(),
     };
-    let twice = |key: String| ImportError::Duplicate { line, kind, key };
+    let failed = |key: String| at.failed(key);
+    let twice = |key: String| at.twice(key);
     match item {
         Item::Cheq(record) => {
             let key = format!("{:?}", record.id);
@@ -206,7 +226,7 @@ fn put_rs(store: &RsStore, line: u64, item: Item) -> Result<(), ImportError> {
             Err(ImportError::Line {
                 line,
                 cause: LineError::OtherServer {
-                    kind,
+                    kind: at.kind,
                     server: Server::Cs,
                 },
             })
