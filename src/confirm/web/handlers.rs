@@ -190,9 +190,10 @@ pub(super) fn after_sign_in(state: &CsState, pre_login_id: Option<&str>, next: &
         match state.cs.start(&uri) {
             Ok(id) => Some(format!("/c/{id}")),
             Err(e) => {
+                // Its code only: the text of a refusal may name the URI.
                 tracing::info!(
                     "a confirmation could not be started after sign-in: {}",
-                    crate::text::one_line(&e.to_string())
+                    crate::confirm::status::of(&e).1
                 );
                 None
             }
