@@ -141,12 +141,18 @@ fn tampered(doc: &str, i: Option<usize>, member: &str) -> String {
 // node verifies what we sign
 // ---------------------------------------------------------------------------
 
-#[test]
-fn node_jose_verifies_every_signature_of_our_decided_cheqs() {
-    if !cheq::store::testing::can_run(
+/// Whether JOSE interop tests with node's jose can run here (else they are skipped,
+/// saying so; `scripts/test` installs what they need).
+fn node_jose() -> bool {
+    cheq::store::testing::can_run(
         "the JOSE interop tests with node's jose",
         &[cheq::store::testing::Outside::Node("jose")],
-    ) {
+    )
+}
+
+#[test]
+fn node_jose_verifies_every_signature_of_our_decided_cheqs() {
+    if !node_jose() {
         return;
     }
     let (rs_jwks, cs_jwks) = (fixture("rs.public.json"), fixture("cs.public.json"));
@@ -200,10 +206,7 @@ fn node_jose_verifies_every_signature_of_our_decided_cheqs() {
 
 #[test]
 fn node_jose_honours_crit() {
-    if !cheq::store::testing::can_run(
-        "the JOSE interop tests with node's jose",
-        &[cheq::store::testing::Outside::Node("jose")],
-    ) {
+    if !node_jose() {
         return;
     }
     // A document whose resource header marks a parameter critical that
@@ -236,10 +239,7 @@ fn node_jose_honours_crit() {
 /// with the two servers' published keys.
 #[actix_web::test]
 async fn node_jose_verifies_a_decision_of_a_running_cs() {
-    if !cheq::store::testing::can_run(
-        "the JOSE interop tests with node's jose",
-        &[cheq::store::testing::Outside::Node("jose")],
-    ) {
+    if !node_jose() {
         return;
     }
     let env = Env::start(Options {
@@ -340,10 +340,7 @@ fn cheq_verify(doc: &str, expect: Option<&str>) -> (Option<i32>, String, String)
 
 #[test]
 fn cheqs_node_signs_verify_here() {
-    if !cheq::store::testing::can_run(
-        "the JOSE interop tests with node's jose",
-        &[cheq::store::testing::Outside::Node("jose")],
-    ) {
+    if !node_jose() {
         return;
     }
     let ctx = Context::at(Utc::now());
@@ -384,10 +381,7 @@ fn cheqs_node_signs_verify_here() {
 
 #[test]
 fn broken_cheqs_node_signs_are_refused_here() {
-    if !cheq::store::testing::can_run(
-        "the JOSE interop tests with node's jose",
-        &[cheq::store::testing::Outside::Node("jose")],
-    ) {
+    if !node_jose() {
         return;
     }
     let ctx = Context::at(Utc::now());

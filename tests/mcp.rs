@@ -253,12 +253,18 @@ fn check_elicitation(env: &Env, el: &Value) {
     assert!(!url.contains("alice"), "{url}");
 }
 
-#[actix_web::test]
-async fn revision_2025_11_25_accept_reject_and_sessions() {
-    if !cheq::store::testing::can_run(
+/// Whether MCP tests with the official Python SDK can run here (else they are skipped,
+/// saying so; `scripts/test` installs what they need).
+fn python_sdk() -> bool {
+    cheq::store::testing::can_run(
         "the MCP tests with the official Python SDK",
         &[cheq::store::testing::Outside::Python("mcp")],
-    ) {
+    )
+}
+
+#[actix_web::test]
+async fn revision_2025_11_25_accept_reject_and_sessions() {
+    if !python_sdk() {
         return;
     }
     let env = Env::start(Options::default()).await;
@@ -368,10 +374,7 @@ fn tamper(state: &str, at: usize) -> String {
 
 #[actix_web::test]
 async fn revision_2026_07_28_request_state_binding_accept_and_reject() {
-    if !cheq::store::testing::can_run(
-        "the MCP tests with the official Python SDK",
-        &[cheq::store::testing::Outside::Python("mcp")],
-    ) {
+    if !python_sdk() {
         return;
     }
     let env = Env::start(Options::default()).await;
@@ -494,10 +497,7 @@ async fn revision_2026_07_28_request_state_binding_accept_and_reject() {
 
 #[actix_web::test]
 async fn expiry_in_both_revisions_is_a_tool_result() {
-    if !cheq::store::testing::can_run(
-        "the MCP tests with the official Python SDK",
-        &[cheq::store::testing::Outside::Python("mcp")],
-    ) {
+    if !python_sdk() {
         return;
     }
     let clock = std::sync::Arc::new(cheq::time::ManualClock::new(chrono::Utc::now()));
@@ -544,10 +544,7 @@ async fn expiry_in_both_revisions_is_a_tool_result() {
 /// §8 and §11: what the user types at the CS never reaches the client.
 #[actix_web::test]
 async fn a_private_value_typed_at_the_cs_never_reaches_the_client() {
-    if !cheq::store::testing::can_run(
-        "the MCP tests with the official Python SDK",
-        &[cheq::store::testing::Outside::Python("mcp")],
-    ) {
+    if !python_sdk() {
         return;
     }
     const FROM: &str = "31415926535";
@@ -618,10 +615,7 @@ async fn a_private_value_typed_at_the_cs_never_reaches_the_client() {
 /// `cheq mcp --stdio`, launched by the SDK as a subprocess, in both revisions.
 #[actix_web::test]
 async fn stdio_in_both_revisions() {
-    if !cheq::store::testing::can_run(
-        "the MCP tests with the official Python SDK",
-        &[cheq::store::testing::Outside::Python("mcp")],
-    ) {
+    if !python_sdk() {
         return;
     }
     let env = Env::start(Options::default()).await;
@@ -709,10 +703,7 @@ async fn origin_and_host_are_checked() {
 /// without one. Beyond loopback, no token means no start.
 #[actix_web::test]
 async fn a_bridge_with_a_token_serves_only_its_bearer() {
-    if !cheq::store::testing::can_run(
-        "the MCP tests with the official Python SDK",
-        &[cheq::store::testing::Outside::Python("mcp")],
-    ) {
+    if !python_sdk() {
         return;
     }
     use std::os::unix::fs::PermissionsExt;
@@ -865,10 +856,7 @@ fn completions(py: &mut Py, id: &str) -> usize {
 /// bridge's own watch did, and exactly once either way.
 #[actix_web::test]
 async fn the_completion_notice_comes_once_whoever_collects_first() {
-    if !cheq::store::testing::can_run(
-        "the MCP tests with the official Python SDK",
-        &[cheq::store::testing::Outside::Python("mcp")],
-    ) {
+    if !python_sdk() {
         return;
     }
     let env = Env::start(Options::default()).await;
@@ -921,10 +909,7 @@ async fn the_completion_notice_comes_once_whoever_collects_first() {
 /// the slot is taken when the call is checked, before the RS is asked.
 #[actix_web::test]
 async fn calls_made_at_once_in_one_session_stay_within_its_bound() {
-    if !cheq::store::testing::can_run(
-        "the MCP tests with the official Python SDK",
-        &[cheq::store::testing::Outside::Python("mcp")],
-    ) {
+    if !python_sdk() {
         return;
     }
     let env = Env::start(Options::default()).await;
@@ -1105,10 +1090,7 @@ async fn relay(
 /// and a pending call's result read no sooner than the RS's `Retry-After`.
 #[actix_web::test]
 async fn the_bridge_keeps_one_token_and_its_connections_and_honours_retry_after() {
-    if !cheq::store::testing::can_run(
-        "the MCP tests with the official Python SDK",
-        &[cheq::store::testing::Outside::Python("mcp")],
-    ) {
+    if !python_sdk() {
         return;
     }
     let env = Env::start(Options::default()).await;

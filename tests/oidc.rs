@@ -432,12 +432,18 @@ fn confirmation_header(document: &str) -> Value {
     serde_json::from_slice(&cheq::sign::b64::decode(protected).unwrap()).unwrap()
 }
 
-#[actix_web::test]
-async fn an_idp_login_decides_an_email_subject_end_to_end() {
-    if !cheq::store::testing::can_run(
+/// Whether OpenID Connect tests with node's oidc-provider can run here (else they are skipped,
+/// saying so; `scripts/test` installs what they need).
+fn oidc_provider() -> bool {
+    cheq::store::testing::can_run(
         "the OpenID Connect tests with node's oidc-provider",
         &[cheq::store::testing::Outside::Node("oidc")],
-    ) {
+    )
+}
+
+#[actix_web::test]
+async fn an_idp_login_decides_an_email_subject_end_to_end() {
+    if !oidc_provider() {
         return;
     }
     let w = world("", "").await;
@@ -612,10 +618,7 @@ async fn an_idp_login_decides_an_email_subject_end_to_end() {
 
 #[actix_web::test]
 async fn an_unverified_email_never_matches() {
-    if !cheq::store::testing::can_run(
-        "the OpenID Connect tests with node's oidc-provider",
-        &[cheq::store::testing::Outside::Node("oidc")],
-    ) {
+    if !oidc_provider() {
         return;
     }
     let w = world("", "").await;
@@ -657,10 +660,7 @@ async fn an_unverified_email_never_matches() {
 
 #[actix_web::test]
 async fn state_missing_swapped_or_without_cookie_is_refused_and_nothing_is_stored() {
-    if !cheq::store::testing::can_run(
-        "the OpenID Connect tests with node's oidc-provider",
-        &[cheq::store::testing::Outside::Node("oidc")],
-    ) {
+    if !oidc_provider() {
         return;
     }
     let w = world("", "").await;
@@ -741,10 +741,7 @@ async fn state_missing_swapped_or_without_cookie_is_refused_and_nothing_is_store
 /// ends, it signs in. The password form from that address is not locked.
 #[actix_web::test]
 async fn failed_callbacks_are_limited_per_address_before_a_code_is_redeemed() {
-    if !cheq::store::testing::can_run(
-        "the OpenID Connect tests with node's oidc-provider",
-        &[cheq::store::testing::Outside::Node("oidc")],
-    ) {
+    if !oidc_provider() {
         return;
     }
     let w = world("", "").await;
@@ -785,10 +782,7 @@ async fn failed_callbacks_are_limited_per_address_before_a_code_is_redeemed() {
 /// trouble: 400, counted against the address like every bad callback.
 #[actix_web::test]
 async fn a_replayed_callback_is_the_callers_fault_and_counted() {
-    if !cheq::store::testing::can_run(
-        "the OpenID Connect tests with node's oidc-provider",
-        &[cheq::store::testing::Outside::Node("oidc")],
-    ) {
+    if !oidc_provider() {
         return;
     }
     let w = world("", "").await;
@@ -844,10 +838,7 @@ async fn a_replayed_callback_is_the_callers_fault_and_counted() {
 
 #[actix_web::test]
 async fn every_bad_id_token_is_refused_by_its_own_rule() {
-    if !cheq::store::testing::can_run(
-        "the OpenID Connect tests with node's oidc-provider",
-        &[cheq::store::testing::Outside::Node("oidc")],
-    ) {
+    if !oidc_provider() {
         return;
     }
     let w = world("", "").await;
@@ -945,10 +936,7 @@ async fn carol_accepts(
 /// `auth_time` 0, which claims no freshness (§5 requires the member).
 #[actix_web::test]
 async fn an_unreported_auth_time_is_stated_as_unknown() {
-    if !cheq::store::testing::can_run(
-        "the OpenID Connect tests with node's oidc-provider",
-        &[cheq::store::testing::Outside::Node("oidc")],
-    ) {
+    if !oidc_provider() {
         return;
     }
     let w = world_with("", "", false).await;
@@ -976,10 +964,7 @@ async fn an_unreported_auth_time_is_stated_as_unknown() {
 /// `auth_time`), and the countersignature states the time it reports.
 #[actix_web::test]
 async fn an_unreported_auth_time_is_never_fresh_enough() {
-    if !cheq::store::testing::can_run(
-        "the OpenID Connect tests with node's oidc-provider",
-        &[cheq::store::testing::Outside::Node("oidc")],
-    ) {
+    if !oidc_provider() {
         return;
     }
     let w = world_with("", "max_auth_age_secs = 300\n", false).await;
@@ -1023,10 +1008,7 @@ async fn an_unreported_auth_time_is_never_fresh_enough() {
 
 #[actix_web::test]
 async fn max_auth_age_sends_people_back_to_sign_in() {
-    if !cheq::store::testing::can_run(
-        "the OpenID Connect tests with node's oidc-provider",
-        &[cheq::store::testing::Outside::Node("oidc")],
-    ) {
+    if !oidc_provider() {
         return;
     }
     // Top level one hour; this RS four seconds (it replaces the default).
