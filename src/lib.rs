@@ -26,7 +26,7 @@ pub use cheq_mcp as mcp;
 pub use cheq_store as store;
 pub use cheq_store::throttle;
 pub use cheq_support::{
-    bearer, configfile, keyfile, keyring, metrics, peerkeys, recent, text, time,
+    bearer, configfile, keyfile, keyring, metrics, peerkeys, recent, secret, text, time,
 };
 
 pub mod cli;

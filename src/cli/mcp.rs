@@ -53,7 +53,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         Bridge::new(BridgeConfig {
             rs: args.rs.trim_end_matches('/').to_owned(),
             client_id: args.client_id,
-            secret,
+            secret: secret.into(),
         })
         .map_err(|e| CliError::Server(e.to_string()))?,
     );

@@ -66,7 +66,7 @@ pub async fn build_state(
                 message: e.to_string(),
             })?;
         keys.prefetch();
-        let client = RsClient::new(&rs.token_url, &rs.client_id, &rs.client_secret)
+        let client = RsClient::new(&rs.token_url, &rs.client_id, rs.client_secret.expose())
             .map_err(|message| ServerError::RsClient { index: i, message })?;
         registered.push((
             rs.origin.as_str(),
@@ -80,7 +80,7 @@ pub async fn build_state(
     }
     let registry = Registry::new(registered);
     let secret = match &config.session_secret {
-        Some(s) => s.as_bytes().to_vec(),
+        Some(s) => s.expose().as_bytes().to_vec(),
         None => load_or_create_secret(&config.data_dir.join("session.secret"))?,
     };
     let (store, backend) = open_store(config)?;

@@ -61,11 +61,12 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 use cheq_support::configfile::invalid;
+use cheq_support::secret::Secret;
 pub use cheq_support::configfile::ConfigError;
 pub use cheq_support::configfile::{DatabaseUrl, LogFormat};
 
 /// One resource server this CS works for (§2, §3).
-#[derive(Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceServerConfig {
     /// scheme://host[:port] of the RS.
@@ -81,26 +82,11 @@ pub struct ResourceServerConfig {
     /// The RS token endpoint (client credentials, §3).
     pub token_url: String,
     pub client_id: String,
-    pub client_secret: String,
+    pub client_secret: Secret,
     /// A sign-in older than this must be renewed before deciding for this
     /// RS (replaces the top-level `max_auth_age_secs`).
     #[serde(default)]
     pub max_auth_age_secs: Option<i64>,
-}
-
-impl std::fmt::Debug for ResourceServerConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResourceServerConfig")
-            .field("origin", &self.origin)
-            .field("path_prefix", &self.path_prefix)
-            .field("jwks", &self.jwks)
-            .field("jwks_uri", &self.jwks_uri)
-            .field("token_url", &self.token_url)
-            .field("client_id", &self.client_id)
-            .field("client_secret", &"<redacted>")
-            .field("max_auth_age_secs", &self.max_auth_age_secs)
-            .finish()
-    }
 }
 
 /// How the CS authenticates at a provider's token endpoint.
@@ -114,7 +100,7 @@ pub enum TokenEndpointAuth {
 }
 
 /// An OpenID Connect provider people may sign in with.
-#[derive(Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IdentityProviderConfig {
     /// Shown on the login page ("Sign in with …") and used in its URL.
@@ -124,7 +110,7 @@ pub struct IdentityProviderConfig {
     pub issuer: String,
     pub client_id: String,
     #[serde(default)]
-    pub client_secret: Option<String>,
+    pub client_secret: Option<Secret>,
     /// A file holding the client secret (trimmed), instead of `client_secret`.
     #[serde(default)]
     pub client_secret_file: Option<PathBuf>,
@@ -141,29 +127,9 @@ fn default_scopes() -> Vec<String> {
     vec!["openid".into(), "email".into()]
 }
 
-impl std::fmt::Debug for IdentityProviderConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IdentityProviderConfig")
-            .field("name", &self.name)
-            .field("issuer", &self.issuer)
-            .field("client_id", &self.client_id)
-            .field(
-                "client_secret",
-                &self.client_secret.as_ref().map(|_| "<redacted>"),
-            )
-            .field("client_secret_file", &self.client_secret_file)
-            .field("scopes", &self.scopes)
-            .field(
-                "token_endpoint_auth_method",
-                &self.token_endpoint_auth_method,
-            )
-            .finish()
-    }
-}
-
 impl IdentityProviderConfig {
     /// The client secret, from the configuration or its file.
-    pub fn secret(&self) -> Result<String, ConfigError> {
+    pub fn secret(&self) -> Result<Secret, ConfigError> {
         match (&self.client_secret, &self.client_secret_file) {
             (Some(s), None) => Ok(s.clone()),
             (None, Some(path)) => {
@@ -180,7 +146,7 @@ impl IdentityProviderConfig {
                         format!("{} is empty", path.display()),
                     ));
                 }
-                Ok(secret)
+                Ok(Secret::from(secret))
             }
             _ => Err(invalid(
                 format!("identity_providers ({}).client_secret", self.name),
@@ -191,24 +157,16 @@ impl IdentityProviderConfig {
 }
 
 /// A voice gateway registered for the raw API (§10).
-#[derive(Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayConfig {
     pub client_id: String,
     /// The argon2 hash of its secret (`cheq hash-secret` makes one).
-    pub secret_hash: String,
-}
-
-impl std::fmt::Debug for GatewayConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GatewayConfig")
-            .field("client_id", &self.client_id)
-            .finish_non_exhaustive()
-    }
+    pub secret_hash: Secret,
 }
 
 /// The whole configuration.
-#[derive(Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CsConfig {
     pub listen: String,
@@ -219,7 +177,7 @@ pub struct CsConfig {
     #[serde(default)]
     pub key_id: Option<String>,
     #[serde(default)]
-    pub session_secret: Option<String>,
+    pub session_secret: Option<Secret>,
     #[serde(default = "default_session_ttl")]
     pub session_ttl_secs: i64,
     #[serde(default)]
@@ -268,31 +226,6 @@ fn default_session_ttl() -> i64 {
     8 * 3600
 }
 
-impl std::fmt::Debug for CsConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CsConfig")
-            .field("listen", &self.listen)
-            .field("public_url", &self.public_url)
-            .field("data_dir", &self.data_dir)
-            .field("signing_key", &self.signing_key)
-            .field("key_id", &self.key_id)
-            .field(
-                "session_secret",
-                &self.session_secret.as_ref().map(|_| "<redacted>"),
-            )
-            .field("session_ttl_secs", &self.session_ttl_secs)
-            .field("resource_servers", &self.resource_servers)
-            .field("gateways", &self.gateways)
-            .field("api_token_ttl_secs", &self.api_token_ttl_secs)
-            .field("database_url", &self.database_url)
-            .field("log_format", &self.log_format)
-            .field("identity_providers", &self.identity_providers)
-            .field("max_auth_age_secs", &self.max_auth_age_secs)
-            .field("history_days", &self.history_days)
-            .finish()
-    }
-}
-
 impl CsConfig {
     /// Reads a TOML file, applies the environment overrides and checks it.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
@@ -324,7 +257,7 @@ impl CsConfig {
             self.signing_key = v.into();
         }
         if let Some(v) = var("CHEQ_SESSION_SECRET") {
-            self.session_secret = Some(v);
+            self.session_secret = Some(Secret::from(v));
         }
         if let Some(v) = var("CHEQ_DATABASE_URL") {
             self.database_url = Some(DatabaseUrl(v));
@@ -426,7 +359,7 @@ impl CsConfig {
                     "must be non-empty and contain no ':'",
                 ));
             }
-            if argon2::password_hash::PasswordHash::new(&g.secret_hash).is_err() {
+            if argon2::password_hash::PasswordHash::new(g.secret_hash.expose()).is_err() {
                 return Err(invalid(
                     format!("gateways[{i}].secret_hash"),
                     "must be an argon2 hash ($argon2id$…); make one with `cheq hash-secret`",
@@ -740,7 +673,7 @@ client_secret = "idp-s3cret-value"
         let c = CsConfig::from_toml(&format!("max_auth_age_secs = 600\n{GOOD}{IDP}")).unwrap();
         let p = &c.identity_providers[0];
         assert_eq!(p.scopes, ["openid", "email"]);
-        assert_eq!(p.secret().unwrap(), "idp-s3cret-value");
+        assert_eq!(p.secret().unwrap().expose(), "idp-s3cret-value");
         assert_eq!(c.max_auth_age(0), Some(600));
         assert_eq!(c.max_auth_age(7), Some(600));
         let dbg = format!("{c:?}");
@@ -760,7 +693,7 @@ client_secret = "idp-s3cret-value"
             &format!("client_secret_file = {:?}", file.display().to_string()),
         );
         let c = CsConfig::from_toml(&format!("{GOOD}{text}")).unwrap();
-        assert_eq!(c.identity_providers[0].secret().unwrap(), "from-a-file");
+        assert_eq!(c.identity_providers[0].secret().unwrap().expose(), "from-a-file");
     }
 
     #[test]

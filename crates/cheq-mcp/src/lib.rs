@@ -40,6 +40,7 @@ pub use pending::{
 
 use cheq_resource::agent::{Agent, AgentError, InvokeOutcome, ResultRead, ResultStatus};
 use pending::{poller, Calls, Pending, Reservation, Shared, Watch};
+use cheq_support::secret::Secret;
 use serde_json::{Map, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,24 +51,14 @@ use std::time::Instant;
 pub type Notifier = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Where the bridge reaches the RS, and as whom.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct BridgeConfig {
     /// The RS's base URL.
     pub rs: String,
     /// The agent's OAuth client id at the RS.
     pub client_id: String,
     /// The agent's client secret at the RS.
-    pub secret: String,
-}
-
-impl std::fmt::Debug for BridgeConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BridgeConfig")
-            .field("rs", &self.rs)
-            .field("client_id", &self.client_id)
-            .field("secret", &"<redacted>")
-            .finish()
-    }
+    pub secret: Secret,
 }
 
 /// Why a call could not be served. Front ends map each to an MCP answer.
@@ -203,7 +194,7 @@ impl Bridge {
     /// A bridge to the RS of `config`, as its agent: one HTTP client and one
     /// token for every call.
     pub fn new(config: BridgeConfig) -> Result<Self, BridgeError> {
-        let agent = Agent::new(&config.rs, &config.client_id, &config.secret)?;
+        let agent = Agent::new(&config.rs, &config.client_id, config.secret.expose())?;
         Ok(Bridge {
             config,
             shared: Arc::new(Shared {

@@ -45,6 +45,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use cheq_support::configfile::invalid;
+use cheq_support::secret::Secret;
 pub use cheq_support::configfile::{ConfigError, DatabaseUrl, LogFormat};
 
 /// What a registered client may do.
@@ -58,26 +59,15 @@ pub enum ClientRole {
 }
 
 /// One OAuth client registered at the RS.
-#[derive(Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientConfig {
     pub client_id: String,
-    pub client_secret: String,
+    pub client_secret: Secret,
     pub role: ClientRole,
     /// For agents: the CHEQ `subject` (the user at the CS) on whose behalf it acts.
     #[serde(default)]
     pub subject: Option<String>,
-}
-
-impl std::fmt::Debug for ClientConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientConfig")
-            .field("client_id", &self.client_id)
-            .field("client_secret", &"<redacted>")
-            .field("role", &self.role)
-            .field("subject", &self.subject)
-            .finish()
-    }
 }
 
 /// The confirmation server this RS sends its users to.

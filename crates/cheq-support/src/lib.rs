@@ -17,6 +17,7 @@
 //! - [`bearer`]: access tokens as sealed claims that every instance honours.
 //! - [`metrics`]: the Prometheus metrics of both servers.
 //! - [`recent`]: a bounded map of recent values.
+//! - [`secret`]: secrets whose `Debug` hides them.
 //!
 //! No web framework here: the HTTP front ends are in the crate `cheq`.
 #![forbid(unsafe_code)]
@@ -28,5 +29,6 @@ pub mod keyring;
 pub mod metrics;
 pub mod peerkeys;
 pub mod recent;
+pub mod secret;
 pub mod text;
 pub mod time;

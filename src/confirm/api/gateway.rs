@@ -10,6 +10,7 @@ use crate::confirm::auth::{identity_of, verify_secret, Budget, LimitKey};
 use crate::confirm::config::GatewayConfig;
 use crate::confirm::flow::CsError;
 use crate::httpkit::{authorization, parse_basic, parse_bearer, JsonError};
+use crate::secret::Secret;
 use crate::store::cs::Identity;
 use actix_web::dev::Payload;
 use actix_web::http::StatusCode;
@@ -71,26 +72,17 @@ fn invalid_token(d: &str) -> JsonError {
 }
 
 /// The form of `POST /api/v1/token`. Its `Debug` hides the PIN.
-#[derive(serde::Deserialize)]
+#[derive(Debug, serde::Deserialize)]
 pub struct TokenForm {
     pub username: Option<String>,
-    pub pin: Option<String>,
-}
-
-impl std::fmt::Debug for TokenForm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenForm")
-            .field("username", &self.username)
-            .field("pin", &"<redacted>")
-            .finish()
-    }
+    pub pin: Option<Secret>,
 }
 
 fn gateway_hash<'a>(gateways: &'a [GatewayConfig], id: &str) -> Option<&'a str> {
     gateways
         .iter()
         .find(|g| g.client_id == id)
-        .map(|g| g.secret_hash.as_str())
+        .map(|g| g.secret_hash.expose())
 }
 
 impl Api {
@@ -174,7 +166,7 @@ impl Api {
         let account = self
             .limiter
             .guarded(&keys, address, Budget::People, now, move || {
-                login.check_pin(&u, &pin)
+                login.check_pin(&u, pin.expose())
             })
             .await
             .map_err(json_error)?;

@@ -74,7 +74,7 @@ impl Providers {
         let now = self.clock.now();
         let verifier = CoreIdTokenVerifier::new_confidential_client(
             ClientId::new(p.client_id.clone()),
-            ClientSecret::new(p.secret.clone()),
+            ClientSecret::new(p.secret.expose().to_owned()),
             d.metadata.issuer().clone(),
             d.metadata.jwks().clone(),
         )

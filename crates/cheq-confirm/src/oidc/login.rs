@@ -97,7 +97,7 @@ impl Providers {
         CoreClient::from_provider_metadata(
             d.metadata.clone(),
             ClientId::new(p.client_id.clone()),
-            Some(ClientSecret::new(p.secret.clone())),
+            Some(ClientSecret::new(p.secret.expose().to_owned())),
         )
         .set_redirect_uri(self.redirect.clone())
         .set_auth_type(auth)

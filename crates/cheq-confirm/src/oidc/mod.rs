@@ -54,6 +54,7 @@ pub use login::{Callback, Pending, PENDING_TTL_SECS};
 use super::config::{IdentityProviderConfig, TokenEndpointAuth};
 use cheq_store::StoreError;
 use cheq_support::bearer::TokenKey;
+use cheq_support::secret::Secret;
 use cheq_support::time::Clock;
 use discovery::Discovered;
 use openidconnect::RedirectUrl;
@@ -147,7 +148,7 @@ struct Provider {
     name: String,
     issuer: String,
     client_id: String,
-    secret: String,
+    secret: Secret,
     scopes: Vec<String>,
     auth: Option<TokenEndpointAuth>,
     discovered: Mutex<Option<Arc<Discovered>>>,
