@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a measuring tool: a failed unwrap is a failed run
 
+use cheq::configfile::ServerConfig as _;
 use cheq::mcp::{Bridge, BridgeConfig, Outcome};
 use cheq::testkit::LoopbackPair;
 use serde_json::{json, Map, Value};

@@ -8,6 +8,7 @@
 
 mod common;
 
+use cheq::configfile::ServerConfig as _;
 use common::*;
 
 use cheq::keyfile::load_or_create_key;

@@ -5,6 +5,7 @@
 
 use actix_web::web;
 use cheq::cheq::UriPack;
+use cheq::configfile::ServerConfig as _;
 use cheq::resource::{agent, build_state, serve, RsConfig, RsState};
 use cheq::sign::{
     assemble, b64, countersign, sign_entry, verify_resource, Channel, Context, Decision,

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use cheq::cheq::{Channel, Decision};
+use cheq::configfile::ServerConfig as _;
 use cheq::confirm::CsConfig;
 use cheq::resource::RsConfig;
 use cheq::store::cs::{

@@ -7,6 +7,7 @@
 
 use super::agent::DEMO_AGENT_ID;
 use super::{write_out, CliError};
+use crate::configfile::ServerConfig as _;
 use crate::confirm::auth::new_account;
 use crate::testkit::LoopbackPair;
 use crate::time::SystemClock;

@@ -9,6 +9,7 @@
 //! material.
 
 use super::{write_out, CliError};
+use crate::configfile::ServerConfig as _;
 use crate::keyring::{KeyInfo, KeyRing, DEFAULT_ACTIVATE_AFTER_SECS};
 use chrono::SecondsFormat;
 use serde_json::json;

@@ -2,6 +2,7 @@
 //! rs.toml` (the reference RS, PROTOCOL.md §1, §3, §6, §7).
 
 use super::CliError;
+use crate::configfile::ServerConfig as _;
 use std::io::Write;
 use std::path::PathBuf;
 

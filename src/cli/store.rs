@@ -8,6 +8,7 @@
 //! locks its directory; a database server's state would move on meanwhile).
 
 use super::{display_path, CliError};
+use crate::configfile::ServerConfig as _;
 use crate::store::export::{self, Server};
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};

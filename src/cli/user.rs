@@ -5,6 +5,7 @@
 //! runs (through its admin socket, [`crate::confirm::admin`]).
 
 use super::{write_out, CliError};
+use crate::configfile::ServerConfig as _;
 use crate::confirm::admin;
 use crate::confirm::auth::{hash_secret, new_account};
 use std::io::{BufRead, Write};

@@ -7,6 +7,7 @@ use super::fetch::RsClient;
 use super::flow::{Cs, Deps, RegisteredRs};
 use super::registry::Registry;
 use super::web::{configure, security_headers, CsState};
+use crate::configfile::ServerConfig as _;
 use crate::httpkit::{spawn_periodic, COLLECT_EVERY};
 use crate::keyfile::{load_or_create_secret, KeyFileError};
 use crate::keyring::{KeyRing, KeyRingError};

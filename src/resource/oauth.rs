@@ -163,7 +163,9 @@ impl TokenService {
         let client = self
             .clients
             .get(&id)
-            .filter(|c| httpkit::same_secret(c.client_secret.expose().as_bytes(), secret.as_bytes()))
+            .filter(|c| {
+                httpkit::same_secret(c.client_secret.expose().as_bytes(), secret.as_bytes())
+            })
             .ok_or(TokenError::InvalidClient { basic })?;
         match form.grant_type.as_deref() {
             None => return Err(TokenError::InvalidRequest("missing grant_type".into())),

@@ -18,6 +18,7 @@ use super::error::{ApiError, CheqRsError, RsError, ToolError};
 use super::oauth::{TokenRequest, TokenService};
 use super::tools::{self, DemoTools, Policy, Tool};
 use crate::cheq::Decision;
+use crate::configfile::ServerConfig as _;
 use crate::httpkit::{self, authorization, json_resource};
 use crate::keyring::KeyRing;
 use crate::peerkeys::{PeerKeys, Refetch};

@@ -10,6 +10,7 @@
 use actix_web::dev::ServerHandle;
 use actix_web::{web, App, HttpResponse, HttpServer};
 use cheq::cheq::UriPack;
+use cheq::configfile::ServerConfig as _;
 use cheq::confirm::auth::{hash_secret, new_account};
 use cheq::confirm::server::{start_background, Background};
 use cheq::confirm::{CsConfig, CsState};

@@ -58,12 +58,13 @@
 
 use cheq_core::cheq::uri::parse_cheq_uri;
 use serde::Deserialize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use cheq_support::configfile::invalid;
-use cheq_support::secret::Secret;
 pub use cheq_support::configfile::ConfigError;
+pub use cheq_support::configfile::ServerConfig;
+use cheq_support::configfile::{invalid, Env};
 pub use cheq_support::configfile::{DatabaseUrl, LogFormat};
+use cheq_support::secret::Secret;
 
 /// One resource server this CS works for (§2, §3).
 #[derive(Debug, Clone, Deserialize)]
@@ -226,50 +227,22 @@ fn default_session_ttl() -> i64 {
     8 * 3600
 }
 
-impl CsConfig {
-    /// Reads a TOML file, applies the environment overrides and checks it.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let mut config: CsConfig = cheq_support::configfile::read_toml(path)?;
-        config.apply_env(|k| std::env::var(k).ok())?;
-        config.validate()?;
-        Ok(config)
+impl ServerConfig for CsConfig {
+    const FILE_NAME: &'static str = "cheq.toml";
+
+    fn apply_env(&mut self, env: &Env<'_>) -> Result<(), ConfigError> {
+        env.set("CHEQ_PUBLIC_URL", &mut self.public_url);
+        env.set("CHEQ_DATA_DIR", &mut self.data_dir);
+        env.set("CHEQ_SIGNING_KEY", &mut self.signing_key);
+        env.set_some("CHEQ_SESSION_SECRET", &mut self.session_secret);
+        env.apply_common(
+            &mut self.listen,
+            &mut self.database_url,
+            &mut self.log_format,
+        )
     }
 
-    /// Parses and checks TOML text (no environment).
-    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let config: CsConfig = cheq_support::configfile::parse_toml(text, "cheq.toml")?;
-        config.validate()?;
-        Ok(config)
-    }
-
-    /// Applies `CHEQ_*` overrides read through `var`.
-    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
-        if let Some(v) = var("CHEQ_LISTEN") {
-            self.listen = v;
-        }
-        if let Some(v) = var("CHEQ_PUBLIC_URL") {
-            self.public_url = v;
-        }
-        if let Some(v) = var("CHEQ_DATA_DIR") {
-            self.data_dir = v.into();
-        }
-        if let Some(v) = var("CHEQ_SIGNING_KEY") {
-            self.signing_key = v.into();
-        }
-        if let Some(v) = var("CHEQ_SESSION_SECRET") {
-            self.session_secret = Some(Secret::from(v));
-        }
-        if let Some(v) = var("CHEQ_DATABASE_URL") {
-            self.database_url = Some(DatabaseUrl(v));
-        }
-        if let Some(v) = var("CHEQ_LOG_FORMAT") {
-            self.log_format = v.parse()?;
-        }
-        Ok(())
-    }
-
-    /// Checks what serde cannot.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self) -> Result<(), ConfigError> {
         if let Some(url) = &self.database_url {
             url.validate()?;
         }
@@ -386,7 +359,9 @@ impl CsConfig {
         }
         self.validate_identity_providers()
     }
+}
 
+impl CsConfig {
     fn validate_identity_providers(&self) -> Result<(), ConfigError> {
         let mut names = std::collections::HashSet::new();
         let mut issuers = std::collections::HashSet::new();
@@ -506,36 +481,35 @@ client_secret = "s3cret-s3cret"
         assert!(!dbg.contains("s3cret"), "{dbg}");
     }
 
-    #[test]
-    fn errors_name_the_key() {
-        let cases = [
-            (
-                GOOD.replace("listen = \"127.0.0.1:8080\"", "listen = \"x\""),
-                "listen",
-            ),
-            (
-                GOOD.replace("http://127.0.0.1:8080", "http://cs.example"),
-                "public_url",
-            ),
-            (
-                GOOD.replace("path_prefix = \"/cheq/\"", "path_prefix = \"cheq\""),
-                "resource_servers[0].path_prefix",
-            ),
-            (
-                GOOD.replace("path_prefix = \"/cheq/\"", "path_prefix = \"/cheq\""),
-                "resource_servers[0].path_prefix",
-            ),
-            (
-                GOOD.replace("jwks = \"keys/rs.pub.jwks.json\"", ""),
-                "resource_servers[0].jwks",
-            ),
-            (GOOD.replace("client_id = \"cs\"\n", ""), "client_id"),
-            (GOOD.replace("data_dir", "data_directory"), "data_dir"),
-        ];
-        for (text, key) in cases {
-            let e = CsConfig::from_toml(&text).unwrap_err().to_string();
+    /// Each case replaces `from` by `to` in `base`; the error must name `key`.
+    fn refused_naming(base: &str, cases: &[(&str, &str, &str)]) {
+        for (from, to, key) in cases {
+            assert!(base.contains(from), "{from}");
+            let e = CsConfig::from_toml(&base.replace(from, to))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(key), "{key}: {e}");
         }
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        refused_naming(
+            GOOD,
+            &[
+                ("listen = \"127.0.0.1:8080\"", "listen = \"x\"", "listen"),
+                ("http://127.0.0.1:8080", "http://cs.example", "public_url"),
+                ("\"/cheq/\"", "\"cheq\"", "resource_servers[0].path_prefix"),
+                ("\"/cheq/\"", "\"/cheq\"", "resource_servers[0].path_prefix"),
+                (
+                    "jwks = \"keys/rs.pub.jwks.json\"",
+                    "",
+                    "resource_servers[0].jwks",
+                ),
+                ("client_id = \"cs\"\n", "", "client_id"),
+                ("data_dir", "data_directory", "data_dir"),
+            ],
+        );
     }
 
     #[test]
@@ -622,13 +596,13 @@ client_secret = "s3cret-s3cret"
     #[test]
     fn environment_overrides_win() {
         let mut c = CsConfig::from_toml(GOOD).unwrap();
-        c.apply_env(|k| match k {
+        c.apply_env(&Env::new(&|k| match k {
             "CHEQ_LISTEN" => Some("127.0.0.1:9999".into()),
             "CHEQ_PUBLIC_URL" => Some("https://confirm.example/start/".into()),
             "CHEQ_DATABASE_URL" => Some("postgres://cheq:pw@127.0.0.1:5432/cheq".into()),
             "CHEQ_LOG_FORMAT" => Some("json".into()),
             _ => None,
-        })
+        }))
         .unwrap();
         c.validate().unwrap();
         assert_eq!(c.listen, "127.0.0.1:9999");
@@ -644,12 +618,14 @@ client_secret = "s3cret-s3cret"
     fn a_bad_log_format_or_database_url_is_refused_by_name() {
         let mut c = CsConfig::from_toml(GOOD).unwrap();
         let e = c
-            .apply_env(|k| (k == "CHEQ_LOG_FORMAT").then(|| "xml".into()))
+            .apply_env(&Env::new(&|k| {
+                (k == "CHEQ_LOG_FORMAT").then(|| "xml".into())
+            }))
             .unwrap_err();
         assert!(e.to_string().contains("log_format"), "{e}");
         let mut c = CsConfig::from_toml(GOOD).unwrap();
-        c.apply_env(|k| (k == "CHEQ_DATABASE_URL").then(|| "mysql://x:secretpw@h/db".into()))
-            .unwrap();
+        let mysql = |k: &str| (k == "CHEQ_DATABASE_URL").then(|| "mysql://x:secretpw@h/db".into());
+        c.apply_env(&Env::new(&mysql)).unwrap();
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("database_url") && !e.contains("secretpw"), "{e}");
         // Top-level keys come before any table.
@@ -693,39 +669,38 @@ client_secret = "idp-s3cret-value"
             &format!("client_secret_file = {:?}", file.display().to_string()),
         );
         let c = CsConfig::from_toml(&format!("{GOOD}{text}")).unwrap();
-        assert_eq!(c.identity_providers[0].secret().unwrap().expose(), "from-a-file");
+        assert_eq!(
+            c.identity_providers[0].secret().unwrap().expose(),
+            "from-a-file"
+        );
     }
 
     #[test]
     fn bad_identity_providers_are_refused_by_key() {
-        let cases = [
-            (
-                IDP.replace("\"example\"", "\"ex ample\""),
-                "identity_providers[0].name",
-            ),
-            (
-                IDP.replace("http://127.0.0.1:9000", "http://idp.example"),
-                "identity_providers[0].issuer",
-            ),
-            (
-                IDP.replace("http://127.0.0.1:9000", "https://idp.example/?x=1"),
-                "identity_providers[0].issuer",
-            ),
-            (
-                IDP.replace("client_id = \"cheq\"", "client_id = \"\""),
-                "identity_providers[0].client_id",
-            ),
-            (
-                IDP.replace("client_secret = \"idp-s3cret-value\"", ""),
-                "identity_providers[0].client_secret",
-            ),
-            (
-                IDP.replace(
-                    "client_secret = \"idp-s3cret-value\"",
-                    "client_secret = \"a\"\nclient_secret_file = \"b\"",
+        let with_idp = format!("{GOOD}{IDP}");
+        let name = "identity_providers[0].name";
+        let issuer = "identity_providers[0].issuer";
+        let secret = "identity_providers[0].client_secret";
+        refused_naming(
+            &with_idp,
+            &[
+                ("\"example\"", "\"ex ample\"", name),
+                ("http://127.0.0.1:9000", "http://idp.example", issuer),
+                ("http://127.0.0.1:9000", "https://idp.example/?x=1", issuer),
+                (
+                    "client_id = \"cheq\"",
+                    "client_id = \"\"",
+                    "identity_providers[0].client_id",
                 ),
-                "identity_providers[0].client_secret",
-            ),
+                ("client_secret = \"idp-s3cret-value\"", "", secret),
+                (
+                    "\"idp-s3cret-value\"",
+                    "\"a\"\nclient_secret_file = \"b\"",
+                    secret,
+                ),
+            ],
+        );
+        for (idp, key) in [
             (
                 format!("{IDP}scopes = [\"email\"]\n"),
                 "identity_providers[0].scopes",
@@ -735,8 +710,7 @@ client_secret = "idp-s3cret-value"
                 "token_endpoint_auth_method",
             ),
             (format!("{IDP}{IDP}"), "identity_providers[1].name"),
-        ];
-        for (idp, key) in cases {
+        ] {
             let e = CsConfig::from_toml(&format!("{GOOD}{idp}"))
                 .unwrap_err()
                 .to_string();

@@ -39,8 +39,8 @@ pub use pending::{
 };
 
 use cheq_resource::agent::{Agent, AgentError, InvokeOutcome, ResultRead, ResultStatus};
-use pending::{poller, Calls, Pending, Reservation, Shared, Watch};
 use cheq_support::secret::Secret;
+use pending::{poller, Calls, Pending, Reservation, Shared, Watch};
 use serde_json::{Map, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -42,11 +42,12 @@
 use cheq_core::cheq::uri::parse_cheq_uri;
 use serde::Deserialize;
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use cheq_support::configfile::invalid;
-use cheq_support::secret::Secret;
+pub use cheq_support::configfile::ServerConfig;
+use cheq_support::configfile::{invalid, Env};
 pub use cheq_support::configfile::{ConfigError, DatabaseUrl, LogFormat};
+use cheq_support::secret::Secret;
 
 /// What a registered client may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -135,52 +136,20 @@ pub struct RsConfig {
     pub clients: Vec<ClientConfig>,
     #[serde(default)]
     pub policy: PolicyConfig,
-    /// PostgreSQL holds all state when set (several instances can share
-    /// it); otherwise the embedded sled database in `data_dir`.
+    // `database_url`, `log_format` and `metrics` mean what they mean in the
+    // CS's `cheq.toml` (docs/configuration.md).
     #[serde(default)]
     pub database_url: Option<DatabaseUrl>,
-    /// `text` (default) or `json` log lines.
     #[serde(default)]
     pub log_format: LogFormat,
-    /// Who may read `GET /metrics`: `token` (default: a bearer token, the
-    /// contents of `metrics.secret` in `data_dir`) or `open`.
     #[serde(default)]
     pub metrics: cheq_support::metrics::MetricsAccess,
 }
 
-impl RsConfig {
-    /// Reads and checks a TOML file.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let mut config: RsConfig = cheq_support::configfile::read_toml(path)?;
-        config.apply_env(|k| std::env::var(k).ok())?;
-        config.validate()?;
-        Ok(config)
-    }
+impl ServerConfig for RsConfig {
+    const FILE_NAME: &'static str = "rs.toml";
 
-    /// Applies the `CHEQ_LISTEN`, `CHEQ_DATABASE_URL` and `CHEQ_LOG_FORMAT`
-    /// overrides read through `var` (they win over the file).
-    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
-        if let Some(v) = var("CHEQ_LISTEN") {
-            self.listen = v;
-        }
-        if let Some(v) = var("CHEQ_DATABASE_URL") {
-            self.database_url = Some(DatabaseUrl(v));
-        }
-        if let Some(v) = var("CHEQ_LOG_FORMAT") {
-            self.log_format = v.parse()?;
-        }
-        Ok(())
-    }
-
-    /// Parses and checks TOML text.
-    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let config: RsConfig = cheq_support::configfile::parse_toml(text, "rs.toml")?;
-        config.validate()?;
-        Ok(config)
-    }
-
-    /// Checks what serde cannot.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self) -> Result<(), ConfigError> {
         if let Some(url) = &self.database_url {
             url.validate()?;
         }
@@ -258,6 +227,16 @@ impl RsConfig {
         Ok(())
     }
 
+    fn apply_env(&mut self, env: &Env<'_>) -> Result<(), ConfigError> {
+        env.apply_common(
+            &mut self.listen,
+            &mut self.database_url,
+            &mut self.log_format,
+        )
+    }
+}
+
+impl RsConfig {
     /// The RS origin without a trailing slash.
     pub fn base_url(&self) -> String {
         self.public_url.trim_end_matches('/').to_owned()

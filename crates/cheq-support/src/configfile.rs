@@ -44,6 +44,87 @@ pub fn read_toml<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
     parse_toml(&text, &path.display().to_string())
 }
 
+/// A server's configuration file: read, overridden by `CHEQ_*` environment
+/// variables, then checked. A configuration built any other way goes through
+/// [`ServerConfig::validate`] before a server takes it.
+pub trait ServerConfig: DeserializeOwned {
+    /// The file's usual name (`cheq.toml`), named in errors about its text.
+    const FILE_NAME: &'static str;
+
+    /// Applies the `CHEQ_*` overrides read from `env` (they win over the file).
+    fn apply_env(&mut self, env: &Env<'_>) -> Result<(), ConfigError>;
+
+    /// Checks what serde cannot.
+    fn validate(&self) -> Result<(), ConfigError>;
+
+    /// Reads a TOML file, applies the process environment and checks it.
+    fn load(path: &Path) -> Result<Self, ConfigError> {
+        let mut config: Self = read_toml(path)?;
+        config.apply_env(&Env::new(&|k| std::env::var(k).ok()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parses and checks TOML text (no environment).
+    fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let config: Self = parse_toml(text, Self::FILE_NAME)?;
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// Where `CHEQ_*` overrides are read from: the process environment, or a
+/// function in tests.
+pub struct Env<'a> {
+    var: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl<'a> Env<'a> {
+    /// Overrides read through `var`.
+    pub fn new(var: &'a dyn Fn(&str) -> Option<String>) -> Self {
+        Env { var }
+    }
+
+    /// Sets `slot` from `name` when it is set.
+    pub fn set<T: From<String>>(&self, name: &str, slot: &mut T) {
+        if let Some(v) = (self.var)(name) {
+            *slot = T::from(v);
+        }
+    }
+
+    /// Sets an optional `slot` from `name` when it is set.
+    pub fn set_some<T: From<String>>(&self, name: &str, slot: &mut Option<T>) {
+        if let Some(v) = (self.var)(name) {
+            *slot = Some(T::from(v));
+        }
+    }
+
+    /// Parses `name` into `slot` when it is set.
+    pub fn parse<T: std::str::FromStr<Err = ConfigError>>(
+        &self,
+        name: &str,
+        slot: &mut T,
+    ) -> Result<(), ConfigError> {
+        if let Some(v) = (self.var)(name) {
+            *slot = v.parse()?;
+        }
+        Ok(())
+    }
+
+    /// The overrides both servers read: `CHEQ_LISTEN`, `CHEQ_DATABASE_URL`,
+    /// `CHEQ_LOG_FORMAT`.
+    pub fn apply_common(
+        &self,
+        listen: &mut String,
+        database_url: &mut Option<DatabaseUrl>,
+        log_format: &mut LogFormat,
+    ) -> Result<(), ConfigError> {
+        self.set("CHEQ_LISTEN", listen);
+        self.set_some("CHEQ_DATABASE_URL", database_url);
+        self.parse("CHEQ_LOG_FORMAT", log_format)
+    }
+}
+
 /// `database_url`: the PostgreSQL database that holds a server's state when
 /// set. Its `Debug` hides it: it may carry a password.
 #[derive(Clone, PartialEq, Eq, serde::Deserialize)]
@@ -53,6 +134,12 @@ pub struct DatabaseUrl(pub String);
 impl std::fmt::Debug for DatabaseUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("DatabaseUrl(<redacted>)")
+    }
+}
+
+impl From<String> for DatabaseUrl {
+    fn from(url: String) -> Self {
+        DatabaseUrl(url)
     }
 }
 
