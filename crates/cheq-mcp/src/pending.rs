@@ -8,6 +8,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+/// The schedule of result reads, shared with the A2A bridge.
+pub use cheq_resource::agent::{
+    error_backoff, next_read_in, MAX_ERROR_BACKOFF, MAX_POLL_INTERVAL, POLL_INTERVAL,
+};
+
 /// The most pending confirmations the bridge keeps for 2025-11-25 sessions;
 /// past it a new one is refused (the oldest are swept first).
 pub const MAX_PENDING: usize = 10_000;
@@ -17,15 +22,6 @@ pub const MAX_PENDING_PER_SESSION: usize = 64;
 pub const PENDING_TTL: Duration = Duration::from_secs(25 * 3600);
 /// How long a final outcome waits to be collected before it is dropped.
 pub const COLLECT_TTL: Duration = Duration::from_secs(3600);
-/// The shortest wait between two reads of a pending call's result: the
-/// first read comes this long after the call.
-pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
-/// The longest wait between two reads of a pending call's result that the
-/// bridge chooses itself; the RS's `Retry-After` may ask for a longer one
-/// (up to [`agent::MAX_RETRY_AFTER`](cheq_resource::agent::MAX_RETRY_AFTER)).
-pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(10);
-/// The longest wait after reads that failed in a row.
-pub const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(60);
 /// How many result reads the poller has under way at once.
 pub const POLL_CONCURRENCY: usize = 16;
 
@@ -184,22 +180,6 @@ impl Shared {
     }
 }
 
-/// How long until the next read of a call that has been pending for `age`:
-/// [`POLL_INTERVAL`] at first, then a tenth of its age (a user who has not
-/// decided for a while is read less often), at most [`MAX_POLL_INTERVAL`];
-/// never sooner than the RS's `Retry-After`.
-pub fn next_read_in(age: Duration, retry_after: Option<Duration>) -> Duration {
-    let own = (age / 10).clamp(POLL_INTERVAL, MAX_POLL_INTERVAL);
-    own.max(retry_after.unwrap_or(Duration::ZERO))
-}
-
-/// How long until the next read after `failures` failed reads in a row.
-pub fn error_backoff(failures: u32) -> Duration {
-    POLL_INTERVAL
-        .saturating_mul(1 << failures.min(8))
-        .min(MAX_ERROR_BACKOFF)
-}
-
 /// The one task that reads the results of all pending 2025-11-25 calls. It
 /// ends with the bridge.
 pub(super) async fn poller(shared: Weak<Shared>, wake: Arc<tokio::sync::Notify>) {
@@ -243,24 +223,5 @@ impl Drop for Reservation<'_> {
         if self.held {
             self.shared.lock().release(self.session);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_wait_for_retry_after_and_thin_out_with_age() {
-        let s = Duration::from_secs;
-        assert_eq!(next_read_in(s(0), None), POLL_INTERVAL);
-        assert_eq!(next_read_in(s(0), Some(s(1))), POLL_INTERVAL);
-        assert_eq!(next_read_in(s(0), Some(s(9))), s(9));
-        assert_eq!(next_read_in(s(60), None), s(6));
-        assert_eq!(next_read_in(s(3600), None), MAX_POLL_INTERVAL);
-        assert_eq!(next_read_in(s(3600), Some(s(45))), s(45));
-        assert_eq!(error_backoff(1), 2 * POLL_INTERVAL);
-        assert!(error_backoff(2) > error_backoff(1));
-        assert_eq!(error_backoff(u32::MAX), MAX_ERROR_BACKOFF);
     }
 }

@@ -1,7 +1,8 @@
 //! The agent's client of an A2T resource server: a token (RFC 6749 §4.4,
 //! scope `cheq`), A2T tool calls (draft §7), and reads of a result URI
-//! (PROTOCOL.md §7), honouring `Retry-After`. Used by `cheq agent` and by the
-//! MCP bridge (§11).
+//! (PROTOCOL.md §7), honouring `Retry-After`; and the schedule on which a
+//! bridge reads a pending confirmation's result ([`next_read_in`]). Used by
+//! `cheq agent`, the MCP bridge (§11) and the A2A bridge.
 //!
 //! An [`Agent`] is made once per RS and shared: one HTTP client (so its
 //! connections are kept and reused) and one token, cached until shortly
@@ -469,6 +470,34 @@ pub async fn poll_result(result_uri: &str, timeout: Duration) -> Result<ResultSt
         .await
 }
 
+// The schedule of a bridge that watches pending confirmations (the MCP and
+// A2A bridges): when to read a result URI again.
+
+/// The shortest wait between two reads of a pending call's result: the
+/// first read comes this long after the call.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
+/// The longest wait between two reads of a pending call's result that the
+/// bridge chooses itself; the RS's `Retry-After` may ask for a longer one
+/// (up to [`MAX_RETRY_AFTER`]).
+pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(10);
+/// The longest wait after reads that failed in a row.
+pub const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(60);
+/// How long until the next read of a pending confirmation that has been pending for `age`:
+/// [`POLL_INTERVAL`] at first, then a tenth of its age (a user who has not
+/// decided for a while is read less often), at most [`MAX_POLL_INTERVAL`];
+/// never sooner than the RS's `Retry-After`.
+pub fn next_read_in(age: Duration, retry_after: Option<Duration>) -> Duration {
+    let own = (age / 10).clamp(POLL_INTERVAL, MAX_POLL_INTERVAL);
+    own.max(retry_after.unwrap_or(Duration::ZERO))
+}
+
+/// How long until the next read after `failures` failed reads in a row.
+pub fn error_backoff(failures: u32) -> Duration {
+    POLL_INTERVAL
+        .saturating_mul(1 << failures.min(8))
+        .min(MAX_ERROR_BACKOFF)
+}
+
 /// The link a browser opens to start confirming: the CS's start page with the
 /// resource URI as a query parameter (§2, §11).
 pub fn start_link(confirmation_uri: &str, resource_uri: &str) -> String {
@@ -515,6 +544,24 @@ mod tests {
         assert!(err.is_transient(), "{err:?}");
         assert!(!err.to_string().contains("s3cr3t"), "{err}");
         assert!(!format!("{err:?}").contains("s3cr3t"), "{err:?}");
+    }
+
+    #[test]
+    fn reads_wait_for_retry_after_and_thin_out_with_age() {
+        use super::{
+            error_backoff, next_read_in, MAX_ERROR_BACKOFF, MAX_POLL_INTERVAL, POLL_INTERVAL,
+        };
+        use std::time::Duration;
+        let s = Duration::from_secs;
+        assert_eq!(next_read_in(s(0), None), POLL_INTERVAL);
+        assert_eq!(next_read_in(s(0), Some(s(1))), POLL_INTERVAL);
+        assert_eq!(next_read_in(s(0), Some(s(9))), s(9));
+        assert_eq!(next_read_in(s(60), None), s(6));
+        assert_eq!(next_read_in(s(3600), None), MAX_POLL_INTERVAL);
+        assert_eq!(next_read_in(s(3600), Some(s(45))), s(45));
+        assert_eq!(error_backoff(1), 2 * POLL_INTERVAL);
+        assert!(error_backoff(2) > error_backoff(1));
+        assert_eq!(error_backoff(u32::MAX), MAX_ERROR_BACKOFF);
     }
 
     #[test]
