@@ -29,6 +29,7 @@ pub use cheq_support::{
     bearer, configfile, keyfile, keyring, metrics, peerkeys, recent, secret, text, time,
 };
 
+pub mod a2a;
 pub mod cli;
 pub mod confirm;
 pub mod httpkit;

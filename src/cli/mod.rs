@@ -10,6 +10,7 @@
 //! `FILE` on the command line are read with [`read_input`], so `-` means
 //! standard input everywhere.
 
+pub mod a2a;
 pub mod agent;
 pub mod countersign;
 pub mod demo;
@@ -77,6 +78,8 @@ pub enum Command {
     HashSecret(user::HashArgs),
     /// Serve a resource server's tools to MCP clients (Streamable HTTP or stdio).
     Mcp(mcp::Args),
+    /// Serve a resource server's tools to A2A clients (an A2A 1.0 agent over HTTP).
+    A2a(a2a::Args),
     /// Apply the PostgreSQL schema of a server's configuration (`database_url`).
     Migrate(migrate::Args),
     /// Move a server's durable state between stores (sled, PostgreSQL).
@@ -102,6 +105,7 @@ pub fn dispatch(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Migrate(args) => migrate::run(args, out),
         Command::Store(args) => store::run(args, out),
         Command::Mcp(args) => mcp::run(args, out),
+        Command::A2a(args) => a2a::run(args, out),
         Command::Unpack(args) => unpack::run(args, out),
     }
 }
