@@ -24,7 +24,7 @@ pub const MAX_BODY: usize = 1024 * 1024;
 /// A comment is sent on an idle event stream this often (proxies close
 /// silent connections).
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
-/// The path of the Agent Card (A2A 1.0 §8.2).
+/// The path of the Agent Card (A2A 1.0 §8.2, the well-known URI).
 pub const CARD_PATH: &str = "/.well-known/agent-card.json";
 
 struct Front {

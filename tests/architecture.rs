@@ -151,6 +151,27 @@ fn rules() -> Vec<Rule> {
             forbidden: &["crate::confirm", "crate::store", "actix_web", "sled"],
         },
         Rule {
+            layer: "A2A bridge domain",
+            files: &["a2a/"],
+            except: &[],
+            forbidden: &[
+                "rmcp",
+                "hyper",
+                "actix_web",
+                "askama",
+                "cheq_mcp",
+                "cheq_confirm",
+                "cheq_store",
+                "sled",
+            ],
+        },
+        Rule {
+            layer: "A2A front end",
+            files: &["a2a.rs", "cli/a2a.rs"],
+            except: &[],
+            forbidden: &["crate::confirm", "crate::store", "crate::mcp", "rmcp", "sled"],
+        },
+        Rule {
             layer: "HTTP kit",
             files: &["httpkit.rs"],
             except: &[],
@@ -270,6 +291,7 @@ fn no_layer_imports_what_it_must_not() {
         (manifest.join("crates/cheq-confirm/src"), "confirm/"),
         (manifest.join("crates/cheq-resource/src"), "resource/"),
         (manifest.join("crates/cheq-mcp/src"), "mcp/"),
+        (manifest.join("crates/cheq-a2a/src"), "a2a/"),
     ] {
         let mut found = Vec::new();
         sources(&root, &mut found);
@@ -392,7 +414,7 @@ fn the_script_checker_sees_a_second_definition() {
 /// them: the signing core has no I/O, runtime or HTTP; the store no web
 /// framework and no HTTP client; the shared helpers and the CS domain no web
 /// framework (and the shared helpers no database driver); the RS domain and
-/// the MCP bridge no web framework.
+/// the MCP and A2A bridges no web framework (and the A2A bridge no MCP).
 #[test]
 fn the_lower_crates_depend_on_no_runtime_http_or_web() {
     for (krate, forbidden) in [
@@ -418,6 +440,10 @@ fn the_lower_crates_depend_on_no_runtime_http_or_web() {
         (
             "cheq-mcp",
             &["actix", "askama", "utoipa", "openidconnect"][..],
+        ),
+        (
+            "cheq-a2a",
+            &["actix", "askama", "utoipa", "openidconnect", "rmcp"][..],
         ),
     ] {
         dependencies_exclude(krate, forbidden);

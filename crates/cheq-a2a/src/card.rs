@@ -1,4 +1,4 @@
-//! The Agent Card (A2A 1.0 §4.4.1, served at `/.well-known/agent-card.json`):
+//! The Agent Card (A2A 1.0 §4.4, served at `/.well-known/agent-card.json`):
 //! one skill per A2T tool signature of the RS (draft A2T §6.1), the JSON-RPC
 //! interface, streaming, and the CHEQ extension under
 //! `capabilities.extensions` (`required: false`).
