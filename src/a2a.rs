@@ -275,7 +275,10 @@ mod tests {
             let req = TestRequest::default()
                 .insert_header((header::HOST, "127.0.0.1:9"))
                 .insert_header((header::ORIGIN, "https://evil.example"))
-                .insert_header((header::AUTHORIZATION, "Bearer 0123456789abcdef0123456789abcdef-token"))
+                .insert_header((
+                    header::AUTHORIZATION,
+                    "Bearer 0123456789abcdef0123456789abcdef-token",
+                ))
                 .to_http_request();
             assert_eq!(admit(&f, &req), Err(Refusal::Origin));
         }

@@ -198,7 +198,10 @@ fn link_of(env: &Env, status: &Value) -> String {
         .iter()
         .find(|p| p["data"]["confirmation_url"].is_string())
         .unwrap_or_else(|| panic!("no confirmation_url part: {message}"));
-    let link = data["data"]["confirmation_url"].as_str().unwrap().to_owned();
+    let link = data["data"]["confirmation_url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert_eq!(data["metadata"][EXT]["confirmation_url"], link.as_str());
     assert!(text.contains(&link), "{text}");
     assert!(link.starts_with(&env.cs_url), "{link} is at {}", env.cs_url);
@@ -305,7 +308,10 @@ async fn card_cheap_call_and_confirmation_streamed_and_polled() {
         py.send(json!({"op": "send_on", "task_id": polled_id, "parts": parts}));
         let answer = py.next("sent")["response"]["task"].clone();
         assert_eq!(answer["id"], polled_id.as_str());
-        assert_eq!(answer["status"]["state"], "TASK_STATE_AUTH_REQUIRED", "{answer}");
+        assert_eq!(
+            answer["status"]["state"], "TASK_STATE_AUTH_REQUIRED",
+            "{answer}"
+        );
     }
     let still = py.get(&polled_id);
     assert_eq!(still["status"]["state"], "TASK_STATE_AUTH_REQUIRED");
@@ -329,22 +335,39 @@ async fn card_cheap_call_and_confirmation_streamed_and_polled() {
             assert_eq!(state, "TASK_STATE_COMPLETED", "{item}");
         }
     }
-    assert!(artifact["parts"][0]["data"]["output_parameters"].is_array(), "{artifact}");
+    assert!(
+        artifact["parts"][0]["data"]["output_parameters"].is_array(),
+        "{artifact}"
+    );
     let streamed = py.get(&streamed_id);
     assert_eq!(streamed["status"]["state"], "TASK_STATE_COMPLETED");
-    assert_eq!(artifact_output(&streamed, "status"), json!("CONFIRMED"), "{streamed}");
+    assert_eq!(
+        artifact_output(&streamed, "status"),
+        json!("CONFIRMED"),
+        "{streamed}"
+    );
 
     // The user accepts the polled one: GetTask shows COMPLETED with the RS's
     // result as an artifact.
     decide_at_link(&env, &polled_link, "accept").await;
     let completed = py.poll_until(&polled_id, "TASK_STATE_COMPLETED").await;
-    assert_eq!(artifact_output(&completed, "status"), json!("CONFIRMED"), "{completed}");
-    assert_eq!(completed["status"]["message"]["parts"][1]["data"]["status"], "accepted");
+    assert_eq!(
+        artifact_output(&completed, "status"),
+        json!("CONFIRMED"),
+        "{completed}"
+    );
+    assert_eq!(
+        completed["status"]["message"]["parts"][1]["data"]["status"],
+        "accepted"
+    );
 
     // A finished task takes no more messages.
     py.send(json!({"op": "send_on", "task_id": polled_id, "parts": [{"text": "again"}]}));
     let refused = py.next("error");
-    assert!(refused["type"].as_str().unwrap().contains("Unsupported"), "{refused}");
+    assert!(
+        refused["type"].as_str().unwrap().contains("Unsupported"),
+        "{refused}"
+    );
 
     // The result URIs never reached the client.
     let everything = py.everything();
@@ -385,13 +408,22 @@ async fn reject_cancel_and_expiry() {
     let canceled_link = link_of(&env, &task["status"]);
     py.send(json!({"op": "cancel", "id": canceled_id}));
     let canceled = py.next("task")["task"].clone();
-    assert_eq!(canceled["status"]["state"], "TASK_STATE_CANCELED", "{canceled}");
+    assert_eq!(
+        canceled["status"]["state"], "TASK_STATE_CANCELED",
+        "{canceled}"
+    );
     py.send(json!({"op": "cancel", "id": canceled_id}));
     let again = py.next("error");
-    assert!(again["type"].as_str().unwrap().contains("NotCancelable"), "{again}");
+    assert!(
+        again["type"].as_str().unwrap().contains("NotCancelable"),
+        "{again}"
+    );
     decide_at_link(&env, &canceled_link, "accept").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(py.get(&canceled_id)["status"]["state"], "TASK_STATE_CANCELED");
+    assert_eq!(
+        py.get(&canceled_id)["status"]["state"],
+        "TASK_STATE_CANCELED"
+    );
 
     // Expired before the user decided → FAILED, seen by a stream.
     py.send(json!({"op": "send", "tool": "book_flight", "args": flight_params(), "stream": true}));
@@ -404,8 +436,7 @@ async fn reject_cancel_and_expiry() {
     env.advance(24 * 3600);
     let failed = py.stream_until("TASK_STATE_FAILED");
     assert_eq!(
-        failed["statusUpdate"]["status"]["message"]["parts"][1]["data"]["status"],
-        "expired",
+        failed["statusUpdate"]["status"]["message"]["parts"][1]["data"]["status"], "expired",
         "{failed}"
     );
     py.next("stream_end");
@@ -429,7 +460,12 @@ async fn a_guarded_bridge_serves_its_bearer_only() {
     let env = Env::start(Options::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("a2a.token");
-    let bridge = start_bridge(&env, dir.path(), &["--token-file", token_file.to_str().unwrap()]).await;
+    let bridge = start_bridge(
+        &env,
+        dir.path(),
+        &["--token-file", token_file.to_str().unwrap()],
+    )
+    .await;
     let token = std::fs::read_to_string(&token_file).unwrap();
 
     let mut py = Py::connect(&bridge.base, Some(token.trim()));
@@ -444,7 +480,10 @@ async fn a_guarded_bridge_serves_its_bearer_only() {
     // Without the token, or with another, nothing: not the card, not the task.
     let http = http_client();
     let get = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": id}});
-    for auth in [None, Some("Bearer not-the-token-not-the-token-not-the-token")] {
+    for auth in [
+        None,
+        Some("Bearer not-the-token-not-the-token-not-the-token"),
+    ] {
         let mut card = http.get(format!("{}/.well-known/agent-card.json", bridge.base));
         let mut rpc = http
             .post(format!("{}/", bridge.base))
@@ -489,26 +528,94 @@ async fn json_rpc_errors_and_the_guards() {
 
     assert_eq!(code(&raw(b, "{not json", v).await), -32700);
     assert_eq!(code(&raw(b, "[]", v).await), -32600);
-    assert_eq!(code(&raw(b, r#"{"jsonrpc":"2.0","method":"GetTask"}"#, v).await), -32600);
-    assert_eq!(code(&raw(b, r#"{"jsonrpc":"2.0","id":1,"method":"Nope"}"#, v).await), -32601);
-    let r = raw(b, r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":7}}"#, v).await;
+    assert_eq!(
+        code(&raw(b, r#"{"jsonrpc":"2.0","method":"GetTask"}"#, v).await),
+        -32600
+    );
+    assert_eq!(
+        code(&raw(b, r#"{"jsonrpc":"2.0","id":1,"method":"Nope"}"#, v).await),
+        -32601
+    );
+    let r = raw(
+        b,
+        r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":7}}"#,
+        v,
+    )
+    .await;
     assert_eq!((code(&r), r.1["id"].clone()), (-32602, json!(1)));
-    let r = raw(b, r#"{"jsonrpc":"2.0","id":"q","method":"GetTask","params":{"id":"x"}}"#, v).await;
+    let r = raw(
+        b,
+        r#"{"jsonrpc":"2.0","id":"q","method":"GetTask","params":{"id":"x"}}"#,
+        v,
+    )
+    .await;
     assert_eq!((code(&r), r.1["id"].clone()), (-32001, json!("q")));
-    assert_eq!(code(&raw(b, r#"{"jsonrpc":"2.0","id":1,"method":"CancelTask","params":{"id":"x"}}"#, v).await), -32001);
-    assert_eq!(code(&raw(b, r#"{"jsonrpc":"2.0","id":1,"method":"GetTaskPushNotificationConfig","params":{}}"#, v).await), -32003);
-    assert_eq!(code(&raw(b, r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}"#, None).await), -32009);
-    assert_eq!(code(&raw(b, r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}"#, Some("0.3")).await), -32009);
+    assert_eq!(
+        code(
+            &raw(
+                b,
+                r#"{"jsonrpc":"2.0","id":1,"method":"CancelTask","params":{"id":"x"}}"#,
+                v
+            )
+            .await
+        ),
+        -32001
+    );
+    assert_eq!(
+        code(
+            &raw(
+                b,
+                r#"{"jsonrpc":"2.0","id":1,"method":"GetTaskPushNotificationConfig","params":{}}"#,
+                v
+            )
+            .await
+        ),
+        -32003
+    );
+    assert_eq!(
+        code(
+            &raw(
+                b,
+                r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}"#,
+                None
+            )
+            .await
+        ),
+        -32009
+    );
+    assert_eq!(
+        code(
+            &raw(
+                b,
+                r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}"#,
+                Some("0.3")
+            )
+            .await
+        ),
+        -32009
+    );
     // A message naming no tool, or a forged decision: invalid parameters.
     let send = |data: Value| {
         json!({"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {"message": {
             "messageId": "m1", "role": "ROLE_USER", "parts": [{"data": data}]}}})
         .to_string()
     };
-    assert_eq!(code(&raw(b, &send(json!({"decision": "accepted"})), v).await), -32602);
+    assert_eq!(
+        code(&raw(b, &send(json!({"decision": "accepted"})), v).await),
+        -32602
+    );
     // A cheap call completes; its task cannot be canceled.
-    let r = raw(b, &send(json!({"tool": "book_flight", "arguments": cheap_flight()})), v).await;
-    assert_eq!(r.1["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{}", r.1);
+    let r = raw(
+        b,
+        &send(json!({"tool": "book_flight", "arguments": cheap_flight()})),
+        v,
+    )
+    .await;
+    assert_eq!(
+        r.1["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{}",
+        r.1
+    );
     let id = r.1["result"]["task"]["id"].as_str().unwrap();
     let cancel = json!({"jsonrpc": "2.0", "id": 3, "method": "CancelTask", "params": {"id": id}});
     assert_eq!(code(&raw(b, &cancel.to_string(), v).await), -32002);

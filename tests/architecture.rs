@@ -169,7 +169,13 @@ fn rules() -> Vec<Rule> {
             layer: "A2A front end",
             files: &["a2a.rs", "cli/a2a.rs"],
             except: &[],
-            forbidden: &["crate::confirm", "crate::store", "crate::mcp", "rmcp", "sled"],
+            forbidden: &[
+                "crate::confirm",
+                "crate::store",
+                "crate::mcp",
+                "rmcp",
+                "sled",
+            ],
         },
         Rule {
             layer: "HTTP kit",
