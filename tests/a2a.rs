@@ -412,6 +412,19 @@ async fn reject_cancel_and_expiry() {
         canceled["status"]["state"], "TASK_STATE_CANCELED",
         "{canceled}"
     );
+    // The bridge stops reading its result.
+    let stopped = format!("no longer following the confirmation task={canceled_id}");
+    for _ in 0..100 {
+        if bridge.proc.log().contains(&stopped) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        bridge.proc.log().contains(&stopped),
+        "{}",
+        bridge.proc.log()
+    );
     py.send(json!({"op": "cancel", "id": canceled_id}));
     let again = py.next("error");
     assert!(

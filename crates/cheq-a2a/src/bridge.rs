@@ -420,7 +420,7 @@ async fn follow(
             _ = tokio::time::sleep_until(due.into()) => {}
             changed = rx.changed() => {
                 if changed.is_err() || is_terminal(state_of(&rx.borrow_and_update())) {
-                    tracing::debug!(task = %id, "no longer following the confirmation");
+                    tracing::info!(task = %id, "no longer following the confirmation");
                     return;
                 }
                 continue;
