@@ -418,6 +418,115 @@ mod tests {
         }
     }
 
+    fn bridge() -> A2aBridge {
+        // Nothing listens on port 1 of loopback: every RS call fails at once.
+        A2aBridge::new(crate::A2aConfig {
+            rs: "http://127.0.0.1:1".into(),
+            client_id: "agent".into(),
+            secret: "secret".into(),
+            endpoint: "http://127.0.0.1:9/".into(),
+            bearer: true,
+        })
+        .unwrap()
+    }
+
+    async fn call(b: &A2aBridge, owner: &Owner, method: &str, params: Value) -> Value {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        match b
+            .handle(owner, Some("1.0"), body.to_string().as_bytes())
+            .await
+        {
+            Reply::Single(v) => v,
+            Reply::Stream(_) => json!({"stream": true}),
+        }
+    }
+
+    fn code(v: &Value) -> i64 {
+        v["error"]["code"].as_i64().unwrap_or(0)
+    }
+
+    #[tokio::test]
+    async fn another_clients_task_and_terminal_tasks_are_refused() {
+        let b = bridge();
+        let alice = Owner::from_credential(Some(b"alice"));
+        let bob = Owner::from_credential(Some(b"bob"));
+        let send = json!({"message": {"messageId": "m", "role": "ROLE_USER",
+            "parts": [{"data": {"tool": "book_flight", "arguments": {}}}]}});
+        let r = call(&b, &alice, "SendMessage", send).await;
+        // The RS cannot be reached: the task failed, saying why.
+        assert_eq!(
+            r["result"]["task"]["status"]["state"], "TASK_STATE_FAILED",
+            "{r}"
+        );
+        let id = r["result"]["task"]["id"].as_str().unwrap().to_owned();
+        assert!(id.len() >= 22, "128 random bits: {id}");
+
+        // Bob finds nothing of Alice's task, whatever he asks.
+        for method in ["GetTask", "CancelTask", "SubscribeToTask"] {
+            let r = call(&b, &bob, method, json!({"id": id})).await;
+            assert_eq!(code(&r), -32001, "{method}: {r}");
+        }
+        let on = json!({"message": {"messageId": "m2", "role": "ROLE_USER", "taskId": id,
+            "parts": [{"text": "approved"}]}});
+        assert_eq!(
+            code(&call(&b, &bob, "SendMessage", on.clone()).await),
+            -32001
+        );
+
+        // Alice's own terminal task: no cancel, no message, no subscription.
+        assert_eq!(
+            code(&call(&b, &alice, "CancelTask", json!({"id": id})).await),
+            -32002
+        );
+        assert_eq!(code(&call(&b, &alice, "SendMessage", on).await), -32004);
+        assert_eq!(
+            code(&call(&b, &alice, "SubscribeToTask", json!({"id": id})).await),
+            -32004
+        );
+        let got = call(&b, &alice, "GetTask", json!({"id": id, "historyLength": 0})).await;
+        assert_eq!(got["result"]["status"]["state"], "TASK_STATE_FAILED");
+        assert!(got["result"].get("history").is_none(), "{got}");
+    }
+
+    #[tokio::test]
+    async fn what_is_not_offered_is_said_so() {
+        let b = bridge();
+        let o = Owner::from_credential(None);
+        assert_eq!(code(&call(&b, &o, "tasks/get", json!({})).await), -32601);
+        assert_eq!(code(&call(&b, &o, "ListTasks", json!({})).await), -32004);
+        assert_eq!(
+            code(&call(&b, &o, "GetExtendedAgentCard", json!({})).await),
+            -32004
+        );
+        assert_eq!(
+            code(&call(&b, &o, "CreateTaskPushNotificationConfig", json!({})).await),
+            -32003
+        );
+        // Parameters that are not the proto message: unknown fields, a
+        // tenant, a message from the agent's role, no message.
+        for params in [
+            json!({"id": "x", "extra": 1}),
+            json!({"id": "x", "tenant": "t"}),
+            json!({"id": ""}),
+        ] {
+            assert_eq!(
+                code(&call(&b, &o, "GetTask", params.clone()).await),
+                -32602,
+                "{params}"
+            );
+        }
+        let agent_msg = json!({"message": {"messageId": "m", "role": "ROLE_AGENT",
+            "parts": [{"data": {"tool": "t"}}]}});
+        assert_eq!(code(&call(&b, &o, "SendMessage", agent_msg).await), -32602);
+        assert_eq!(code(&call(&b, &o, "SendMessage", json!({})).await), -32602);
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}});
+        match b.handle(&o, None, body.to_string().as_bytes()).await {
+            Reply::Single(v) => assert_eq!(code(&v), -32009),
+            Reply::Stream(_) => panic!("a stream"),
+        }
+        assert_eq!(b.task_count(), 0);
+    }
+
     #[test]
     fn history_is_trimmed_to_the_last_n() {
         let task = Task {
