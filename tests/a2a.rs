@@ -6,9 +6,9 @@
 //! Covered: the Agent Card (a skill per tool, the CHEQ extension); a call
 //! that needs no confirmation; a confirmation seen by a streaming client
 //! and by `GetTask` polling until `COMPLETED` with the artifact; reject,
-//! expiry, cancel; nothing a client sends on the task moves it; the result
-//! URI reaches no client. Without the SDK, the JSON-RPC errors and the
-//! bridge's guards are still checked with raw requests.
+//! expiry, cancel, a subscription; nothing a client sends on the task moves
+//! it; the result URI reaches no client. Without the SDK, the JSON-RPC
+//! errors and the bridge's guards are still checked with raw requests.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
@@ -396,7 +396,20 @@ async fn reject_cancel_and_expiry() {
     py.send(json!({"op": "send", "tool": "book_flight", "args": flight_params()}));
     let task = py.next("sent")["response"]["task"].clone();
     let rejected_id = task["id"].as_str().unwrap().to_owned();
+    // A client that subscribes to the waiting task gets it, then the change.
+    py.send(json!({"op": "subscribe", "id": rejected_id}));
+    let first = py.next("stream")["item"].clone();
+    assert_eq!(
+        first["task"]["status"]["state"], "TASK_STATE_AUTH_REQUIRED",
+        "{first}"
+    );
     decide_at_link(&env, &link_of(&env, &task["status"]), "reject").await;
+    let update = py.stream_until("TASK_STATE_REJECTED");
+    assert_eq!(
+        update["statusUpdate"]["status"]["message"]["parts"][1]["data"]["status"],
+        "rejected"
+    );
+    py.next("stream_end");
     let rejected = py.poll_until(&rejected_id, "TASK_STATE_REJECTED").await;
     assert!(rejected["artifacts"].is_null(), "{rejected}");
 
