@@ -552,6 +552,23 @@ async fn json_rpc_errors_and_the_guards() {
     let v = Some("1.0");
     let code = |r: &(u16, Value)| r.1["error"]["code"].as_i64().unwrap_or(0);
 
+    // The card, read raw: the extension with `required: false` written out.
+    let card: Value = http_client()
+        .get(format!("{b}/.well-known/agent-card.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ext = &card["capabilities"]["extensions"][0];
+    assert_eq!(
+        (&ext["uri"], &ext["required"]),
+        (&json!(EXT), &json!(false)),
+        "{card}"
+    );
+    assert_eq!(card["skills"].as_array().map(Vec::len), Some(2), "{card}");
+
     assert_eq!(code(&raw(b, "{not json", v).await), -32700);
     assert_eq!(code(&raw(b, "[]", v).await), -32600);
     assert_eq!(

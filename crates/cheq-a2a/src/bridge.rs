@@ -275,7 +275,7 @@ impl A2aBridge {
             rs: self.config.rs.clone(),
             bearer: self.config.bearer,
         };
-        Ok(serde_json::to_value(crate::card::card(&config, tools)).unwrap_or(Value::Null))
+        Ok(crate::card::card_json(&config, tools))
     }
 
     /// Starts the task for `message` (a new message naming a tool) for

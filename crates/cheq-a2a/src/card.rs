@@ -132,6 +132,19 @@ pub fn card(config: &CardConfig, tools: &[Value]) -> AgentCard {
     card
 }
 
+/// The card as JSON. ProtoJSON leaves out a `false`; the extension's
+/// `required: false` is written out all the same, for whoever reads the
+/// card without the proto.
+pub fn card_json(config: &CardConfig, tools: &[Value]) -> Value {
+    let mut v = serde_json::to_value(card(config, tools)).unwrap_or(Value::Null);
+    if let Some(exts) = v["capabilities"]["extensions"].as_array_mut() {
+        for e in exts.iter_mut().filter_map(Value::as_object_mut) {
+            e.entry("required").or_insert(Value::Bool(false));
+        }
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,7 +165,7 @@ mod tests {
             json!({"toolId": "t2"}),
             json!({"description": "no name"}),
         ];
-        let card = serde_json::to_value(card(&config(false), &tools)).unwrap();
+        let card = card_json(&config(false), &tools);
         let ids: Vec<&str> = card["skills"]
             .as_array()
             .unwrap()
@@ -166,7 +179,7 @@ mod tests {
             .contains("price_usd (int, required)"));
         let ext = &card["capabilities"]["extensions"][0];
         assert_eq!(ext["uri"], EXTENSION_URI);
-        assert!(ext.get("required").is_none() || ext["required"] == false);
+        assert_eq!(ext["required"], false, "{card}");
         assert_eq!(card["capabilities"]["streaming"], true);
         assert_eq!(card["supportedInterfaces"][0]["protocolBinding"], "JSONRPC");
         assert_eq!(card["supportedInterfaces"][0]["protocolVersion"], "1.0");
