@@ -399,8 +399,8 @@ impl Bridge {
                 .invoke_sealable(tool, args, digest.clone(), now)
                 .await?
             {
-                Ok(pending) => pending,
-                Err(output) => return Ok(Outcome::Done(output)),
+                Invoked::Pending(pending) => pending,
+                Invoked::Done(output) => return Ok(Outcome::Done(output)),
             },
         };
         Ok(Outcome::Pending {
