@@ -410,7 +410,7 @@ fn confirmation_required(env: &Env, py: &mut Py) -> (String, String) {
     (link, handle)
 }
 
-/// §11.4: clients that declare no elicitation, or form only, on both
+/// §11: clients that declare no elicitation, or form only, on both
 /// revisions, get the link and a handle, and collect the outcome with
 /// `confirmation_status`. A handle works only for the client it was given
 /// to, and only as given.

@@ -413,7 +413,7 @@ impl Bridge {
         })
     }
 
-    /// A call from a client that cannot open a URL elicitation (§11.4): a
+    /// A call from a client that cannot open a URL elicitation (§11): a
     /// call that needs confirmation gives a sealed `handle`, bound to
     /// `holder` (the client's session), for [`Bridge::status`]. Nothing is
     /// kept at the bridge.
@@ -441,7 +441,7 @@ impl Bridge {
         })
     }
 
-    /// Where the call of a `handle` stands (§11.4): it must be a handle this
+    /// Where the call of a `handle` stands (§11): it must be a handle this
     /// bridge sealed for `holder`, not expired.
     pub async fn status(&self, holder: &str, handle: &str) -> Result<Status, BridgeError> {
         let now = std::time::SystemTime::now();
@@ -497,7 +497,7 @@ enum Invoked {
     Pending(state::PendingState),
 }
 
-/// Where a call known by its handle stands (§11.4).
+/// Where a call known by its handle stands (§11).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Status {
     /// The user has not decided yet.

@@ -43,7 +43,7 @@ pub const URL_ELICITATION_REQUIRED: i32 = -32042;
 /// The key of the confirmation in an `InputRequiredResult`'s `inputRequests`.
 pub const INPUT_KEY: &str = "cheq_confirmation";
 /// The bridge's own tool that tells a client without URL elicitation where a
-/// call stands (§11.4).
+/// call stands (§11).
 pub const STATUS_TOOL: &str = "confirmation_status";
 /// The holder of handles given to stateless (2026-07-28) requests, which
 /// have no session to bind them to.
@@ -249,7 +249,7 @@ impl McpBridge {
     }
 
     /// A call from a client without URL elicitation, on either revision
-    /// (§11.4): a confirmation is a tool result naming the start link and a
+    /// (§11): a confirmation is a tool result naming the start link and a
     /// handle for [`STATUS_TOOL`].
     async fn call_without_url(
         &self,

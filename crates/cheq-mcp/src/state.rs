@@ -1,6 +1,6 @@
 //! Sealed pending calls (PROTOCOL.md §11): the `requestState` of MCP
 //! 2026-07-28 (multi round-trip requests), and the `handle` given to a client
-//! without URL elicitation (§11.4). The MRTR pattern says a server MUST treat
+//! without URL elicitation (§11). The MRTR pattern says a server MUST treat
 //! an echoed state as attacker-controlled and reject one that fails
 //! verification, and SHOULD bind it to the originating request and a short
 //! expiry. Here a state is ChaCha20-Poly1305 over a small JSON record (so the
