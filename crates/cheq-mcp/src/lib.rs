@@ -19,6 +19,10 @@
 //!   ChaCha20-Poly1305 under a key of this process (so the client can neither
 //!   read the result URI in it nor alter it), bound to the tool, a digest of
 //!   the arguments and an expiry ([`Bridge::call_stateless`], [`state`]).
+//! - **Clients without URL elicitation** (either revision): the bridge keeps
+//!   nothing; the pending call travels in a sealed `handle`, bound to the
+//!   client's session, which the client shows to the bridge's own tool
+//!   `confirmation_status` ([`Bridge::call_with_handle`], [`Bridge::status`]).
 //!
 //! The elicitation URL is the CS's start link (`<confirmation uri>?resource_uri=…`):
 //! no credential, no personal data, not pre-authenticated (§11).

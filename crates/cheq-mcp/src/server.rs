@@ -21,7 +21,10 @@
 //! - at 2026-07-28: with an `InputRequiredResult` holding a URL-mode
 //!   `elicitation/create` and the sealed `requestState`; the retry carrying
 //!   it gets the result, or the same elicitation while the user has not
-//!   decided.
+//!   decided;
+//! - to a client that declares no URL elicitation, at either revision: with
+//!   a tool result naming the start link and a sealed handle, which the
+//!   bridge's tool `confirmation_status` ([`STATUS_TOOL`]) takes.
 
 use super::schema::tool_def;
 use super::{Bridge, BridgeError, Elicitation, Final, Notifier, Outcome, Status};
