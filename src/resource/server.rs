@@ -50,6 +50,9 @@ pub struct RsState {
     pub retry_after_secs: u64,
     /// The token `GET /metrics` asks for, when one is configured.
     pub metrics_token: Option<crate::httpkit::MetricsToken>,
+    /// The keys of the confirmation this RS serves itself (§12), published
+    /// beside its own.
+    pub hosted_keys: Option<Arc<KeyRing>>,
 }
 
 impl RsState {
@@ -59,10 +62,37 @@ impl RsState {
     }
 }
 
-/// Opens the data directory, keys and trust, and builds the app state.
+/// Opens the data directory, keys and trust, and builds the app state of an
+/// RS whose confirmation server is elsewhere (`[confirmation_server]`).
 pub async fn build_state(
     config: &RsConfig,
     clock: Arc<dyn Clock>,
+) -> Result<web::Data<RsState>, RsError> {
+    config.validate()?;
+    let Some(cs) = &config.confirmation_server else {
+        return Err(RsError::Config(crate::configfile::invalid(
+            "confirmation_server",
+            "this resource server serves the confirmation itself: run it with its confirmation (`cheq resource-server` does)",
+        )));
+    };
+    let cs_keys = PeerKeys::new(
+        cs.jwks_file.as_deref(),
+        cs.jwks_uri.as_deref(),
+        clock.clone(),
+    )?;
+    cs_keys.prefetch();
+    build_state_with(config, clock, cs_keys, None).await
+}
+
+/// [`build_state`] with the confirmation server's keys given: read or
+/// fetched for a CS elsewhere, or the key set of the confirmation this RS
+/// serves itself (§12), which `/.well-known/jwks.json` then publishes too
+/// (`hosted`).
+pub async fn build_state_with(
+    config: &RsConfig,
+    clock: Arc<dyn Clock>,
+    cs_keys: PeerKeys,
+    hosted: Option<Arc<KeyRing>>,
 ) -> Result<web::Data<RsState>, RsError> {
     config.validate()?;
     // Everything the RS writes is its owner's alone: the process umask, and
@@ -79,13 +109,6 @@ pub async fn build_state(
         clock.clone(),
     )?;
     keys.signer()?;
-    let cs = &config.confirmation_server;
-    let cs_keys = PeerKeys::new(
-        cs.jwks_file.as_deref(),
-        cs.jwks_uri.as_deref(),
-        clock.clone(),
-    )?;
-    cs_keys.prefetch();
     // The one place the RS names its storage backends.
     let (store, backend) = open_store(config)?;
     // Shared by every instance on this data directory.
@@ -106,7 +129,7 @@ pub async fn build_state(
         keys,
         cs_keys,
         &config.base_url(),
-        &config.confirmation_server.uri,
+        &config.confirmation_uri(),
         clock.clone(),
         tools.clone(),
     )?;
@@ -129,6 +152,7 @@ pub async fn build_state(
         cheq_ttl: Duration::seconds(config.cheq_ttl_secs),
         retry_after_secs: config.retry_after_secs,
         metrics_token,
+        hosted_keys: hosted,
     }))
 }
 
@@ -244,8 +268,20 @@ pub async fn run(config: RsConfig) -> Result<(), RsError> {
         config.listen,
         config.public_url
     );
+    let collector = start_collector(&state);
+    let served = serve(listener, state)?.await;
+    collector.abort();
+    served.map_err(|source| RsError::Io {
+        what: "server".into(),
+        source,
+    })
+}
+
+/// The RS's background job: expired nonces and old confirmations, collected
+/// every [`httpkit::COLLECT_EVERY`]. Abort the handle to stop it.
+pub fn start_collector(state: &RsState) -> tokio::task::JoinHandle<()> {
     let cheq = state.cheq.clone();
-    let collector = httpkit::spawn_periodic(
+    httpkit::spawn_periodic(
         "resource server: expired nonces and old confirmations",
         httpkit::COLLECT_EVERY,
         move || {
@@ -258,13 +294,7 @@ pub async fn run(config: RsConfig) -> Result<(), RsError> {
                     .map_err(|e| e.to_string())
             }
         },
-    );
-    let served = serve(listener, state)?.await;
-    collector.abort();
-    served.map_err(|source| RsError::Io {
-        what: "server".into(),
-        source,
-    })
+    )
 }
 
 /// Runs reads of the store: on the worker itself with sled, whose reads are
@@ -298,7 +328,17 @@ async fn blocking<T: Send + 'static>(
 /// `GET /.well-known/jwks.json` (§9).
 async fn jwks(state: web::Data<RsState>) -> HttpResponse {
     state.metrics.jwks_served.inc();
-    httpkit::jwks_response(&state.cheq.jwks())
+    let mut jwks = state.cheq.jwks();
+    if let Some(hosted) = &state.hosted_keys {
+        let more = hosted.published().to_json();
+        if let (Some(keys), Some(Value::Array(more))) = (
+            jwks.get_mut("keys").and_then(Value::as_array_mut),
+            more.get("keys").cloned(),
+        ) {
+            keys.extend(more);
+        }
+    }
+    httpkit::jwks_response(&jwks)
 }
 
 async fn token(
