@@ -136,4 +136,40 @@ client_secret = "{cs_secret}"
             cs_secret = toml_str(&self.cs_secret)?,
         ))
     }
+
+    /// The RS configuration of a resource server that serves the
+    /// confirmation itself (§12): no confirmation server, no CS client;
+    /// `confirmation` is more of its `[confirmation]` table (TOML lines),
+    /// and tables of it (`[[confirmation.gateways]]`) may follow.
+    pub fn hosted_rs_toml(&self, confirmation: &str) -> Result<String, ConfigTextError> {
+        Ok(format!(
+            r#"listen = "127.0.0.1:{rs_port}"
+public_url = "{rs_url}"
+data_dir = "{rs_data}"
+signing_key = "{rs_key}"
+# On loopback alone: the metrics need no token here.
+metrics = "open"
+cheq_ttl_secs = 900
+retry_after_secs = 1
+
+[[clients]]
+client_id = "{agent_id}"
+client_secret = "{agent_secret}"
+role = "agent"
+subject = "alice"
+
+[confirmation]
+embedded = true
+signing_key = "{cs_key}"
+{confirmation}
+"#,
+            rs_port = self.rs_port,
+            rs_url = self.rs_url(),
+            rs_data = toml_path(&self.dir.join("rs"))?,
+            rs_key = toml_path(&self.rs_key)?,
+            cs_key = toml_path(&self.cs_key)?,
+            agent_id = toml_str(&self.agent_id)?,
+            agent_secret = toml_str(&self.agent_secret)?,
+        ))
+    }
 }

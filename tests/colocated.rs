@@ -247,7 +247,10 @@ async fn private_values_typed_at_the_rs_reach_neither_the_agent_nor_a_log_nor_th
         stored.extend(std::fs::read(entry).unwrap());
     }
     // Control: what the agent gave (the payee) is found in the store.
-    assert!(stored.windows(4).any(|w| w == b"ACME"), "the scan reads the store");
+    assert!(
+        stored.windows(4).any(|w| w == b"ACME"),
+        "the scan reads the store"
+    );
     for secret in [FROM, TO] {
         assert!(!log.contains(secret), "{secret} in the log");
         assert!(
