@@ -56,9 +56,12 @@ async fn start_hosted(extra: &str) -> Hosted {
     assert!(ok, "cheq user add --config rs.toml: {out}");
     let base = format!("http://127.0.0.1:{port}");
     let log = dir.path().join("rs.log");
-    let proc = start_server(
+    // Uncompressed databases, so that a scan of the files reads every
+    // stored byte in clear.
+    let proc = start_server_with(
         "rs",
         &["resource-server", "--config", path.to_str().unwrap()],
+        &[("CHEQ_SLED_COMPRESSION", "off")],
         &log,
         &base,
     )
