@@ -14,8 +14,9 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// An `rs.toml` that hosts its confirmation, on loopback `port`.
-fn config(dir: &Path, port: u16, extra: &str) -> PathBuf {
+/// An `rs.toml` that hosts its confirmation, on loopback `port`; `top` goes
+/// at the top level, `extra` into `[confirmation]`.
+fn config(dir: &Path, port: u16, top: &str, extra: &str) -> PathBuf {
     let data = dir.join("data");
     let text = format!(
         "listen = \"127.0.0.1:{port}\"\n\
@@ -23,6 +24,7 @@ fn config(dir: &Path, port: u16, extra: &str) -> PathBuf {
          data_dir = \"{data}\"\n\
          signing_key = \"{key}\"\n\
          metrics = \"open\"\n\
+         {top}\n\
          \n\
          [confirmation]\n\
          embedded = true\n\
@@ -47,10 +49,10 @@ struct Hosted {
     dir: tempfile::TempDir,
 }
 
-async fn start_hosted(extra: &str) -> Hosted {
+async fn start_hosted(top: &str, extra: &str) -> Hosted {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let path = config(dir.path(), port, extra);
+    let path = config(dir.path(), port, top, extra);
     let place = ["--config", path.to_str().unwrap()];
     let (ok, out) = user_add("alice", ALICE_PW, &place);
     assert!(ok, "cheq user add --config rs.toml: {out}");
@@ -91,8 +93,23 @@ async fn metric(base: &str, name: &str) -> f64 {
 
 #[actix_web::test]
 async fn an_rs_hosting_its_confirmation_confirms_on_its_own_origin_and_runs_the_operation_once() {
-    let h = start_hosted("").await;
+    hosted_flow(start_hosted("", "").await).await;
+}
 
+/// The same on PostgreSQL: both sides' state in one database.
+#[actix_web::test]
+async fn the_same_with_both_sides_in_postgresql() {
+    if !cheq::store::testing::can_run(
+        "the hosted confirmation on PostgreSQL",
+        &[cheq::store::testing::Outside::Postgres],
+    ) {
+        return;
+    }
+    let url = cheq::store::pg::test_database("colocated").unwrap();
+    hosted_flow(start_hosted(&format!("database_url = \"{url}\""), "").await).await;
+}
+
+async fn hosted_flow(h: Hosted) {
     // The URI pack names the RS's own confirmation URI.
     let pack = invoke_flight(&h.base).await;
     assert_eq!(pack.confirmation_uri, format!("{}/confirm", h.base));
@@ -197,7 +214,7 @@ async fn an_rs_hosting_its_confirmation_confirms_on_its_own_origin_and_runs_the_
 async fn private_values_typed_at_the_rs_reach_neither_the_agent_nor_a_log_nor_the_store() {
     const FROM: &str = "31415926535";
     const TO: &str = "27182818284";
-    let h = start_hosted("").await;
+    let h = start_hosted("", "").await;
     let pack = invoke_tool(
         &h.base,
         "transfer_funds",
