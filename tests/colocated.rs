@@ -326,3 +326,52 @@ fn a_hosting_configuration_is_checked_when_read() {
         assert!(err.contains(key), "{tail}: {err}");
     }
 }
+
+/// §10: a voice gateway confirms through the raw API of the RS that hosts
+/// the confirmation, with a PIN set through the running server.
+#[actix_web::test]
+async fn a_voice_gateway_confirms_at_the_rs_through_the_raw_api() {
+    const GW_SECRET: &str = "gateway-secret-0123456789";
+    const PIN: &str = "482916";
+    let hash = cheq::confirm::auth::hash_secret(GW_SECRET).unwrap();
+    let gateways =
+        format!("\n[[confirmation.gateways]]\nclient_id = \"gw\"\nsecret_hash = \"{hash}\"\n");
+    let h = start_hosted("", &gateways).await;
+    let path = h.dir.path().join("rs.toml");
+    let (ok, out) = cheq_with_stdin(
+        &[
+            "user",
+            "set-pin",
+            "alice",
+            "--pin-stdin",
+            "--config",
+            path.to_str().unwrap(),
+        ],
+        &[],
+        PIN,
+    );
+    assert!(ok, "{out}");
+    let pack = invoke_flight(&h.base).await;
+    let gw = VoiceClient::new(&h.base, "gw", GW_SECRET);
+    let token = gw.user_token("alice", PIN).await;
+    let created = gw.create(Some(&token), &pack.resource_uri).await;
+    created.expect(201, "create");
+    let text = created.body["voice"]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("U A 2 3"), "{}", created.raw);
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    let decided = gw
+        .decide(
+            Some(&token),
+            &id,
+            &serde_json::json!({"decision": "accept"}),
+        )
+        .await;
+    assert_eq!(decided.status, 200, "{}", decided.raw);
+    assert!(matches!(
+        final_result(&pack.result_uri).await,
+        ResultStatus::Accepted(_)
+    ));
+    // A wrong gateway secret is refused.
+    let wrong = VoiceClient::new(&h.base, "gw", "not-the-secret-0123456789");
+    assert_eq!(wrong.token("alice", PIN).await.status, 401);
+}
