@@ -240,7 +240,6 @@ impl DecisionRecords for PgRecords {
     }
 
     fn update(&self, record: &DecisionRecord, durability: Durability) -> Result<(), StoreError> {
-        let durable = durability == Durability::Now;
         let r = RecordRow::of(record)?;
         let update = move |pool: Source| async move {
             let err = db_error("update");
@@ -280,11 +279,7 @@ impl DecisionRecords for PgRecords {
             }
             Ok(())
         };
-        if durable {
-            self.0.call("update", update)
-        } else {
-            self.0.call_lazy("update", update)
-        }
+        self.0.call_with("update", durability, update)
     }
 
     fn lease_due(
