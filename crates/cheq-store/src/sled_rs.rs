@@ -303,33 +303,10 @@ impl Executions for SledExecutions {
     }
 
     fn record(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
-        self.record_then(key, result, Durability::Now)
+        self.record_with(key, result, Durability::Now)
     }
 
     fn record_with(
-        &self,
-        key: &str,
-        result: &Value,
-        durability: Durability,
-    ) -> Result<Execution, StoreError> {
-        self.record_then(key, result, durability)
-    }
-
-    fn list_after(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, Value)>, StoreError> {
-        page_after(&self.tree, after, limit, "list executions")?
-            .into_iter()
-            .map(|(k, v)| Ok((key_text(&k)?, decode(&k, &v)?)))
-            .collect()
-    }
-}
-
-impl SledExecutions {
-    /// [`Executions::record`] or [`Executions::record_with`], as `durability` says.
-    fn record_then(
         &self,
         key: &str,
         result: &Value,
@@ -363,5 +340,16 @@ impl SledExecutions {
             return Ok(outcome);
         }
         Err(lost_races("record execution"))
+    }
+
+    fn list_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Value)>, StoreError> {
+        page_after(&self.tree, after, limit, "list executions")?
+            .into_iter()
+            .map(|(k, v)| Ok((key_text(&k)?, decode(&k, &v)?)))
+            .collect()
     }
 }
