@@ -218,25 +218,19 @@ impl CheqRecords for SledRecords {
         Ok((record.result_id == result_id).then_some(record))
     }
 
-    fn advance(
-        &self,
-        id: &str,
-        from: &CheqState,
-        to: &CheqState,
-        durability: Durability,
-    ) -> Result<Transition, StoreError> {
+    fn advance(&self, step: Step<'_>, durability: Durability) -> Result<Transition, StoreError> {
         let durable = durability == Durability::Now;
         let err = |e| backend_error("advance", e);
-        let key = id.as_bytes();
+        let key = step.id.as_bytes();
         for _ in 0..CAS_ATTEMPTS {
             let Some(old) = self.records.get(key).map_err(err)? else {
                 return Ok(Transition::Missing);
             };
             let mut record = decode_record(key, &old)?;
-            if &record.state != from {
+            if &record.state != step.from {
                 return Ok(Transition::Other(Box::new(record)));
             }
-            record.enter(to.clone());
+            record.enter(step.to.clone());
             // The document, when kept, moves on packed as it was.
             let new = encode_record(&record, split_record(key, &old)?.1)?;
             let swapped = self
