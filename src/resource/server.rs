@@ -15,7 +15,7 @@
 use super::cheq_rs::{CheqRs, ResultView, CONFIRMATIONS_PATH, RESULTS_PATH};
 use super::config::{ClientRole, RsConfig};
 use super::error::{ApiError, CheqRsError, RsError, ToolError};
-use super::oauth::{TokenRequest, TokenService};
+use super::oauth::{TokenInfo, TokenRequest, TokenService};
 use super::tools::{self, DemoTools, Policy, Tool};
 use crate::cheq::Decision;
 use crate::configfile::ServerConfig as _;
@@ -26,10 +26,11 @@ use crate::sign::VerifyError;
 use crate::store::rs::RsStore;
 use crate::time::{Clock, SystemClock};
 use actix_web::http::{header, StatusCode};
-use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use actix_web::{web, App, FromRequest, HttpRequest, HttpResponse, HttpServer};
 use chrono::Duration;
 use serde_json::{json, Value};
 use sha2::Digest;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// Everything the handlers share.
@@ -365,8 +366,51 @@ async fn token(
         .json(answer))
 }
 
-async fn list_tools(state: web::Data<RsState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    state.tokens.check(authorization(&req), ClientRole::Agent)?;
+/// Who may call a route: the role its bearer token must be issued for.
+trait Role {
+    const ROLE: ClientRole;
+}
+
+/// The routes of agents (A2T).
+enum Agent {}
+
+impl Role for Agent {
+    const ROLE: ClientRole = ClientRole::Agent;
+}
+
+/// The routes of the CS (§3, §6).
+enum Cs {}
+
+impl Role for Cs {
+    const ROLE: ClientRole = ClientRole::Cs;
+}
+
+/// The caller of a route for `R`, its bearer token checked before the
+/// handler runs: a request without a valid token for that role never
+/// reaches it.
+struct Caller<R>(TokenInfo, PhantomData<R>);
+
+impl<R: Role> FromRequest for Caller<R> {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        std::future::ready(match req.app_data::<web::Data<RsState>>() {
+            Some(state) => state
+                .tokens
+                .check(authorization(req), R::ROLE)
+                .map(|who| Caller(who, PhantomData))
+                .map_err(ApiError::from),
+            None => Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "the server's state is missing",
+            )),
+        })
+    }
+}
+
+async fn list_tools(state: web::Data<RsState>, _: Caller<Agent>) -> Result<HttpResponse, ApiError> {
     let items: Vec<Value> = state.catalogue.iter().map(Tool::signature).collect();
     Ok(HttpResponse::Ok().json(json!({
         "items": items,
@@ -376,10 +420,9 @@ async fn list_tools(state: web::Data<RsState>, req: HttpRequest) -> Result<HttpR
 
 async fn get_tool(
     state: web::Data<RsState>,
-    req: HttpRequest,
+    _: Caller<Agent>,
     tail: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.tokens.check(authorization(&req), ClientRole::Agent)?;
     let tool = tools::find(&state.catalogue, &tail)
         .ok_or_else(|| ToolError::UnknownTool(tail.into_inner()))?;
     Ok(HttpResponse::Ok().json(tool.signature()))
@@ -387,11 +430,10 @@ async fn get_tool(
 
 async fn invoke_tool(
     state: web::Data<RsState>,
-    req: HttpRequest,
+    Caller(who, _): Caller<Agent>,
     tail: web::Path<String>,
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let who = state.tokens.check(authorization(&req), ClientRole::Agent)?;
     let body = read_body(body).await?;
     let tail = tail.into_inner();
     let Some(id) = tail.strip_suffix(":invoke") else {
@@ -437,10 +479,9 @@ async fn invoke_tool(
 
 async fn get_confirmation(
     state: web::Data<RsState>,
-    req: HttpRequest,
+    _: Caller<Cs>,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.tokens.check(authorization(&req), ClientRole::Cs)?;
     let cheq = state.cheq.clone();
     let id = id.into_inner();
     let document = read(&state, move || cheq.fetch(&id)).await?;
@@ -468,11 +509,11 @@ fn decision_from_query(query: &str) -> Result<Decision, ApiError> {
 
 async fn post_decision(
     state: web::Data<RsState>,
+    _: Caller<Cs>,
     req: HttpRequest,
     id: web::Path<String>,
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    state.tokens.check(authorization(&req), ClientRole::Cs)?;
     let decision = decision_from_query(req.query_string())?;
     let body: Arc<[u8]> = Arc::from(&read_body(body).await?[..]);
     let id = Arc::new(id.into_inner());
