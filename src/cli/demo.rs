@@ -147,6 +147,46 @@ fn start_idp(port: u16, cs_origin: &str, client_secret: &str) -> Result<DemoIdp,
     Ok(idp)
 }
 
+/// `--with-idp`: starts the test provider for the sign-in page at `origin`,
+/// adds it to `tables` under `key` (the table of identity providers), and
+/// lets the agent act for its user carol in `rs_toml`.
+fn with_idp(
+    args: &Args,
+    origin: &str,
+    tables: &mut String,
+    rs_toml: &mut String,
+    key: &str,
+) -> Result<Option<DemoIdp>, CliError> {
+    if !args.with_idp {
+        return Ok(None);
+    }
+    let secret = crate::sign::b64::encode(rand::random::<[u8; 24]>());
+    let idp = start_idp(args.idp_port, origin, &secret)?;
+    tables.push_str(&format!(
+        "\n[[{key}]]\nname = \"demo-idp\"\nissuer = \"{}\"\nclient_id = \"cheq\"\nclient_secret = \"{secret}\"\n",
+        idp.issuer
+    ));
+    *rs_toml = rs_toml.replace(
+        "subject = \"alice\"",
+        &format!("subject = \"{IDP_SUBJECT}\""),
+    );
+    Ok(Some(idp))
+}
+
+impl DemoIdp {
+    /// What the demo says of the provider.
+    fn told(&self) -> String {
+        format!(
+            "\nWith --with-idp: the identity provider demo-idp runs at {issuer}\
+             \n  its user carol ({IDP_SUBJECT}), {line}\
+             \nThe agent now acts for {IDP_SUBJECT}: on the login page choose\
+             \n\"Sign in with demo-idp\" and sign in there as carol.\n",
+            issuer = self.issuer,
+            line = self.password_line,
+        )
+    }
+}
+
 fn server(e: impl std::fmt::Display) -> CliError {
     CliError::Server(e.to_string())
 }
@@ -297,21 +337,13 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         "# Written by `cheq demo`: the confirmation server.\n{database}{}\n[[gateways]]\nclient_id = \"voice-gw\"\nsecret_hash = \"{gateway_hash}\"\n",
         pair.cs_toml().map_err(server)?
     );
-    let idp = if args.with_idp {
-        let secret = crate::sign::b64::encode(rand::random::<[u8; 24]>());
-        let idp = start_idp(args.idp_port, &cs_url, &secret)?;
-        cs_toml.push_str(&format!(
-            "\n[[identity_providers]]\nname = \"demo-idp\"\nissuer = \"{}\"\nclient_id = \"cheq\"\nclient_secret = \"{secret}\"\n",
-            idp.issuer
-        ));
-        rs_toml = rs_toml.replace(
-            "subject = \"alice\"",
-            &format!("subject = \"{IDP_SUBJECT}\""),
-        );
-        Some(idp)
-    } else {
-        None
-    };
+    let idp = with_idp(
+        &args,
+        &cs_url,
+        &mut cs_toml,
+        &mut rs_toml,
+        "identity_providers",
+    )?;
     write_0600(&dir.join("rs.toml"), &rs_toml)?;
     write_0600(&dir.join("cs.toml"), &cs_toml)?;
     let rs_config = crate::resource::RsConfig::from_toml(&rs_toml).map_err(server)?;
@@ -362,17 +394,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             ),
         )?;
         if let Some(idp) = &idp {
-            write_out(
-                out,
-                &format!(
-                    "\nWith --with-idp: the identity provider demo-idp runs at {issuer}\
-                     \n  its user carol ({IDP_SUBJECT}), {line}\
-                     \nThe agent now acts for {IDP_SUBJECT}: on the CS login page choose\
-                     \n\"Sign in with demo-idp\" and sign in there as carol.\n",
-                    issuer = idp.issuer,
-                    line = idp.password_line,
-                ),
-            )?;
+            write_out(out, &idp.told())?;
         }
         out.flush().ok();
         let (rs, cs) = tokio::join!(rs_server, cs_server);
@@ -406,21 +428,15 @@ fn run_colocated(
         pair.hosted_rs_toml("").map_err(server)?
     );
     rs_toml.push_str(&confirmation);
-    let idp = if args.with_idp {
-        let secret = crate::sign::b64::encode(rand::random::<[u8; 24]>());
-        let idp = start_idp(args.idp_port, &rs_url, &secret)?;
-        rs_toml.push_str(&format!(
-            "\n[[confirmation.identity_providers]]\nname = \"demo-idp\"\nissuer = \"{}\"\nclient_id = \"cheq\"\nclient_secret = \"{secret}\"\n",
-            idp.issuer
-        ));
-        rs_toml = rs_toml.replace(
-            "subject = \"alice\"",
-            &format!("subject = \"{IDP_SUBJECT}\""),
-        );
-        Some(idp)
-    } else {
-        None
-    };
+    let mut tables = String::new();
+    let idp = with_idp(
+        args,
+        &rs_url,
+        &mut tables,
+        &mut rs_toml,
+        "confirmation.identity_providers",
+    )?;
+    rs_toml.push_str(&tables);
     let dir = &args.data_dir;
     // The two-server demo's files would name another shape: gone.
     let _ = std::fs::remove_file(dir.join("cs.toml"));
@@ -457,17 +473,7 @@ fn run_colocated(
             ),
         )?;
         if let Some(idp) = &idp {
-            write_out(
-                out,
-                &format!(
-                    "\nWith --with-idp: the identity provider demo-idp runs at {issuer}\
-                     \n  its user carol ({IDP_SUBJECT}), {line}\
-                     \nThe agent acts for {IDP_SUBJECT}: on the login page choose\
-                     \n\"Sign in with demo-idp\" and sign in there as carol.\n",
-                    issuer = idp.issuer,
-                    line = idp.password_line,
-                ),
-            )?;
+            write_out(out, &idp.told())?;
         }
         out.flush().ok();
         let served = running.await;

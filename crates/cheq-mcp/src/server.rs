@@ -140,6 +140,25 @@ fn done_result(output: Value) -> CallToolResponse {
     CallToolResponse::Complete(r)
 }
 
+/// The answer to a call: an error's, a done or final outcome's, or what
+/// `pending` makes of a confirmation still to be given (the one thing each
+/// way of asking does its own way).
+fn respond(
+    outcome: Result<Outcome, BridgeError>,
+    pending: impl FnOnce(Elicitation, String) -> Result<CallToolResponse, McpError>,
+) -> Result<CallToolResponse, McpError> {
+    match outcome {
+        Err(e) => answer_error(e),
+        Ok(Outcome::Done(output)) => Ok(done_result(output)),
+        Ok(Outcome::Final(f)) => Ok(final_result(f)),
+        Ok(Outcome::Pending {
+            elicitation,
+            handle,
+            ..
+        }) => pending(elicitation, handle),
+    }
+}
+
 fn url_elicitation(e: &Elicitation, id: &str) -> Value {
     json!({"mode": "url", "elicitationId": id, "url": e.url, "message": e.message})
 }
@@ -165,27 +184,17 @@ impl McpBridge {
                 let _ = tokio::time::timeout(NOTIFY_TIMEOUT, send).await;
             });
         });
-        let outcome = match self
+        let outcome = self
             .bridge
             .call_in_session(&self.session, tool, args, Some(notify))
-            .await
-        {
-            Ok(o) => o,
-            Err(e) => return answer_error(e),
-        };
-        match outcome {
-            Outcome::Done(output) => Ok(done_result(output)),
-            Outcome::Final(f) => Ok(final_result(f)),
-            Outcome::Pending {
-                elicitation,
-                handle,
-                ..
-            } => Err(McpError::new(
+            .await;
+        respond(outcome, |elicitation, handle| {
+            Err(McpError::new(
                 ErrorCode(URL_ELICITATION_REQUIRED),
                 "This request needs the user's confirmation at the confirmation server.",
                 Some(json!({"elicitations": [url_elicitation(&elicitation, &handle)]})),
-            )),
-        }
+            ))
+        })
     }
 
     async fn call_modern(
@@ -199,44 +208,32 @@ impl McpBridge {
             .as_ref()
             .and_then(|r| r.get(INPUT_KEY))
             .and_then(|v| v.get("action").and_then(Value::as_str).map(str::to_owned));
-        let outcome = match self
+        let outcome = self
             .bridge
             .call_stateless(tool, args, request.request_state.as_deref())
-            .await
-        {
-            Ok(o) => o,
-            Err(e) => return answer_error(e),
-        };
-        match outcome {
-            Outcome::Done(output) => Ok(done_result(output)),
-            Outcome::Final(f) => Ok(final_result(f)),
-            Outcome::Pending {
-                elicitation,
-                handle,
-                ..
-            } => {
-                if matches!(declined.as_deref(), Some("decline") | Some("cancel")) {
-                    return Ok(tool_error(
-                        "not_confirmed",
-                        "The user did not open the confirmation page, so the request was not confirmed. It stays pending at the confirmation server until it expires; call again with the same arguments to collect its outcome.",
-                    ));
-                }
-                let params = ElicitRequestParams::UrlElicitationParams {
-                    meta: None,
-                    message: elicitation.message,
-                    url: elicitation.url,
-                    elicitation_id: String::new(),
-                };
-                let mut requests = rmcp::model::InputRequests::new();
-                requests.insert(
-                    INPUT_KEY.to_owned(),
-                    InputRequest::Elicitation(ElicitRequest::new(params)),
-                );
-                let mut result = InputRequiredResult::from_request_state(handle);
-                result.input_requests = Some(requests);
-                Ok(CallToolResponse::InputRequired(result))
+            .await;
+        respond(outcome, |elicitation, handle| {
+            if matches!(declined.as_deref(), Some("decline") | Some("cancel")) {
+                return Ok(tool_error(
+                    "not_confirmed",
+                    "The user did not open the confirmation page, so the request was not confirmed. It stays pending at the confirmation server until it expires; call again with the same arguments to collect its outcome.",
+                ));
             }
-        }
+            let params = ElicitRequestParams::UrlElicitationParams {
+                meta: None,
+                message: elicitation.message,
+                url: elicitation.url,
+                elicitation_id: String::new(),
+            };
+            let mut requests = rmcp::model::InputRequests::new();
+            requests.insert(
+                INPUT_KEY.to_owned(),
+                InputRequest::Elicitation(ElicitRequest::new(params)),
+            );
+            let mut result = InputRequiredResult::from_request_state(handle);
+            result.input_requests = Some(requests);
+            Ok(CallToolResponse::InputRequired(result))
+        })
     }
 }
 
@@ -260,22 +257,12 @@ impl McpBridge {
         args: &Map<String, Value>,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let outcome = match self
+        let outcome = self
             .bridge
             .call_with_handle(self.holder(context), tool, args)
-            .await
-        {
-            Ok(o) => o,
-            Err(e) => return answer_error(e),
-        };
-        Ok(match outcome {
-            Outcome::Done(output) => done_result(output),
-            Outcome::Final(f) => final_result(f),
-            Outcome::Pending {
-                elicitation,
-                handle,
-                ..
-            } => confirmation_required(&elicitation, &handle),
+            .await;
+        respond(outcome, |elicitation, handle| {
+            Ok(confirmation_required(&elicitation, &handle))
         })
     }
 

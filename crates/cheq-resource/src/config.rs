@@ -132,6 +132,14 @@ pub struct RsConfig {
     pub signing_key: PathBuf,
     #[serde(default)]
     pub key_id: Option<String>,
+    // `database_url`, `log_format` and `metrics` mean what they mean in the
+    // CS's `cheq.toml` (docs/configuration.md).
+    #[serde(default)]
+    pub database_url: Option<DatabaseUrl>,
+    #[serde(default)]
+    pub log_format: LogFormat,
+    #[serde(default)]
+    pub metrics: cheq_support::metrics::MetricsAccess,
     #[serde(default = "default_cheq_ttl")]
     pub cheq_ttl_secs: i64,
     #[serde(default = "default_token_ttl")]
@@ -151,14 +159,6 @@ pub struct RsConfig {
     pub clients: Vec<ClientConfig>,
     #[serde(default)]
     pub policy: PolicyConfig,
-    // `database_url`, `log_format` and `metrics` mean what they mean in the
-    // CS's `cheq.toml` (docs/configuration.md).
-    #[serde(default)]
-    pub database_url: Option<DatabaseUrl>,
-    #[serde(default)]
-    pub log_format: LogFormat,
-    #[serde(default)]
-    pub metrics: cheq_support::metrics::MetricsAccess,
 }
 
 impl ServerConfig for RsConfig {

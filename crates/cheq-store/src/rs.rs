@@ -240,22 +240,22 @@ pub trait Executions: Send + Sync {
     /// Stores `result` under `key` if the key is absent, in one atomic write
     /// that stands for the effect (compare-and-set). Whatever the outcome, the
     /// stored result is durable before this returns.
-    fn record(&self, key: &str, result: &Value) -> Result<Execution, StoreError>;
+    fn record(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
+        self.record_with(key, result, Durability::Now)
+    }
     /// [`record`](Self::record), made durable as `durability` says: with
     /// [`Durability::Deferred`] the write need not be on disk when this
     /// returns; it is once a later write to the same database is made
     /// durable, and a crash before that loses it with everything written
     /// after it (as [`NonceStore::record_with`](super::NonceStore::record_with)).
-    /// The default writes durably, as `record`, either way.
+    /// A backend that commits every write durably anyway (PostgreSQL) does
+    /// so either way.
     fn record_with(
         &self,
         key: &str,
         result: &Value,
         durability: Durability,
-    ) -> Result<Execution, StoreError> {
-        let _ = durability;
-        self.record(key, result)
-    }
+    ) -> Result<Execution, StoreError>;
     /// Up to `limit` keys with their results, in the order of the keys,
     /// from the first after `after` (from the first of all with `None`):
     /// the whole log, a page at a time (`store export`).

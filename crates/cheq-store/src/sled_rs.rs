@@ -296,10 +296,6 @@ impl Executions for SledExecutions {
             .transpose()
     }
 
-    fn record(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
-        self.record_with(key, result, Durability::Now)
-    }
-
     fn record_with(
         &self,
         key: &str,

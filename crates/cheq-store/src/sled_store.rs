@@ -148,10 +148,6 @@ impl SledNonceStore {
 }
 
 impl NonceStore for SledNonceStore {
-    fn record(&self, nonce: &str, entry: &NonceEntry) -> Result<RecordOutcome, StoreError> {
-        self.record_with(nonce, entry, Durability::Now)
-    }
-
     fn record_with(
         &self,
         nonce: &str,

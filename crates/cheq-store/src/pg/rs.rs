@@ -152,7 +152,13 @@ pub(super) fn entry_of(row: &tokio_postgres::Row, nonce: &str) -> Result<NonceEn
 }
 
 impl NonceStore for PgNonces {
-    fn record(&self, nonce: &str, entry: &NonceEntry) -> Result<RecordOutcome, StoreError> {
+    /// Every statement commits durably: `Deferred` writes durably too.
+    fn record_with(
+        &self,
+        nonce: &str,
+        entry: &NonceEntry,
+        _: Durability,
+    ) -> Result<RecordOutcome, StoreError> {
         validate(nonce, entry)?;
         self.gatherer
             .record(nonce.to_owned(), entry.clone(), |enqueue| {
@@ -430,7 +436,13 @@ impl Executions for PgExecutions {
         )
     }
 
-    fn record(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
+    /// Every statement commits durably: `Deferred` writes durably too.
+    fn record_with(
+        &self,
+        key: &str,
+        result: &Value,
+        _: Durability,
+    ) -> Result<Execution, StoreError> {
         let key = key.to_owned();
         let body = encode(result)?;
         self.0.call("record execution", move |pool| async move {
