@@ -225,30 +225,7 @@ async fn private_values_typed_at_the_rs_reach_neither_the_agent_nor_a_log_nor_th
     let (path, page) = b
         .open("/confirm", &pack.resource_uri, "alice", ALICE_PW)
         .await;
-    let inputs: Vec<String> = page
-        .raw
-        .match_indices("name=\"input:")
-        .map(|(i, _)| {
-            let rest = &page.raw[i + 6..];
-            rest[..rest.find('"').unwrap()].to_owned()
-        })
-        .collect();
-    assert_eq!(inputs.len(), 3, "{}", page.raw);
-    let csrf = page.hidden("csrf").unwrap();
-    let view = page.hidden("view").unwrap();
-    let outcome = b
-        .post(
-            &path,
-            &[
-                ("csrf", csrf.as_str()),
-                ("view", view.as_str()),
-                ("decision", "accept"),
-                (inputs[0].as_str(), FROM),
-                (inputs[1].as_str(), TO),
-                (inputs[2].as_str(), "12.50"),
-            ],
-        )
-        .await;
+    let outcome = b.accept_typing(&path, &page, [FROM, TO, "12.50"]).await;
     assert_eq!(outcome.status, 200, "{}", outcome.text);
     let result = match final_result(&pack.result_uri).await {
         ResultStatus::Accepted(result) => result,

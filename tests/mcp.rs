@@ -737,29 +737,8 @@ async fn a_private_value_typed_at_the_cs_never_reaches_the_client() {
     let res = b.login_at(&res.location(), "alice", ALICE_PW).await;
     let page_path = b.after_login(res.location()).await;
     let page = b.get(&page_path).await;
-    let inputs: Vec<String> = page
-        .raw
-        .match_indices("name=\"input:")
-        .map(|(i, _)| {
-            let rest = &page.raw[i + 6..];
-            rest[..rest.find('"').unwrap()].to_owned()
-        })
-        .collect();
-    assert_eq!(inputs.len(), 3, "{}", page.raw);
-    let csrf = page.hidden("csrf").unwrap();
-    let view = page.hidden("view").unwrap();
     let outcome = b
-        .post(
-            &page_path,
-            &[
-                ("csrf", csrf.as_str()),
-                ("view", view.as_str()),
-                ("decision", "accept"),
-                (inputs[0].as_str(), FROM),
-                (inputs[1].as_str(), TO),
-                (inputs[2].as_str(), "12.50"),
-            ],
-        )
+        .accept_typing(&page_path, &page, [FROM, TO, "12.50"])
         .await;
     assert_eq!(outcome.status, 200, "{}", outcome.text);
 
