@@ -19,6 +19,8 @@
 //! - [`throttle`]: the arithmetic of failed-attempt limits, for both servers.
 //! - [`text`]: making untrusted text safe for one line of a log.
 //! - [`testkit`]: the loopback CS + RS configurations of the tests, benches and demo.
+//! - [`colocated`]: the confirmation inside the resource server (§12): both
+//!   sides in one process, the CS flow reaching the RS without HTTP.
 //! - [`cli`]: the `cheq` command line.
 
 pub use cheq_core::{cheq, sign};
@@ -31,6 +33,7 @@ pub use cheq_support::{
 
 pub mod a2a;
 pub mod cli;
+pub mod colocated;
 pub mod confirm;
 pub mod httpkit;
 pub mod resource;

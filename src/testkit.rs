@@ -59,81 +59,87 @@ impl LoopbackPair {
         format!("http://127.0.0.1:{}{}", self.cs_port, self.cs_path)
     }
 
+    /// What every server's file starts with: where it listens and is
+    /// reached, its data directory and signing key, open metrics.
+    fn server_head(
+        port: u16,
+        url: &str,
+        data: &Path,
+        key: &Path,
+    ) -> Result<String, ConfigTextError> {
+        Ok(format!(
+            "listen = \"127.0.0.1:{port}\"\npublic_url = \"{url}\"\ndata_dir = \"{data}\"\nsigning_key = \"{key}\"\n\
+             # On loopback alone: the metrics need no token here.\nmetrics = \"open\"\n",
+            data = toml_path(data)?,
+            key = toml_path(key)?,
+        ))
+    }
+
+    /// What both RS configurations start with: the server itself, and the
+    /// agent (acting for alice) as a client.
+    fn rs_head(&self) -> Result<String, ConfigTextError> {
+        let head = Self::server_head(
+            self.rs_port,
+            &self.rs_url(),
+            &self.dir.join("rs"),
+            &self.rs_key,
+        )?;
+        Ok(format!(
+            "{head}cheq_ttl_secs = 900\nretry_after_secs = 1\n\n\
+             [[clients]]\nclient_id = \"{agent_id}\"\nclient_secret = \"{agent_secret}\"\nrole = \"agent\"\nsubject = \"alice\"\n",
+            agent_id = toml_str(&self.agent_id)?,
+            agent_secret = toml_str(&self.agent_secret)?,
+        ))
+    }
+
     /// The RS configuration: the CS as its confirmation server, the CS and the
     /// agent (acting for alice) as its clients.
     pub fn rs_toml(&self) -> Result<String, ConfigTextError> {
+        let cs_jwks = match &self.cs_jwks {
+            Some(file) => format!("jwks_file = \"{}\"", toml_path(file)?),
+            None => format!(
+                "jwks_uri = \"http://127.0.0.1:{}/.well-known/jwks.json\"",
+                self.cs_port
+            ),
+        };
         Ok(format!(
-            r#"listen = "127.0.0.1:{rs_port}"
-public_url = "{rs_url}"
-data_dir = "{rs_data}"
-signing_key = "{rs_key}"
-# On loopback alone: the metrics need no token here.
-metrics = "open"
-cheq_ttl_secs = 900
-retry_after_secs = 1
-
-[confirmation_server]
-uri = "{cs_url}"
-{cs_jwks}
-
-[[clients]]
-client_id = "cs"
-client_secret = "{cs_secret}"
-role = "cs"
-
-[[clients]]
-client_id = "{agent_id}"
-client_secret = "{agent_secret}"
-role = "agent"
-subject = "alice"
-"#,
-            rs_port = self.rs_port,
-            rs_url = self.rs_url(),
-            rs_data = toml_path(&self.dir.join("rs"))?,
-            rs_key = toml_path(&self.rs_key)?,
-            cs_url = self.cs_url(),
-            cs_jwks = match &self.cs_jwks {
-                Some(file) => format!("jwks_file = \"{}\"", toml_path(file)?),
-                None => format!(
-                    "jwks_uri = \"http://127.0.0.1:{}/.well-known/jwks.json\"",
-                    self.cs_port
-                ),
-            },
+            "{head}\n[[clients]]\nclient_id = \"cs\"\nclient_secret = \"{cs_secret}\"\nrole = \"cs\"\n\n[confirmation_server]\nuri = \"{cs_url}\"\n{cs_jwks}\n",
+            head = self.rs_head()?,
             cs_secret = toml_str(&self.cs_secret)?,
-            agent_id = toml_str(&self.agent_id)?,
-            agent_secret = toml_str(&self.agent_secret)?,
+            cs_url = self.cs_url(),
         ))
     }
 
     /// The CS configuration: the RS as its one registered resource server.
     /// Further tables (`[[gateways]]`, more resource servers) may follow.
     pub fn cs_toml(&self) -> Result<String, ConfigTextError> {
+        let head = Self::server_head(
+            self.cs_port,
+            &self.cs_url(),
+            &self.dir.join("cs"),
+            &self.cs_key,
+        )?;
+        let rs_url = self.rs_url();
+        let rs_jwks = match &self.rs_jwks {
+            Some(file) => format!("jwks = \"{}\"", toml_path(file)?),
+            None => format!("jwks_uri = \"{rs_url}/.well-known/jwks.json\""),
+        };
         Ok(format!(
-            r#"listen = "127.0.0.1:{cs_port}"
-public_url = "{cs_url}"
-data_dir = "{cs_data}"
-signing_key = "{cs_key}"
-# On loopback alone: the metrics need no token here.
-metrics = "open"
-
-[[resource_servers]]
-origin = "{rs_url}"
-path_prefix = "/cheq/"
-{rs_jwks}
-token_url = "{rs_url}/oauth/token"
-client_id = "cs"
-client_secret = "{cs_secret}"
-"#,
-            cs_port = self.cs_port,
-            cs_url = self.cs_url(),
-            cs_data = toml_path(&self.dir.join("cs"))?,
-            cs_key = toml_path(&self.cs_key)?,
-            rs_url = self.rs_url(),
-            rs_jwks = match &self.rs_jwks {
-                Some(file) => format!("jwks = \"{}\"", toml_path(file)?),
-                None => format!("jwks_uri = \"{}/.well-known/jwks.json\"", self.rs_url()),
-            },
+            "{head}\n[[resource_servers]]\norigin = \"{rs_url}\"\npath_prefix = \"/cheq/\"\n{rs_jwks}\n\
+             token_url = \"{rs_url}/oauth/token\"\nclient_id = \"cs\"\nclient_secret = \"{cs_secret}\"\n",
             cs_secret = toml_str(&self.cs_secret)?,
+        ))
+    }
+
+    /// The RS configuration of a resource server that serves the
+    /// confirmation itself (§12): no confirmation server, no CS client;
+    /// `confirmation` is more of its `[confirmation]` table (TOML lines),
+    /// and tables of it (`[[confirmation.gateways]]`) may follow.
+    pub fn hosted_rs_toml(&self, confirmation: &str) -> Result<String, ConfigTextError> {
+        Ok(format!(
+            "{head}\n[confirmation]\nembedded = true\nsigning_key = \"{cs_key}\"\n{confirmation}\n",
+            head = self.rs_head()?,
+            cs_key = toml_path(&self.cs_key)?,
         ))
     }
 }

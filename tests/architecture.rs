@@ -48,6 +48,7 @@ fn rules() -> Vec<Rule> {
                 "confirm/seal.rs",
                 "confirm/registry.rs",
                 "confirm/config.rs",
+                "confirm/link.rs",
             ],
             except: &[],
             forbidden: &[
@@ -123,6 +124,12 @@ fn rules() -> Vec<Rule> {
             files: &["resource/server.rs"],
             except: &[],
             forbidden: &["crate::confirm", "crate::cli"],
+        },
+        Rule {
+            layer: "the confirmation inside the RS (composition of both)",
+            files: &["colocated/"],
+            except: &[],
+            forbidden: &["crate::cli", "sled"],
         },
         Rule {
             layer: "MCP bridge domain",

@@ -282,7 +282,10 @@ async fn revision_2025_11_25_accept_reject_and_sessions() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, vec!["book_flight", "transfer_funds"]);
+    assert_eq!(
+        names,
+        vec!["book_flight", "confirmation_status", "transfer_funds"]
+    );
     let schema = &tools[0]["inputSchema"];
     assert_eq!(
         schema["properties"]["price_usd"]["type"], "integer",
@@ -364,6 +367,164 @@ async fn revision_2025_11_25_accept_reject_and_sessions() {
     env.stop().await;
 }
 
+/// Calls `confirmation_status` with `handle`: the tool result.
+fn status_of(py: &mut Py, handle: &str) -> Value {
+    py.send(json!({"op": "call", "tool": "confirmation_status", "args": {"handle": handle}}));
+    py.next("result")["result"].clone()
+}
+
+/// Asks `confirmation_status` until the state is not pending any more (the
+/// RS reports it a moment after the decision); it must then be `want`.
+async fn status_until(py: &mut Py, handle: &str, want: &str) -> Value {
+    for _ in 0..100 {
+        let r = status_of(py, handle);
+        let status = r["structuredContent"]["status"].as_str().unwrap_or("");
+        if status != "pending" {
+            assert_eq!(status, want, "{r}");
+            return r;
+        }
+        assert_ne!(r["isError"], true, "{r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("still pending: {:#?}", py.seen);
+}
+
+/// A call that needs confirmation, from a client without URL elicitation:
+/// a tool result (not an error) with the start link and a handle, both in
+/// the text too. Returns (link, handle).
+fn confirmation_required(env: &Env, py: &mut Py) -> (String, String) {
+    py.send(json!({"op": "call", "tool": "book_flight", "args": flight_params()}));
+    let r = py.next("result")["result"].clone();
+    assert_ne!(r["isError"], true, "{r}");
+    let sc = &r["structuredContent"];
+    assert_eq!(sc["status"], "confirmation_required", "{r}");
+    let link = sc["confirmation_url"].as_str().unwrap().to_owned();
+    let handle = sc["handle"].as_str().unwrap().to_owned();
+    check_elicitation(
+        env,
+        &json!({"mode": "url", "url": link, "message": format!("Confirm 'book_flight' at {}", env.cs_origin)}),
+    );
+    let text = r["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains(&link) && text.contains(&handle), "{text}");
+    assert!(text.contains("confirmation_status"), "{text}");
+    (link, handle)
+}
+
+/// §11: clients that declare no elicitation, or form only, on both
+/// revisions, get the link and a handle, and collect the outcome with
+/// `confirmation_status`. A handle works only for the client it was given
+/// to, and only as given.
+#[actix_web::test]
+async fn clients_without_url_elicitation_confirm_through_a_link_and_a_handle() {
+    if !python_sdk() {
+        return;
+    }
+    let env = Env::start(Options::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bridge = start_bridge(&env, dir.path()).await;
+    let client = |mode: &str, elicit: &str| {
+        Py::start_with(&[bridge.url.as_str(), mode], &[("CHEQ_MCP_ELICIT", elicit)])
+    };
+    let cases = [
+        (LEGACY, "none", "accept"),
+        (LEGACY, "form", "reject"),
+        (MODERN, "none", "reject"),
+        (MODERN, "form", "accept"),
+    ];
+    let mut seen = Vec::new();
+    for (mode, elicit, decision) in cases {
+        let mut py = client(mode, elicit);
+        let mut other = client(mode, elicit);
+        // The status tool is listed, with its one argument.
+        py.send(json!({"op": "list"}));
+        let tools = py.next("tools")["tools"].clone();
+        let status_tool = tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "confirmation_status")
+            .cloned()
+            .unwrap_or_else(|| panic!("{tools}"));
+        assert_eq!(status_tool["inputSchema"]["required"], json!(["handle"]));
+
+        // A cheap call still runs at once.
+        py.send(json!({"op": "call", "tool": "book_flight", "args": cheap_flight()}));
+        let done = py.next("result")["result"].clone();
+        assert_eq!(done["structuredContent"]["status"], "done", "{done}");
+
+        let (link, handle) = confirmation_required(&env, &mut py);
+        let pending = status_of(&mut py, &handle);
+        assert_eq!(
+            pending["structuredContent"]["status"], "pending",
+            "{pending}"
+        );
+        assert_eq!(
+            pending["structuredContent"]["confirmation_url"],
+            link.as_str()
+        );
+        assert_ne!(pending["isError"], true, "{pending}");
+
+        // Refused: altered, or shown by another session (at 2025-11-25),
+        // or by a client of the other revision; no content of the call
+        // comes back.
+        for bad in [
+            tamper(&handle, 7),
+            tamper(&handle, handle.len() - 3),
+            String::new(),
+        ] {
+            let r = status_of(&mut py, &bad);
+            assert_eq!(r["isError"], true, "{r}");
+            assert_eq!(r["structuredContent"]["status"], "invalid_handle", "{r}");
+        }
+        let mut strangers = vec![client(if mode == LEGACY { MODERN } else { LEGACY }, elicit)];
+        if mode == LEGACY {
+            strangers.push(other);
+        } else {
+            // Stateless requests have no session: any client of this
+            // bridge at 2026-07-28 can read a handle it is shown.
+            let r = status_of(&mut other, &handle);
+            assert_eq!(r["structuredContent"]["status"], "pending", "{r}");
+        }
+        for stranger in &mut strangers {
+            let r = status_of(stranger, &handle);
+            assert_eq!(r["structuredContent"]["status"], "invalid_handle", "{r}");
+            assert!(!r.to_string().contains("book_flight"), "{r}");
+        }
+        let r = {
+            py.send(json!({"op": "call", "tool": "confirmation_status", "args": {}}));
+            py.next("result")["result"].clone()
+        };
+        assert_eq!(r["structuredContent"]["status"], "invalid_arguments", "{r}");
+
+        decide_at_link(&env, &link, decision, &[]).await;
+        let want = if decision == "accept" {
+            "accepted"
+        } else {
+            "rejected"
+        };
+        let end = status_until(&mut py, &handle, want).await;
+        if decision == "accept" {
+            assert_ne!(end["isError"], true, "{end}");
+            assert_eq!(
+                output_value(&end["structuredContent"]["result"], "status"),
+                json!("CONFIRMED"),
+                "{end}"
+            );
+        } else {
+            assert_eq!(end["isError"], true, "{end}");
+        }
+        seen.push(py.everything());
+        for mut s in strangers {
+            seen.push(s.everything());
+        }
+    }
+    // The result URIs never reached a client.
+    for everything in seen {
+        assert!(!everything.contains("/cheq/results/"), "{everything}");
+    }
+    env.stop().await;
+}
+
 /// Flips one character of a request state (kept base64url).
 fn tamper(state: &str, at: usize) -> String {
     let mut chars: Vec<char> = state.chars().collect();
@@ -383,7 +544,7 @@ async fn revision_2026_07_28_request_state_binding_accept_and_reject() {
     let mut c = Py::connect(&bridge.url, MODERN);
 
     c.send(json!({"op": "list"}));
-    assert_eq!(c.next("tools")["tools"].as_array().unwrap().len(), 2);
+    assert_eq!(c.next("tools")["tools"].as_array().unwrap().len(), 3); // the RS's two and confirmation_status
 
     c.send(json!({"op": "call_once", "tool": "book_flight", "args": cheap_flight()}));
     let done = c.next("result")["result"].clone();
@@ -517,9 +678,16 @@ async fn expiry_in_both_revisions_is_a_tool_result() {
         .as_str()
         .unwrap()
         .to_owned();
+    let mut formless = Py::start_with(
+        &[bridge.url.as_str(), MODERN],
+        &[("CHEQ_MCP_ELICIT", "none")],
+    );
+    let (_, handle) = confirmation_required(&env, &mut formless);
 
     // Past the CHEQ's expiry and the skew: the RS reports "expired".
     env.advance(24 * 3600);
+    let expired = status_until(&mut formless, &handle, "expired").await;
+    assert_eq!(expired["isError"], true, "{expired}");
     legacy.send(json!({"op": "wait_complete", "id": el["elicitationId"], "secs": 30}));
     legacy.next("complete");
     legacy.send(json!({"op": "call", "tool": "book_flight", "args": flight_params()}));
@@ -569,29 +737,8 @@ async fn a_private_value_typed_at_the_cs_never_reaches_the_client() {
     let res = b.login_at(&res.location(), "alice", ALICE_PW).await;
     let page_path = b.after_login(res.location()).await;
     let page = b.get(&page_path).await;
-    let inputs: Vec<String> = page
-        .raw
-        .match_indices("name=\"input:")
-        .map(|(i, _)| {
-            let rest = &page.raw[i + 6..];
-            rest[..rest.find('"').unwrap()].to_owned()
-        })
-        .collect();
-    assert_eq!(inputs.len(), 3, "{}", page.raw);
-    let csrf = page.hidden("csrf").unwrap();
-    let view = page.hidden("view").unwrap();
     let outcome = b
-        .post(
-            &page_path,
-            &[
-                ("csrf", csrf.as_str()),
-                ("view", view.as_str()),
-                ("decision", "accept"),
-                (inputs[0].as_str(), FROM),
-                (inputs[1].as_str(), TO),
-                (inputs[2].as_str(), "12.50"),
-            ],
-        )
+        .accept_typing(&page_path, &page, [FROM, TO, "12.50"])
         .await;
     assert_eq!(outcome.status, 200, "{}", outcome.text);
 
@@ -632,7 +779,7 @@ async fn stdio_in_both_revisions() {
         c.send(json!({"op": "list"}));
         assert_eq!(
             c.next("tools")["tools"].as_array().unwrap().len(),
-            2,
+            3,
             "{mode}"
         );
         c.send(json!({"op": "call", "tool": "book_flight", "args": cheap_flight()}));
@@ -788,7 +935,7 @@ async fn a_bridge_with_a_token_serves_only_its_bearer() {
     );
     py.send(json!({"op": "list"}));
     let tools = py.next("tools")["tools"].clone();
-    assert_eq!(tools.as_array().map(Vec::len), Some(2), "{tools}");
+    assert_eq!(tools.as_array().map(Vec::len), Some(3), "{tools}");
     py.send(json!({"op": "call", "tool": "book_flight", "args": cheap_flight()}));
     let done = py.next("result")["result"].clone();
     assert_eq!(done["structuredContent"]["status"], "done", "{done}");

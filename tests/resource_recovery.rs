@@ -18,7 +18,7 @@ use cheq::sign::{
     b64, countersign, verify_own_decision, verify_resource, Channel, Context, Decision,
     DecisionInput, Jwks, ResourceSignature, SigningKey, TrustStore,
 };
-use cheq::store::rs::{CheqRecord, CheqRecords, CheqState, RsStore, Transition};
+use cheq::store::rs::{CheqRecord, CheqRecords, CheqState, RsStore, Step, Transition};
 use cheq::store::Durability;
 use cheq::store::{AsyncFlush, NonceEntry, NonceStore, RecordOutcome, StoreError};
 use cheq::time::{Clock, ManualClock};
@@ -219,7 +219,14 @@ impl Fixture {
         assert_eq!(
             self.store
                 .records
-                .advance(&m.id, &CheqState::Pending, &decided, Durability::Now)
+                .advance(
+                    Step {
+                        id: &m.id,
+                        from: &CheqState::Pending,
+                        to: &decided
+                    },
+                    Durability::Now
+                )
                 .unwrap(),
             Transition::Moved
         );
@@ -565,19 +572,13 @@ impl CheqRecords for SpyRecords {
     fn by_result(&self, result_id: &str) -> Result<Option<CheqRecord>, StoreError> {
         self.0.by_result(result_id)
     }
-    fn advance(
-        &self,
-        id: &str,
-        from: &CheqState,
-        to: &CheqState,
-        durability: Durability,
-    ) -> Result<Transition, StoreError> {
+    fn advance(&self, step: Step<'_>, durability: Durability) -> Result<Transition, StoreError> {
         let durable = durability == Durability::Now;
         note(
             &self.1,
-            format!("{} {}", state_name(to), durability_word(durable)),
+            format!("{} {}", state_name(step.to), durability_word(durable)),
         );
-        self.0.advance(id, from, to, durability)
+        self.0.advance(step, durability)
     }
     fn advance_record(
         &self,

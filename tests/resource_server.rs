@@ -1066,8 +1066,9 @@ async fn cs_keys_from_jwks_uri_and_clear_errors() {
     let other = start(dir.path()).await;
     let dir2 = tempfile::tempdir().unwrap();
     let mut cfg = config(dir2.path(), 8090);
-    cfg.confirmation_server.jwks_file = None;
-    cfg.confirmation_server.jwks_uri = Some(format!("{}/.well-known/jwks.json", other.base));
+    cfg.confirmation_server.as_mut().unwrap().jwks_file = None;
+    cfg.confirmation_server.as_mut().unwrap().jwks_uri =
+        Some(format!("{}/.well-known/jwks.json", other.base));
     let clock = Arc::new(ManualClock::new(Utc::now()));
     let published = reqwest::get(format!("{}/.well-known/jwks.json", other.base))
         .await
@@ -1083,7 +1084,8 @@ async fn cs_keys_from_jwks_uri_and_clear_errors() {
     drop(state);
     // A jwks_uri that answers 404: the server starts, trusts nothing from
     // it, and asks for a later try rather than refusing for good.
-    cfg.confirmation_server.jwks_uri = Some(format!("{}/nowhere.json", other.base));
+    cfg.confirmation_server.as_mut().unwrap().jwks_uri =
+        Some(format!("{}/nowhere.json", other.base));
     let state = build_state(&cfg, clock.clone()).await.unwrap();
     state.cheq.cs_keys().ensure_fresh().await;
     assert!(state.cheq.cs_keys().source().key(&kid).is_none());
@@ -1093,9 +1095,9 @@ async fn cs_keys_from_jwks_uri_and_clear_errors() {
     ));
     drop(state);
     // Not https, not loopback: refused at start.
-    cfg.confirmation_server.jwks_uri = Some("http://cs.example/jwks.json".into());
+    cfg.confirmation_server.as_mut().unwrap().jwks_uri = Some("http://cs.example/jwks.json".into());
     assert!(build_state(&cfg, clock.clone()).await.is_err());
-    cfg.confirmation_server.jwks_uri = None;
+    cfg.confirmation_server.as_mut().unwrap().jwks_uri = None;
     let err = build_state(&cfg, clock).await.unwrap_err();
     assert!(err.to_string().contains("jwks_file"), "{err}");
     other.stop().await;
@@ -1169,7 +1171,7 @@ async fn run_from_a_toml_file_under_plain_tokio() {
             cfg.public_url,
             cfg.data_dir.display(),
             cfg.signing_key.display(),
-            cfg.confirmation_server.jwks_file.as_ref().unwrap().display(),
+            cfg.confirmation_server.as_ref().unwrap().jwks_file.as_ref().unwrap().display(),
         ),
     )
     .unwrap();

@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use cheq::cheq::Decision;
-use cheq::store::rs::{CheqRecord, CheqState, Execution, RsStore, Transition};
+use cheq::store::rs::{CheqRecord, CheqState, Execution, RsStore, Step, Transition};
 use cheq::store::Durability;
 use cheq::store::{NonceEntry, RecordOutcome, StoreError};
 use serde_json::{json, Value};
@@ -68,7 +68,14 @@ fn records_advance_by_compare_and_set(store: &RsStore) {
     assert_eq!(
         store
             .records
-            .advance("c", &CheqState::Pending, &step2, Durability::Deferred)
+            .advance(
+                Step {
+                    id: "c",
+                    from: &CheqState::Pending,
+                    to: &step2
+                },
+                Durability::Deferred
+            )
             .unwrap(),
         Transition::Moved
     );
@@ -76,9 +83,11 @@ fn records_advance_by_compare_and_set(store: &RsStore) {
     match store
         .records
         .advance(
-            "c",
-            &CheqState::Pending,
-            &decided("d2"),
+            Step {
+                id: "c",
+                from: &CheqState::Pending,
+                to: &decided("d2"),
+            },
             Durability::Deferred,
         )
         .unwrap()
@@ -94,7 +103,14 @@ fn records_advance_by_compare_and_set(store: &RsStore) {
     assert_eq!(
         store
             .records
-            .advance("c", &step2, &step4, Durability::Now)
+            .advance(
+                Step {
+                    id: "c",
+                    from: &step2,
+                    to: &step4
+                },
+                Durability::Now
+            )
             .unwrap(),
         Transition::Moved
     );
@@ -116,7 +132,14 @@ fn records_advance_by_compare_and_set(store: &RsStore) {
     assert_eq!(
         store
             .records
-            .advance("missing", &CheqState::Pending, &step2, Durability::Now)
+            .advance(
+                Step {
+                    id: "missing",
+                    from: &CheqState::Pending,
+                    to: &step2
+                },
+                Durability::Now
+            )
             .unwrap(),
         Transition::Missing
     );
@@ -191,9 +214,11 @@ fn records_advance_once_under_contention(store: &RsStore) {
                 store
                     .records
                     .advance(
-                        "race",
-                        &CheqState::Pending,
-                        &decided(&format!("d{i}")),
+                        Step {
+                            id: "race",
+                            from: &CheqState::Pending,
+                            to: &decided(&format!("d{i}")),
+                        },
                         Durability::Deferred,
                     )
                     .unwrap()
@@ -323,15 +348,24 @@ fn sled_keeps_everything_across_a_reopen() {
         store
             .records
             .advance(
-                "x",
-                &CheqState::Pending,
-                &decided("dx"),
+                Step {
+                    id: "x",
+                    from: &CheqState::Pending,
+                    to: &decided("dx"),
+                },
                 Durability::Deferred,
             )
             .unwrap();
         store
             .records
-            .advance("x", &decided("dx"), &step4, Durability::Now)
+            .advance(
+                Step {
+                    id: "x",
+                    from: &decided("dx"),
+                    to: &step4,
+                },
+                Durability::Now,
+            )
             .unwrap();
         store.executions.record("x", &json!("ran")).unwrap();
         let entry = NonceEntry {
@@ -456,7 +490,14 @@ fn sled_packs_the_document_while_the_cheq_is_served() {
     assert_eq!(
         store
             .records
-            .advance("p1", &CheqState::Pending, &decided("g"), Durability::Now)
+            .advance(
+                Step {
+                    id: "p1",
+                    from: &CheqState::Pending,
+                    to: &decided("g")
+                },
+                Durability::Now
+            )
             .unwrap(),
         Transition::Moved
     );
@@ -470,9 +511,11 @@ fn sled_packs_the_document_while_the_cheq_is_served() {
     store
         .records
         .advance(
-            "p1",
-            &decided("g"),
-            &done("g", json!({"ok": true})),
+            Step {
+                id: "p1",
+                from: &decided("g"),
+                to: &done("g", json!({"ok": true})),
+            },
             Durability::Now,
         )
         .unwrap();
@@ -493,7 +536,14 @@ fn sled_packs_the_document_while_the_cheq_is_served() {
     assert_eq!(store.records.get("p2").unwrap().unwrap(), old);
     store
         .records
-        .advance("p2", &CheqState::Pending, &decided("h"), Durability::Now)
+        .advance(
+            Step {
+                id: "p2",
+                from: &CheqState::Pending,
+                to: &decided("h"),
+            },
+            Durability::Now,
+        )
         .unwrap();
     assert_eq!(t.get("p2").unwrap().unwrap()[0], b'{');
     assert!(store
@@ -552,15 +602,24 @@ fn postgres_keeps_everything_across_a_reopen() {
         store
             .records
             .advance(
-                "x",
-                &CheqState::Pending,
-                &decided("dx"),
+                Step {
+                    id: "x",
+                    from: &CheqState::Pending,
+                    to: &decided("dx"),
+                },
                 Durability::Deferred,
             )
             .unwrap();
         store
             .records
-            .advance("x", &decided("dx"), &step4, Durability::Now)
+            .advance(
+                Step {
+                    id: "x",
+                    from: &decided("dx"),
+                    to: &step4,
+                },
+                Durability::Now,
+            )
             .unwrap();
         store.executions.record("x", &json!("ran")).unwrap();
     }
@@ -645,7 +704,14 @@ fn postgres_packs_the_document_while_the_cheq_is_served() {
 
     store
         .records
-        .advance("pgp", &CheqState::Pending, &decided("g"), Durability::Now)
+        .advance(
+            Step {
+                id: "pgp",
+                from: &CheqState::Pending,
+                to: &decided("g"),
+            },
+            Durability::Now,
+        )
         .unwrap();
     let (body, packed) = row("pgp");
     assert_eq!(packed, None, "a decided CHEQ keeps its document");
@@ -661,9 +727,11 @@ fn postgres_packs_the_document_while_the_cheq_is_served() {
     store
         .records
         .advance(
-            "pgp",
-            &decided("g"),
-            &done("g", json!({"ok": 1})),
+            Step {
+                id: "pgp",
+                from: &decided("g"),
+                to: &done("g", json!({"ok": 1})),
+            },
             Durability::Now,
         )
         .unwrap();
@@ -680,7 +748,14 @@ fn postgres_packs_the_document_while_the_cheq_is_served() {
     assert_eq!(store.records.get("pgo").unwrap().unwrap(), old);
     store
         .records
-        .advance("pgo", &CheqState::Pending, &decided("h"), Durability::Now)
+        .advance(
+            Step {
+                id: "pgo",
+                from: &CheqState::Pending,
+                to: &decided("h"),
+            },
+            Durability::Now,
+        )
         .unwrap();
     let now = store.records.get("pgo").unwrap().unwrap();
     assert_eq!((now.document.as_str(), now.state), ("", decided("h")));

@@ -1,9 +1,11 @@
-//! `cheq demo [--data-dir DIR] [--cs-port N] [--rs-port N]`: the main job for a
-//! newcomer. Generates keys on first run (in the data directory, mode 0600,
-//! never committed), writes the two servers' configurations there, starts the
-//! confirmation server and the reference resource server on loopback, creates
-//! the demo user `alice` (password from `CHEQ_DEMO_PASSWORD`, or generated and
-//! printed), and says what to do next.
+//! `cheq demo [--data-dir DIR] [--cs-port N] [--rs-port N] [--colocated]`: the
+//! main job for a newcomer. Generates keys on first run (in the data
+//! directory, mode 0600, never committed), writes the two servers'
+//! configurations there, starts the confirmation server and the reference
+//! resource server on loopback (with `--colocated`, the resource server alone,
+//! serving the confirmation itself, §12), creates the demo user `alice`
+//! (password from `CHEQ_DEMO_PASSWORD`, or generated and printed), and says
+//! what to do next.
 
 use super::agent::DEMO_AGENT_ID;
 use super::{write_out, CliError};
@@ -39,6 +41,10 @@ pub struct Args {
     /// The test identity provider's port (with --with-idp).
     #[arg(long, default_value_t = 8082)]
     pub idp_port: u16,
+    /// Run the resource server with the confirmation inside it (§12), on
+    /// one port (--rs-port): no separate confirmation server.
+    #[arg(long)]
+    pub colocated: bool,
 }
 
 /// The test identity provider of `--with-idp`: a node process, ended with
@@ -141,6 +147,46 @@ fn start_idp(port: u16, cs_origin: &str, client_secret: &str) -> Result<DemoIdp,
     Ok(idp)
 }
 
+/// `--with-idp`: starts the test provider for the sign-in page at `origin`,
+/// adds it to `tables` under `key` (the table of identity providers), and
+/// lets the agent act for its user carol in `rs_toml`.
+fn with_idp(
+    args: &Args,
+    origin: &str,
+    tables: &mut String,
+    rs_toml: &mut String,
+    key: &str,
+) -> Result<Option<DemoIdp>, CliError> {
+    if !args.with_idp {
+        return Ok(None);
+    }
+    let secret = crate::sign::b64::encode(rand::random::<[u8; 24]>());
+    let idp = start_idp(args.idp_port, origin, &secret)?;
+    tables.push_str(&format!(
+        "\n[[{key}]]\nname = \"demo-idp\"\nissuer = \"{}\"\nclient_id = \"cheq\"\nclient_secret = \"{secret}\"\n",
+        idp.issuer
+    ));
+    *rs_toml = rs_toml.replace(
+        "subject = \"alice\"",
+        &format!("subject = \"{IDP_SUBJECT}\""),
+    );
+    Ok(Some(idp))
+}
+
+impl DemoIdp {
+    /// What the demo says of the provider.
+    fn told(&self) -> String {
+        format!(
+            "\nWith --with-idp: the identity provider demo-idp runs at {issuer}\
+             \n  its user carol ({IDP_SUBJECT}), {line}\
+             \nThe agent now acts for {IDP_SUBJECT}: on the login page choose\
+             \n\"Sign in with demo-idp\" and sign in there as carol.\n",
+            issuer = self.issuer,
+            line = self.password_line,
+        )
+    }
+}
+
 fn server(e: impl std::fmt::Display) -> CliError {
     CliError::Server(e.to_string())
 }
@@ -181,6 +227,51 @@ fn set_pin(
         .ok_or_else(|| CliError::Internal("alice was not created".into()))?;
     alice.pin_hash = Some(crate::confirm::auth::pin_hash(&pepper, pin).map_err(server)?);
     accounts.put(&alice, true).map_err(server)
+}
+
+/// Creates alice (or keeps her) and her voice PIN: the lines that say how
+/// she signs in.
+fn demo_user(
+    cs_state: &crate::confirm::CsState,
+    data_dir: &Path,
+) -> Result<(String, String), CliError> {
+    let password_line = match std::env::var("CHEQ_DEMO_PASSWORD") {
+        Ok(p) => {
+            // A new password; a PIN or e-mail set earlier is kept.
+            let mut account = new_account("alice", None, &p).map_err(server)?;
+            if let Some(old) = cs_state.accounts.get("alice").map_err(server)? {
+                account.email = old.email;
+                account.pin_hash = old.pin_hash;
+            }
+            cs_state.accounts.put(&account, true).map_err(server)?;
+            "the password from CHEQ_DEMO_PASSWORD".to_owned()
+        }
+        Err(_) => match cs_state.accounts.get("alice").map_err(server)? {
+            Some(_) => "her password from the first run (unchanged)".to_owned(),
+            None => {
+                let p = crate::sign::b64::encode(rand::random::<[u8; 9]>());
+                let account = new_account("alice", None, &p).map_err(server)?;
+                cs_state.accounts.put(&account, false).map_err(server)?;
+                format!("password {p}")
+            }
+        },
+    };
+
+    let pin_line = match std::env::var("CHEQ_DEMO_PIN") {
+        Ok(pin) if !pin.is_empty() => {
+            set_pin(&*cs_state.accounts, data_dir, &pin)?;
+            "PIN from CHEQ_DEMO_PIN".to_owned()
+        }
+        _ => match cs_state.accounts.get("alice").map_err(server)? {
+            Some(a) if a.pin_hash.is_some() => "PIN from an earlier run (unchanged)".to_owned(),
+            _ => {
+                let pin = format!("{:06}", rand::random::<u32>() % 1_000_000);
+                set_pin(&*cs_state.accounts, data_dir, &pin)?;
+                format!("PIN {pin}")
+            }
+        },
+    };
+    Ok((password_line, pin_line))
 }
 
 pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
@@ -231,6 +322,13 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         Some(url) => format!("database_url = \"{url}\"\n"),
         None => String::new(),
     };
+    if args.colocated {
+        let gateway = Gateway {
+            hash: gateway_hash,
+            line: gateway_line,
+        };
+        return run_colocated(&args, &pair, &database, gateway, out);
+    }
     let mut rs_toml = format!(
         "# Written by `cheq demo`: the reference resource server.\n{database}{}",
         pair.rs_toml().map_err(server)?
@@ -239,21 +337,13 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         "# Written by `cheq demo`: the confirmation server.\n{database}{}\n[[gateways]]\nclient_id = \"voice-gw\"\nsecret_hash = \"{gateway_hash}\"\n",
         pair.cs_toml().map_err(server)?
     );
-    let idp = if args.with_idp {
-        let secret = crate::sign::b64::encode(rand::random::<[u8; 24]>());
-        let idp = start_idp(args.idp_port, &cs_url, &secret)?;
-        cs_toml.push_str(&format!(
-            "\n[[identity_providers]]\nname = \"demo-idp\"\nissuer = \"{}\"\nclient_id = \"cheq\"\nclient_secret = \"{secret}\"\n",
-            idp.issuer
-        ));
-        rs_toml = rs_toml.replace(
-            "subject = \"alice\"",
-            &format!("subject = \"{IDP_SUBJECT}\""),
-        );
-        Some(idp)
-    } else {
-        None
-    };
+    let idp = with_idp(
+        &args,
+        &cs_url,
+        &mut cs_toml,
+        &mut rs_toml,
+        "identity_providers",
+    )?;
     write_0600(&dir.join("rs.toml"), &rs_toml)?;
     write_0600(&dir.join("cs.toml"), &cs_toml)?;
     let rs_config = crate::resource::RsConfig::from_toml(&rs_toml).map_err(server)?;
@@ -268,42 +358,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             .await
             .map_err(server)?;
 
-        let password_line = match std::env::var("CHEQ_DEMO_PASSWORD") {
-            Ok(p) => {
-                // A new password; a PIN or e-mail set earlier is kept.
-                let mut account = new_account("alice", None, &p).map_err(server)?;
-                if let Some(old) = cs_state.accounts.get("alice").map_err(server)? {
-                    account.email = old.email;
-                    account.pin_hash = old.pin_hash;
-                }
-                cs_state.accounts.put(&account, true).map_err(server)?;
-                "the password from CHEQ_DEMO_PASSWORD".to_owned()
-            }
-            Err(_) => match cs_state.accounts.get("alice").map_err(server)? {
-                Some(_) => "her password from the first run (unchanged)".to_owned(),
-                None => {
-                    let p = crate::sign::b64::encode(rand::random::<[u8; 9]>());
-                    let account = new_account("alice", None, &p).map_err(server)?;
-                    cs_state.accounts.put(&account, false).map_err(server)?;
-                    format!("password {p}")
-                }
-            },
-        };
-
-        let pin_line = match std::env::var("CHEQ_DEMO_PIN") {
-            Ok(pin) if !pin.is_empty() => {
-                set_pin(&*cs_state.accounts, &cs_config.data_dir, &pin)?;
-                "PIN from CHEQ_DEMO_PIN".to_owned()
-            }
-            _ => match cs_state.accounts.get("alice").map_err(server)? {
-                Some(a) if a.pin_hash.is_some() => "PIN from an earlier run (unchanged)".to_owned(),
-                _ => {
-                    let pin = format!("{:06}", rand::random::<u32>() % 1_000_000);
-                    set_pin(&*cs_state.accounts, &cs_config.data_dir, &pin)?;
-                    format!("PIN {pin}")
-                }
-            },
-        };
+        let (password_line, pin_line) = demo_user(&cs_state, &cs_config.data_dir)?;
 
         let rs_listener = std::net::TcpListener::bind(&rs_config.listen).map_err(|e| {
             server(format!("cannot listen on {}: {e}", rs_config.listen))
@@ -339,21 +394,91 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             ),
         )?;
         if let Some(idp) = &idp {
-            write_out(
-                out,
-                &format!(
-                    "\nWith --with-idp: the identity provider demo-idp runs at {issuer}\
-                     \n  its user carol ({IDP_SUBJECT}), {line}\
-                     \nThe agent now acts for {IDP_SUBJECT}: on the CS login page choose\
-                     \n\"Sign in with demo-idp\" and sign in there as carol.\n",
-                    issuer = idp.issuer,
-                    line = idp.password_line,
-                ),
-            )?;
+            write_out(out, &idp.told())?;
         }
         out.flush().ok();
         let (rs, cs) = tokio::join!(rs_server, cs_server);
         drop(idp);
         rs.and(cs).map_err(server)
+    })
+}
+
+/// The demo's voice gateway: its secret's hash, and how the demo names it.
+struct Gateway {
+    hash: String,
+    line: String,
+}
+
+/// `cheq demo --colocated`: the resource server with the confirmation inside
+/// it (§12), on one port.
+fn run_colocated(
+    args: &Args,
+    pair: &LoopbackPair,
+    database: &str,
+    gateway: Gateway,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let rs_url = pair.rs_url();
+    let confirmation = format!(
+        "\n[[confirmation.gateways]]\nclient_id = \"voice-gw\"\nsecret_hash = \"{}\"\n",
+        gateway.hash
+    );
+    let mut rs_toml = format!(
+        "# Written by `cheq demo --colocated`: the reference resource server, serving the confirmation itself.\n{database}{}",
+        pair.hosted_rs_toml("").map_err(server)?
+    );
+    rs_toml.push_str(&confirmation);
+    let mut tables = String::new();
+    let idp = with_idp(
+        args,
+        &rs_url,
+        &mut tables,
+        &mut rs_toml,
+        "confirmation.identity_providers",
+    )?;
+    rs_toml.push_str(&tables);
+    let dir = &args.data_dir;
+    // The two-server demo's files would name another shape: gone.
+    let _ = std::fs::remove_file(dir.join("cs.toml"));
+    write_0600(&dir.join("rs.toml"), &rs_toml)?;
+    let rs_config = crate::resource::RsConfig::from_toml(&rs_toml).map_err(server)?;
+    let rt = super::servers::runtime()?;
+    rt.block_on(async move {
+        let state = crate::colocated::build_state(&rs_config, Arc::new(SystemClock))
+            .await
+            .map_err(server)?;
+        let (password_line, pin_line) = demo_user(&state.cs, &state.cs_config.data_dir)?;
+        let listener = std::net::TcpListener::bind(&rs_config.listen)
+            .map_err(|e| server(format!("cannot listen on {}: {e}", rs_config.listen)))?;
+        let _background =
+            crate::confirm::server::start_background(&state.cs, &state.cs_config.data_dir);
+        let collector = crate::resource::server::start_collector(&state.rs);
+        let running = crate::colocated::serve(listener, &state).map_err(server)?;
+        write_out(
+            out,
+            &format!(
+                "CHEQ demo is running: the resource server serves the confirmation itself.\n\
+                 \n  resource server      {rs_url}   (config {rs_cfg})\
+                 \n  confirmation         {rs_url}/confirm (the same process and origin)\
+                 \n  user                 alice, {password_line}; voice {pin_line}\
+                 \n  voice gateway        voice-gw, {gateway_line} (raw API: {rs_url}/api/v1/)\
+                 \n\nIn another terminal, play the agent:\n\
+                 \n  cheq agent --rs {rs_url} --tool book_flight --param flight_number=UA23 \\\
+                 \n      --param flight_date=2026-12-08 --param cabin_class=BUSINESS --param price_usd=1200\n\
+                 \nIt prints the URI pack and a link to this same server; open it, sign in as alice,\
+                 \nand accept or reject. Past decisions: {rs_url}/history\
+                 \nStop the demo with Ctrl-C.\n",
+                rs_cfg = dir.join("rs.toml").display(),
+                gateway_line = gateway.line,
+            ),
+        )?;
+        if let Some(idp) = &idp {
+            write_out(out, &idp.told())?;
+        }
+        out.flush().ok();
+        let served = running.await;
+        collector.abort();
+        drop(idp);
+        served.map_err(server)
     })
 }

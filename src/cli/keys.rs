@@ -94,15 +94,16 @@ fn key_config(config: &Path) -> Result<(PathBuf, Option<String>, &'static str), 
     let table: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| CliError::Server(format!("{}: {e}", config.display())))?;
-    let (key, kid, prefix) = if table.contains_key("confirmation_server") {
-        let c =
-            crate::resource::RsConfig::load(config).map_err(|e| CliError::Server(e.to_string()))?;
-        (c.signing_key, c.key_id, "rs")
-    } else {
-        let c =
-            crate::confirm::CsConfig::load(config).map_err(|e| CliError::Server(e.to_string()))?;
-        (c.signing_key, c.key_id, "cs")
-    };
+    let (key, kid, prefix) =
+        if table.contains_key("confirmation_server") || table.contains_key("confirmation") {
+            let c = crate::resource::RsConfig::load(config)
+                .map_err(|e| CliError::Server(e.to_string()))?;
+            (c.signing_key, c.key_id, "rs")
+        } else {
+            let c = crate::confirm::CsConfig::load(config)
+                .map_err(|e| CliError::Server(e.to_string()))?;
+            (c.signing_key, c.key_id, "cs")
+        };
     Ok((key, kid, prefix))
 }
 

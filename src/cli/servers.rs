@@ -29,6 +29,11 @@ pub fn resource_server(args: ResourceServerArgs, _out: &mut dyn Write) -> Result
         config.log_format,
         &super::logging::instance_name(&config.listen),
     );
+    if config.embedded() {
+        return runtime()?
+            .block_on(crate::colocated::run(config))
+            .map_err(|e| CliError::Server(e.to_string()));
+    }
     runtime()?
         .block_on(crate::resource::run(config))
         .map_err(|e| CliError::Server(e.to_string()))

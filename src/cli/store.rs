@@ -57,17 +57,16 @@ pub enum Configured {
 }
 
 impl Configured {
-    /// Reads the configuration at `path`: an RS's when it has a
-    /// `[confirmation_server]` table, else a CS's.
+    /// Reads the configuration at `path`: an RS's when it names its
+    /// confirmation (`[confirmation_server]` or `[confirmation]`), else a CS's.
     pub fn load(path: &Path) -> Result<Self, CliError> {
-        let text = std::fs::read_to_string(path).map_err(|source| CliError::Read {
-            path: display_path(path),
-            source,
+        let is_rs = crate::colocated::is_resource_server_file(path).map_err(|e| match e {
+            crate::configfile::ConfigError::Read { source, .. } => CliError::Read {
+                path: display_path(path),
+                source,
+            },
+            e => CliError::Server(e.to_string()),
         })?;
-        let is_rs = text
-            .parse::<toml::Table>()
-            .map(|t| t.contains_key("confirmation_server"))
-            .unwrap_or(false);
         let load_err = |e: &dyn std::fmt::Display| CliError::Server(e.to_string());
         Ok(if is_rs {
             Configured::Rs(Box::new(

@@ -5,7 +5,6 @@
 //! runs (through its admin socket, [`crate::confirm::admin`]).
 
 use super::{write_out, CliError};
-use crate::configfile::ServerConfig as _;
 use crate::confirm::admin;
 use crate::confirm::auth::{hash_secret, new_account};
 use std::io::{BufRead, Write};
@@ -44,7 +43,8 @@ pub struct PasswordArgs {
 #[derive(Debug, clap::Args)]
 #[group(required = true, multiple = false)]
 pub struct Place {
-    /// The CS configuration file (its data_dir is used).
+    /// The CS configuration file, or that of a resource server serving the
+    /// confirmation itself (its data_dir is used).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The CS data directory.
@@ -81,7 +81,7 @@ pub struct PinArgs {
 /// when set, else the data directory's own.
 fn data_dir(place: &Place) -> Result<(PathBuf, admin::Place), CliError> {
     let (dir, url) = match (&place.config, &place.data_dir) {
-        (Some(config), _) => crate::confirm::CsConfig::load(config)
+        (Some(config), _) => crate::colocated::confirmation_config(config)
             .map(|c| (c.data_dir, c.database_url))
             .map_err(|e| CliError::Server(e.to_string()))?,
         (None, Some(dir)) => (

@@ -20,7 +20,9 @@
 //! Around them: [`config`] (`cs.toml`), [`server`] (start-up, background
 //! jobs), [`admin`] (the local admin socket).
 
-pub use cheq_confirm::{auth, config, fetch, flow, oidc, registry, seal, view, voice, warnings};
+pub use cheq_confirm::{
+    auth, config, fetch, flow, link, oidc, registry, seal, view, voice, warnings,
+};
 
 pub mod admin;
 pub mod api;

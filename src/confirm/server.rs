@@ -47,18 +47,48 @@ pub async fn build_state(
     config: &CsConfig,
     clock: Arc<dyn Clock>,
 ) -> Result<web::Data<CsState>, ServerError> {
-    config.validate()?;
+    let keys = open_keys(config, clock.clone())?;
+    build_state_with(config, clock, keys, None).await
+}
+
+/// The CS's own key set (§9), opened and able to sign.
+pub fn open_keys(config: &CsConfig, clock: Arc<dyn Clock>) -> Result<Arc<KeyRing>, ServerError> {
     // Everything the CS writes is its owner's alone: the process umask, and
     // a data directory that is not open to others.
     crate::keyfile::private_umask();
     crate::keyfile::ensure_private_dir(&config.data_dir)?;
-    let keys = KeyRing::open(
-        &config.signing_key,
-        config.key_id.as_deref(),
-        "cs",
-        clock.clone(),
-    )?;
+    let keys = KeyRing::open(&config.signing_key, config.key_id.as_deref(), "cs", clock)?;
     keys.signer()?;
+    Ok(keys)
+}
+
+/// A resource server the CS reaches in its own process (§12): where its
+/// resource URIs are (origin and path prefix), and the RS itself.
+pub struct HostedRs {
+    pub origin: String,
+    pub path_prefix: String,
+    pub rs: RegisteredRs,
+}
+
+/// [`build_state`] with the CS's key set given, and with the resource server
+/// that hosts this confirmation (§12), if any, registered beside those of
+/// the configuration.
+pub async fn build_state_with(
+    config: &CsConfig,
+    clock: Arc<dyn Clock>,
+    keys: Arc<KeyRing>,
+    hosted: Option<HostedRs>,
+) -> Result<web::Data<CsState>, ServerError> {
+    config.validate()?;
+    crate::keyfile::private_umask();
+    crate::keyfile::ensure_private_dir(&config.data_dir)?;
+    if hosted.is_some() != config.embedded
+        || (config.embedded && !config.resource_servers.is_empty())
+    {
+        return Err(ServerError::Other(
+            "a confirmation served by a resource server itself works for that resource server alone".into(),
+        ));
+    }
     let mut registered = Vec::new();
     for (i, rs) in config.resource_servers.iter().enumerate() {
         let keys = PeerKeys::new(rs.jwks.as_deref(), rs.jwks_uri.as_deref(), clock.clone())
@@ -73,12 +103,20 @@ pub async fn build_state(
             rs.origin.as_str(),
             rs.path_prefix.as_str(),
             RegisteredRs {
-                client,
+                client: Arc::new(client),
                 keys,
                 max_auth_age: config.max_auth_age(i),
             },
         ));
     }
+    let hosted_rs = hosted.map(|h| ((h.origin, h.path_prefix), h.rs));
+    let (hosted_at, hosted_rs): (Vec<_>, Vec<_>) = hosted_rs.into_iter().unzip();
+    registered.extend(
+        hosted_at
+            .iter()
+            .zip(hosted_rs)
+            .map(|((origin, prefix), rs)| (origin.as_str(), prefix.as_str(), rs)),
+    );
     let registry = Registry::new(registered);
     let secret = match &config.session_secret {
         Some(s) => s.expose().as_bytes().to_vec(),

@@ -15,7 +15,7 @@
 use super::cheq_rs::{CheqRs, ResultView, CONFIRMATIONS_PATH, RESULTS_PATH};
 use super::config::{ClientRole, RsConfig};
 use super::error::{ApiError, CheqRsError, RsError, ToolError};
-use super::oauth::{TokenRequest, TokenService};
+use super::oauth::{TokenInfo, TokenRequest, TokenService};
 use super::tools::{self, DemoTools, Policy, Tool};
 use crate::cheq::Decision;
 use crate::configfile::ServerConfig as _;
@@ -26,10 +26,11 @@ use crate::sign::VerifyError;
 use crate::store::rs::RsStore;
 use crate::time::{Clock, SystemClock};
 use actix_web::http::{header, StatusCode};
-use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use actix_web::{web, App, FromRequest, HttpRequest, HttpResponse, HttpServer};
 use chrono::Duration;
 use serde_json::{json, Value};
 use sha2::Digest;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// Everything the handlers share.
@@ -50,6 +51,9 @@ pub struct RsState {
     pub retry_after_secs: u64,
     /// The token `GET /metrics` asks for, when one is configured.
     pub metrics_token: Option<crate::httpkit::MetricsToken>,
+    /// The keys of the confirmation this RS serves itself (§12), published
+    /// beside its own.
+    pub hosted_keys: Option<Arc<KeyRing>>,
 }
 
 impl RsState {
@@ -59,10 +63,37 @@ impl RsState {
     }
 }
 
-/// Opens the data directory, keys and trust, and builds the app state.
+/// Opens the data directory, keys and trust, and builds the app state of an
+/// RS whose confirmation server is elsewhere (`[confirmation_server]`).
 pub async fn build_state(
     config: &RsConfig,
     clock: Arc<dyn Clock>,
+) -> Result<web::Data<RsState>, RsError> {
+    config.validate()?;
+    let Some(cs) = &config.confirmation_server else {
+        return Err(RsError::Config(crate::configfile::invalid(
+            "confirmation_server",
+            "this resource server serves the confirmation itself: run it with its confirmation (`cheq resource-server` does)",
+        )));
+    };
+    let cs_keys = PeerKeys::new(
+        cs.jwks_file.as_deref(),
+        cs.jwks_uri.as_deref(),
+        clock.clone(),
+    )?;
+    cs_keys.prefetch();
+    build_state_with(config, clock, cs_keys, None).await
+}
+
+/// [`build_state`] with the confirmation server's keys given: read or
+/// fetched for a CS elsewhere, or the key set of the confirmation this RS
+/// serves itself (§12), which `/.well-known/jwks.json` then publishes too
+/// (`hosted`).
+pub async fn build_state_with(
+    config: &RsConfig,
+    clock: Arc<dyn Clock>,
+    cs_keys: PeerKeys,
+    hosted: Option<Arc<KeyRing>>,
 ) -> Result<web::Data<RsState>, RsError> {
     config.validate()?;
     // Everything the RS writes is its owner's alone: the process umask, and
@@ -79,13 +110,6 @@ pub async fn build_state(
         clock.clone(),
     )?;
     keys.signer()?;
-    let cs = &config.confirmation_server;
-    let cs_keys = PeerKeys::new(
-        cs.jwks_file.as_deref(),
-        cs.jwks_uri.as_deref(),
-        clock.clone(),
-    )?;
-    cs_keys.prefetch();
     // The one place the RS names its storage backends.
     let (store, backend) = open_store(config)?;
     // Shared by every instance on this data directory.
@@ -106,7 +130,7 @@ pub async fn build_state(
         keys,
         cs_keys,
         &config.base_url(),
-        &config.confirmation_server.uri,
+        &config.confirmation_uri(),
         clock.clone(),
         tools.clone(),
     )?;
@@ -129,6 +153,7 @@ pub async fn build_state(
         cheq_ttl: Duration::seconds(config.cheq_ttl_secs),
         retry_after_secs: config.retry_after_secs,
         metrics_token,
+        hosted_keys: hosted,
     }))
 }
 
@@ -244,8 +269,20 @@ pub async fn run(config: RsConfig) -> Result<(), RsError> {
         config.listen,
         config.public_url
     );
+    let collector = start_collector(&state);
+    let served = serve(listener, state)?.await;
+    collector.abort();
+    served.map_err(|source| RsError::Io {
+        what: "server".into(),
+        source,
+    })
+}
+
+/// The RS's background job: expired nonces and old confirmations, collected
+/// every [`httpkit::COLLECT_EVERY`]. Abort the handle to stop it.
+pub fn start_collector(state: &RsState) -> tokio::task::JoinHandle<()> {
     let cheq = state.cheq.clone();
-    let collector = httpkit::spawn_periodic(
+    httpkit::spawn_periodic(
         "resource server: expired nonces and old confirmations",
         httpkit::COLLECT_EVERY,
         move || {
@@ -258,13 +295,7 @@ pub async fn run(config: RsConfig) -> Result<(), RsError> {
                     .map_err(|e| e.to_string())
             }
         },
-    );
-    let served = serve(listener, state)?.await;
-    collector.abort();
-    served.map_err(|source| RsError::Io {
-        what: "server".into(),
-        source,
-    })
+    )
 }
 
 /// Runs reads of the store: on the worker itself with sled, whose reads are
@@ -298,7 +329,17 @@ async fn blocking<T: Send + 'static>(
 /// `GET /.well-known/jwks.json` (§9).
 async fn jwks(state: web::Data<RsState>) -> HttpResponse {
     state.metrics.jwks_served.inc();
-    httpkit::jwks_response(&state.cheq.jwks())
+    let mut jwks = state.cheq.jwks();
+    if let Some(hosted) = &state.hosted_keys {
+        let more = hosted.published().to_json();
+        if let (Some(keys), Some(Value::Array(more))) = (
+            jwks.get_mut("keys").and_then(Value::as_array_mut),
+            more.get("keys").cloned(),
+        ) {
+            keys.extend(more);
+        }
+    }
+    httpkit::jwks_response(&jwks)
 }
 
 async fn token(
@@ -325,8 +366,51 @@ async fn token(
         .json(answer))
 }
 
-async fn list_tools(state: web::Data<RsState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    state.tokens.check(authorization(&req), ClientRole::Agent)?;
+/// Who may call a route: the role its bearer token must be issued for.
+trait Role {
+    const ROLE: ClientRole;
+}
+
+/// The routes of agents (A2T).
+enum Agent {}
+
+impl Role for Agent {
+    const ROLE: ClientRole = ClientRole::Agent;
+}
+
+/// The routes of the CS (§3, §6).
+enum Cs {}
+
+impl Role for Cs {
+    const ROLE: ClientRole = ClientRole::Cs;
+}
+
+/// The caller of a route for `R`, its bearer token checked before the
+/// handler runs: a request without a valid token for that role never
+/// reaches it.
+struct Caller<R>(TokenInfo, PhantomData<R>);
+
+impl<R: Role> FromRequest for Caller<R> {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        std::future::ready(match req.app_data::<web::Data<RsState>>() {
+            Some(state) => state
+                .tokens
+                .check(authorization(req), R::ROLE)
+                .map(|who| Caller(who, PhantomData))
+                .map_err(ApiError::from),
+            None => Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "the server's state is missing",
+            )),
+        })
+    }
+}
+
+async fn list_tools(state: web::Data<RsState>, _: Caller<Agent>) -> Result<HttpResponse, ApiError> {
     let items: Vec<Value> = state.catalogue.iter().map(Tool::signature).collect();
     Ok(HttpResponse::Ok().json(json!({
         "items": items,
@@ -336,10 +420,9 @@ async fn list_tools(state: web::Data<RsState>, req: HttpRequest) -> Result<HttpR
 
 async fn get_tool(
     state: web::Data<RsState>,
-    req: HttpRequest,
+    _: Caller<Agent>,
     tail: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.tokens.check(authorization(&req), ClientRole::Agent)?;
     let tool = tools::find(&state.catalogue, &tail)
         .ok_or_else(|| ToolError::UnknownTool(tail.into_inner()))?;
     Ok(HttpResponse::Ok().json(tool.signature()))
@@ -347,11 +430,10 @@ async fn get_tool(
 
 async fn invoke_tool(
     state: web::Data<RsState>,
-    req: HttpRequest,
+    Caller(who, _): Caller<Agent>,
     tail: web::Path<String>,
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let who = state.tokens.check(authorization(&req), ClientRole::Agent)?;
     let body = read_body(body).await?;
     let tail = tail.into_inner();
     let Some(id) = tail.strip_suffix(":invoke") else {
@@ -397,10 +479,9 @@ async fn invoke_tool(
 
 async fn get_confirmation(
     state: web::Data<RsState>,
-    req: HttpRequest,
+    _: Caller<Cs>,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.tokens.check(authorization(&req), ClientRole::Cs)?;
     let cheq = state.cheq.clone();
     let id = id.into_inner();
     let document = read(&state, move || cheq.fetch(&id)).await?;
@@ -428,11 +509,11 @@ fn decision_from_query(query: &str) -> Result<Decision, ApiError> {
 
 async fn post_decision(
     state: web::Data<RsState>,
+    _: Caller<Cs>,
     req: HttpRequest,
     id: web::Path<String>,
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    state.tokens.check(authorization(&req), ClientRole::Cs)?;
     let decision = decision_from_query(req.query_string())?;
     let body: Arc<[u8]> = Arc::from(&read_body(body).await?[..]);
     let id = Arc::new(id.into_inner());

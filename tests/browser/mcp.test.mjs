@@ -113,7 +113,7 @@ test('the TypeScript SDK at 2025-11-25: -32042, confirmation in Chromium, elicit
   try {
     assert.equal(client.getServerVersion().name, 'cheq-mcp');
     const { tools } = await client.listTools();
-    assert.deepEqual(tools.map((t) => t.name), ['book_flight', 'transfer_funds']);
+    assert.deepEqual(tools.map((t) => t.name), ['book_flight', 'confirmation_status', 'transfer_funds']);
 
     let error;
     try { await client.callTool({ name: 'book_flight', arguments: flight }); } catch (e) { error = e; }

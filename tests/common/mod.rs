@@ -380,6 +380,29 @@ impl Browser {
         (location, page)
     }
 
+    /// Accepts the page of a `transfer_funds` confirmation, typing `values`
+    /// into its inputs in order (from account, to account, amount).
+    pub async fn accept_typing(&mut self, path: &str, page: &Page, values: [&str; 3]) -> Page {
+        let inputs: Vec<String> = page
+            .raw
+            .match_indices("name=\"input:")
+            .map(|(i, _)| {
+                let rest = &page.raw[i + 6..];
+                rest[..rest.find('"').unwrap()].to_owned()
+            })
+            .collect();
+        assert_eq!(inputs.len(), 3, "{}", page.raw);
+        let csrf = page.hidden("csrf").unwrap();
+        let view = page.hidden("view").unwrap();
+        let mut fields = vec![
+            ("csrf", csrf.as_str()),
+            ("view", view.as_str()),
+            ("decision", "accept"),
+        ];
+        fields.extend(inputs.iter().map(String::as_str).zip(values));
+        self.post(path, &fields).await
+    }
+
     /// Posts the decision form of a confirmation page.
     pub async fn decide(&mut self, path: &str, page: &Page, decision: &str) -> Page {
         let csrf = page.hidden("csrf").expect("csrf field");

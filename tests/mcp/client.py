@@ -8,6 +8,10 @@ Usage: client.py URL MODE   (MODE: legacy | 2026-07-28 | auto; with
                              CHEQ_MCP_TOKEN set, sent as a bearer token)
    or: client.py --stdio MODE CHEQ_BIN RS_URL
 
+CHEQ_MCP_ELICIT says what the client declares: `url` (default: form and URL
+elicitation, as the SDK declares with a callback), `form` (form only, as many
+clients in use do) or `none` (no elicitation capability).
+
 Commands:
   {"op": "list"}
   {"op": "call", "tool": T, "args": {...}}
@@ -36,6 +40,23 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 from mcp import types
 from mcp.shared.exceptions import MCPError
+from mcp.client.session import ClientSession
+
+ELICIT = os.environ.get("CHEQ_MCP_ELICIT", "url")
+if ELICIT == "form":
+    # The SDK declares form and URL together; a form-only client is made by
+    # taking URL out of what it declares (at initialize and per request).
+    _declared = ClientSession._build_capabilities
+
+    def _form_only(self, version):
+        caps = _declared(self, version)
+        if caps.elicitation is not None:
+            caps = caps.model_copy(
+                update={"elicitation": types.ElicitationCapability(form=types.FormElicitationCapability())}
+            )
+        return caps
+
+    ClientSession._build_capabilities = _form_only
 
 
 def emit(obj):
@@ -172,12 +193,13 @@ async def main():
                 url,
                 http_client=create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}),
             )
+    callbacks = {} if ELICIT == "none" else {"elicitation_callback": driver.on_elicit}
     async with Client(
         server,
         mode=mode,
-        elicitation_callback=driver.on_elicit,
         message_handler=driver.on_message,
         read_timeout_seconds=60,
+        **callbacks,
     ) as client:
         await driver.run(client)
     reader.cancel()

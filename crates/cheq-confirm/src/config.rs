@@ -58,7 +58,7 @@
 
 use cheq_core::cheq::uri::parse_cheq_uri;
 use serde::Deserialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub use cheq_support::configfile::ConfigError;
 pub use cheq_support::configfile::ServerConfig;
@@ -217,7 +217,40 @@ pub struct CsConfig {
     /// stops a second countersignature until its CHEQ has expired, §6).
     #[serde(default)]
     pub history_days: Option<crate::flow::HistoryWindow>,
+    /// Served by a resource server itself (§12, [`CsConfig::embedded`]): its
+    /// one resource server is registered in the process, not here.
+    #[serde(skip)]
+    pub embedded: bool,
 }
+
+/// What a confirmation served by a resource server itself (§12) takes from
+/// the RS's own configuration.
+#[derive(Debug, Clone)]
+pub struct HostSettings {
+    pub listen: String,
+    /// The confirmation URI, on the RS's origin.
+    pub public_url: String,
+    pub data_dir: PathBuf,
+    pub database_url: Option<DatabaseUrl>,
+    pub log_format: LogFormat,
+    pub metrics: cheq_support::metrics::MetricsAccess,
+}
+
+/// Keys of the CS that an RS hosting the confirmation sets itself, at the
+/// top of its own file.
+const HOST_KEYS: &[&str] = &[
+    "listen",
+    "public_url",
+    "data_dir",
+    "database_url",
+    "log_format",
+    "metrics",
+    "resource_servers",
+];
+
+/// The signing key of a hosted confirmation when `[confirmation]` names
+/// none: in the RS's data directory, apart from the RS's own key.
+pub const EMBEDDED_SIGNING_KEY: &str = "cs-signing.jwk";
 
 fn default_api_token_ttl() -> i64 {
     300
@@ -274,7 +307,7 @@ impl ServerConfig for CsConfig {
         if self.session_ttl_secs < 60 {
             return Err(invalid("session_ttl_secs", "must be at least 60"));
         }
-        if self.resource_servers.is_empty() {
+        if self.resource_servers.is_empty() && !self.embedded {
             return Err(invalid(
                 "resource_servers",
                 "register at least one resource server ([[resource_servers]])",
@@ -429,6 +462,52 @@ impl CsConfig {
             .get(index)
             .and_then(|r| r.max_auth_age_secs)
             .or(self.max_auth_age_secs)
+    }
+
+    /// The configuration of the confirmation a resource server serves itself
+    /// (§12): `table` is the RS's `[confirmation]` (`embedded = true` and the
+    /// CS's own settings: accounts' sessions, identity providers, gateways,
+    /// `max_auth_age_secs`, `history_days`, its `signing_key`); `host` is
+    /// what the RS's configuration already says. Checked as any CS
+    /// configuration, errors naming `confirmation.<key>`.
+    pub fn embedded(host: HostSettings, table: &toml::Table) -> Result<Self, ConfigError> {
+        let named = |e: ConfigError| match e {
+            ConfigError::Invalid { key, message } => ConfigError::Invalid {
+                key: format!("confirmation.{key}"),
+                message,
+            },
+            e => e,
+        };
+        let mut t = table.clone();
+        t.remove("embedded");
+        if let Some(k) = HOST_KEYS.iter().find(|k| t.contains_key(**k)) {
+            return Err(invalid(
+                format!("confirmation.{k}"),
+                "is the resource server's own: set it at the top of its file",
+            ));
+        }
+        let text = |s: &str| toml::Value::String(s.to_owned());
+        let path = |p: &Path| toml::Value::String(p.display().to_string());
+        t.insert("listen".into(), text(&host.listen));
+        t.insert("public_url".into(), text(&host.public_url));
+        t.insert("data_dir".into(), path(&host.data_dir));
+        if !t.contains_key("signing_key") {
+            let key = host.data_dir.join(EMBEDDED_SIGNING_KEY);
+            t.insert("signing_key".into(), path(&key));
+        }
+        let mut config: CsConfig =
+            toml::Value::Table(t)
+                .try_into()
+                .map_err(|e: toml::de::Error| ConfigError::Toml {
+                    path: "[confirmation]".into(),
+                    message: e.message().to_owned(),
+                })?;
+        config.database_url = host.database_url;
+        config.log_format = host.log_format;
+        config.metrics = host.metrics;
+        config.embedded = true;
+        config.validate().map_err(named)?;
+        Ok(config)
     }
 
     /// Is this URL served over https (cookies then get `Secure`)?

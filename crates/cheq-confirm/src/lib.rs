@@ -9,7 +9,9 @@
 //! - [`flow`]: start, load, decide, deliver, history, evidence.
 //! - [`auth`]: accounts, sessions, failed-attempt limits.
 //! - [`registry`]: the resource servers this CS works for (§2).
-//! - [`fetch`]: the one client of resource servers (§3, §6), bounded.
+//! - [`link`]: how the flow reaches a resource server: over HTTP ([`fetch`],
+//!   bounded) or in the same process (§12).
+//! - [`fetch`]: the HTTP client of resource servers (§3, §6), bounded.
 //! - [`oidc`]: signing in with an identity provider (OpenID Connect).
 //! - [`view`], [`voice`], [`warnings`]: what a person is shown or read.
 //! - [`seal`]: private data sealed until delivery is final (§8).
@@ -20,6 +22,7 @@ pub mod auth;
 pub mod config;
 pub mod fetch;
 pub mod flow;
+pub mod link;
 pub mod oidc;
 pub mod registry;
 pub mod seal;

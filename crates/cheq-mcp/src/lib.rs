@@ -19,6 +19,10 @@
 //!   ChaCha20-Poly1305 under a key of this process (so the client can neither
 //!   read the result URI in it nor alter it), bound to the tool, a digest of
 //!   the arguments and an expiry ([`Bridge::call_stateless`], [`state`]).
+//! - **Clients without URL elicitation** (either revision): the bridge keeps
+//!   nothing; the pending call travels in a sealed `handle`, bound to the
+//!   client's session, which the client shows to the bridge's own tool
+//!   `confirmation_status` ([`Bridge::call_with_handle`], [`Bridge::status`]).
 //!
 //! The elicitation URL is the CS's start link (`<confirmation uri>?resource_uri=…`):
 //! no credential, no personal data, not pre-authenticated (§11).
@@ -385,45 +389,128 @@ impl Bridge {
         request_state: Option<&str>,
     ) -> Result<Outcome, BridgeError> {
         let digest = args_digest(tool, args);
+        let binding = state::Binding::Request { digest: &digest };
         let now = std::time::SystemTime::now();
-        if let Some(sealed) = request_state {
-            let pending = self.states.open(sealed, &digest, now)?;
-            if let Some(status) = self.shared.agent.check_result(&pending.result_uri).await? {
-                return Ok(Outcome::Final(status.into()));
+        let pending = match request_state {
+            Some(sealed) => {
+                let pending = self.states.open(sealed, binding, now)?;
+                if let Some(status) = self.shared.agent.check_result(&pending.result_uri).await? {
+                    return Ok(Outcome::Final(status.into()));
+                }
+                pending.refreshed(now, state::STATE_TTL)
             }
-            let elicitation = Elicitation {
+            None => match self
+                .invoke_sealable(tool, args, digest.clone(), now)
+                .await?
+            {
+                Invoked::Pending(pending) => pending,
+                Invoked::Done(output) => return Ok(Outcome::Done(output)),
+            },
+        };
+        Ok(Outcome::Pending {
+            elicitation: Elicitation {
                 url: pending.url.clone(),
                 message: pending.message.clone(),
-            };
-            let handle = self.states.seal(&pending.refreshed(now), &digest)?;
-            return Ok(Outcome::Pending {
-                elicitation,
-                handle,
-                new: false,
-            });
-        }
-        let pack = match self.invoke(tool, args).await? {
-            InvokeOutcome::Done(output) => return Ok(Outcome::Done(output)),
-            InvokeOutcome::NeedsConfirmation(pack) => pack,
+            },
+            handle: self.states.seal(&pending, binding)?,
+            new: request_state.is_none(),
+        })
+    }
+
+    /// A call from a client that cannot open a URL elicitation (§11): a
+    /// call that needs confirmation gives a sealed `handle`, bound to
+    /// `holder` (the client's session), for [`Bridge::status`]. Nothing is
+    /// kept at the bridge.
+    pub async fn call_with_handle(
+        &self,
+        holder: &str,
+        tool: &str,
+        args: &Map<String, Value>,
+    ) -> Result<Outcome, BridgeError> {
+        let now = std::time::SystemTime::now();
+        let digest = args_digest(tool, args);
+        let pending = match self.invoke_sealable(tool, args, digest, now).await? {
+            Invoked::Pending(pending) => pending.refreshed(now, state::HANDLE_TTL),
+            Invoked::Done(output) => return Ok(Outcome::Done(output)),
         };
-        let pending = state::PendingState::new(
-            tool,
-            start_link(&pack.confirmation_uri, &pack.resource_uri),
-            message_for(tool, &pack.confirmation_uri),
-            pack.result_uri,
-            now,
-        );
-        let elicitation = Elicitation {
-            url: pending.url.clone(),
-            message: pending.message.clone(),
-        };
-        let handle = self.states.seal(&pending, &digest)?;
         Ok(Outcome::Pending {
-            elicitation,
-            handle,
+            elicitation: Elicitation {
+                url: pending.url.clone(),
+                message: pending.message.clone(),
+            },
+            handle: self
+                .states
+                .seal(&pending, state::Binding::Handle { holder })?,
             new: true,
         })
     }
+
+    /// Where the call of a `handle` stands (§11): it must be a handle this
+    /// bridge sealed for `holder`, not expired.
+    pub async fn status(&self, holder: &str, handle: &str) -> Result<Status, BridgeError> {
+        let now = std::time::SystemTime::now();
+        let pending = self
+            .states
+            .open(handle, state::Binding::Handle { holder }, now)?;
+        Ok(
+            match self.shared.agent.check_result(&pending.result_uri).await? {
+                Some(status) => Status::Final(status.into()),
+                None => Status::Pending {
+                    tool: pending.tool,
+                    elicitation: Elicitation {
+                        url: pending.url,
+                        message: pending.message,
+                    },
+                },
+            },
+        )
+    }
+
+    /// Invokes the tool for a call that is carried sealed.
+    async fn invoke_sealable(
+        &self,
+        tool: &str,
+        args: &Map<String, Value>,
+        digest: String,
+        now: std::time::SystemTime,
+    ) -> Result<Invoked, BridgeError> {
+        let pack = match self.invoke(tool, args).await? {
+            InvokeOutcome::Done(output) => return Ok(Invoked::Done(output)),
+            InvokeOutcome::NeedsConfirmation(pack) => pack,
+        };
+        let call = state::Call {
+            tool: tool.to_owned(),
+            digest,
+            url: start_link(&pack.confirmation_uri, &pack.resource_uri),
+            message: message_for(tool, &pack.confirmation_uri),
+        };
+        Ok(Invoked::Pending(state::PendingState::new(
+            call,
+            pack.result_uri,
+            now,
+            state::STATE_TTL,
+        )))
+    }
+}
+
+/// A tool invoked for a call that is carried sealed.
+enum Invoked {
+    /// The RS ran it at once; its A2T output.
+    Done(Value),
+    /// It needs confirmation: the call to seal.
+    Pending(state::PendingState),
+}
+
+/// Where a call known by its handle stands (§11).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Status {
+    /// The user has not decided yet.
+    Pending {
+        tool: String,
+        elicitation: Elicitation,
+    },
+    /// The user has decided (or the CHEQ expired).
+    Final(Final),
 }
 
 #[cfg(test)]

@@ -21,16 +21,18 @@
 //! - at 2026-07-28: with an `InputRequiredResult` holding a URL-mode
 //!   `elicitation/create` and the sealed `requestState`; the retry carrying
 //!   it gets the result, or the same elicitation while the user has not
-//!   decided.
+//!   decided;
+//! - to a client that declares no URL elicitation, at either revision: with
+//!   a tool result naming the start link and a sealed handle, which the
+//!   bridge's tool `confirmation_status` ([`STATUS_TOOL`]) takes.
 
 use super::schema::tool_def;
-use super::{Bridge, BridgeError, Elicitation, Final, Notifier, Outcome};
+use super::{Bridge, BridgeError, Elicitation, Final, Notifier, Outcome, Status};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
-    CustomNotification, ElicitRequest, ElicitRequestParams, ElicitationCapability, ErrorCode,
-    Implementation, InputRequest, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
-    ProtocolVersion, ServerCapabilities, ServerConfig, ServerNotification, Tool,
-    UrlElicitationCapability,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomNotification,
+    ElicitRequest, ElicitRequestParams, ErrorCode, Implementation, InputRequest,
+    InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ServerCapabilities, ServerConfig, ServerNotification, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
@@ -43,6 +45,12 @@ use std::sync::Arc;
 pub const URL_ELICITATION_REQUIRED: i32 = -32042;
 /// The key of the confirmation in an `InputRequiredResult`'s `inputRequests`.
 pub const INPUT_KEY: &str = "cheq_confirmation";
+/// The bridge's own tool that tells a client without URL elicitation where a
+/// call stands (§11).
+pub const STATUS_TOOL: &str = "confirmation_status";
+/// The holder of handles given to stateless (2026-07-28) requests, which
+/// have no session to bind them to.
+const STATELESS_HOLDER: &str = "stateless";
 /// How long sending `notifications/elicitation/complete` may take.
 pub const NOTIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// The revisions served.
@@ -80,13 +88,6 @@ fn supports_url_elicitation(context: &RequestContext<RoleServer>) -> bool {
         .and_then(|c| c.elicitation)
         .and_then(|e| e.url)
         .is_some()
-}
-
-fn url_capability() -> ClientCapabilities {
-    let mut caps = ClientCapabilities::default();
-    caps.elicitation =
-        Some(ElicitationCapability::new().with_url(UrlElicitationCapability::default()));
-    caps
 }
 
 /// The one place where a bridge error becomes an MCP answer: a failure the
@@ -139,6 +140,25 @@ fn done_result(output: Value) -> CallToolResponse {
     CallToolResponse::Complete(r)
 }
 
+/// The answer to a call: an error's, a done or final outcome's, or what
+/// `pending` makes of a confirmation still to be given (the one thing each
+/// way of asking does its own way).
+fn respond(
+    outcome: Result<Outcome, BridgeError>,
+    pending: impl FnOnce(Elicitation, String) -> Result<CallToolResponse, McpError>,
+) -> Result<CallToolResponse, McpError> {
+    match outcome {
+        Err(e) => answer_error(e),
+        Ok(Outcome::Done(output)) => Ok(done_result(output)),
+        Ok(Outcome::Final(f)) => Ok(final_result(f)),
+        Ok(Outcome::Pending {
+            elicitation,
+            handle,
+            ..
+        }) => pending(elicitation, handle),
+    }
+}
+
 fn url_elicitation(e: &Elicitation, id: &str) -> Value {
     json!({"mode": "url", "elicitationId": id, "url": e.url, "message": e.message})
 }
@@ -164,42 +184,17 @@ impl McpBridge {
                 let _ = tokio::time::timeout(NOTIFY_TIMEOUT, send).await;
             });
         });
-        let outcome = match self
+        let outcome = self
             .bridge
             .call_in_session(&self.session, tool, args, Some(notify))
-            .await
-        {
-            Ok(o) => o,
-            Err(e) => return answer_error(e),
-        };
-        match outcome {
-            Outcome::Done(output) => Ok(done_result(output)),
-            Outcome::Final(f) => Ok(final_result(f)),
-            Outcome::Pending {
-                elicitation,
-                handle,
-                ..
-            } => {
-                if supports_url_elicitation(context) {
-                    Err(McpError::new(
-                        ErrorCode(URL_ELICITATION_REQUIRED),
-                        "This request needs the user's confirmation at the confirmation server.",
-                        Some(json!({"elicitations": [url_elicitation(&elicitation, &handle)]})),
-                    ))
-                } else {
-                    // The client cannot open a URL elicitation: say so to the
-                    // model, with the link (it carries no credential), and
-                    // keep the call pending for the retry.
-                    Ok(tool_error(
-                        "confirmation_required",
-                        &format!(
-                            "{}: open {} in a browser, decide there, then call this tool again with the same arguments.",
-                            elicitation.message, elicitation.url
-                        ),
-                    ))
-                }
-            }
-        }
+            .await;
+        respond(outcome, |elicitation, handle| {
+            Err(McpError::new(
+                ErrorCode(URL_ELICITATION_REQUIRED),
+                "This request needs the user's confirmation at the confirmation server.",
+                Some(json!({"elicitations": [url_elicitation(&elicitation, &handle)]})),
+            ))
+        })
     }
 
     async fn call_modern(
@@ -207,57 +202,145 @@ impl McpBridge {
         tool: &str,
         args: &Map<String, Value>,
         request: &CallToolRequestParams,
-        context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let declined = request
             .input_responses
             .as_ref()
             .and_then(|r| r.get(INPUT_KEY))
             .and_then(|v| v.get("action").and_then(Value::as_str).map(str::to_owned));
-        let outcome = match self
+        let outcome = self
             .bridge
             .call_stateless(tool, args, request.request_state.as_deref())
-            .await
-        {
-            Ok(o) => o,
-            Err(e) => return answer_error(e),
-        };
-        match outcome {
-            Outcome::Done(output) => Ok(done_result(output)),
-            Outcome::Final(f) => Ok(final_result(f)),
-            Outcome::Pending {
-                elicitation,
-                handle,
-                ..
-            } => {
-                if matches!(declined.as_deref(), Some("decline") | Some("cancel")) {
-                    return Ok(tool_error(
-                        "not_confirmed",
-                        "The user did not open the confirmation page, so the request was not confirmed. It stays pending at the confirmation server until it expires; call again with the same arguments to collect its outcome.",
-                    ));
-                }
-                if !supports_url_elicitation(context) {
-                    return Err(McpError::missing_required_client_capability(
-                        url_capability(),
-                    ));
-                }
-                let params = ElicitRequestParams::UrlElicitationParams {
-                    meta: None,
-                    message: elicitation.message,
-                    url: elicitation.url,
-                    elicitation_id: String::new(),
-                };
-                let mut requests = rmcp::model::InputRequests::new();
-                requests.insert(
-                    INPUT_KEY.to_owned(),
-                    InputRequest::Elicitation(ElicitRequest::new(params)),
-                );
-                let mut result = InputRequiredResult::from_request_state(handle);
-                result.input_requests = Some(requests);
-                Ok(CallToolResponse::InputRequired(result))
+            .await;
+        respond(outcome, |elicitation, handle| {
+            if matches!(declined.as_deref(), Some("decline") | Some("cancel")) {
+                return Ok(tool_error(
+                    "not_confirmed",
+                    "The user did not open the confirmation page, so the request was not confirmed. It stays pending at the confirmation server until it expires; call again with the same arguments to collect its outcome.",
+                ));
             }
+            let params = ElicitRequestParams::UrlElicitationParams {
+                meta: None,
+                message: elicitation.message,
+                url: elicitation.url,
+                elicitation_id: String::new(),
+            };
+            let mut requests = rmcp::model::InputRequests::new();
+            requests.insert(
+                INPUT_KEY.to_owned(),
+                InputRequest::Elicitation(ElicitRequest::new(params)),
+            );
+            let mut result = InputRequiredResult::from_request_state(handle);
+            result.input_requests = Some(requests);
+            Ok(CallToolResponse::InputRequired(result))
+        })
+    }
+}
+
+impl McpBridge {
+    /// Whom a handle made for this request is bound to: the session at
+    /// 2025-11-25 (and over stdio), one name for all stateless requests.
+    fn holder(&self, context: &RequestContext<RoleServer>) -> &str {
+        if is_modern(context) {
+            STATELESS_HOLDER
+        } else {
+            &self.session
         }
     }
+
+    /// A call from a client without URL elicitation, on either revision
+    /// (§11): a confirmation is a tool result naming the start link and a
+    /// handle for [`STATUS_TOOL`].
+    async fn call_without_url(
+        &self,
+        tool: &str,
+        args: &Map<String, Value>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let outcome = self
+            .bridge
+            .call_with_handle(self.holder(context), tool, args)
+            .await;
+        respond(outcome, |elicitation, handle| {
+            Ok(confirmation_required(&elicitation, &handle))
+        })
+    }
+
+    /// [`STATUS_TOOL`]: where the call of a handle stands.
+    async fn status(
+        &self,
+        args: &Map<String, Value>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let Some(handle) = args.get("handle").and_then(Value::as_str) else {
+            return Ok(tool_error(
+                "invalid_arguments",
+                "confirmation_status takes {\"handle\": \"<the handle a tool call gave>\"}.",
+            ));
+        };
+        match self.bridge.status(self.holder(context), handle).await {
+            Ok(Status::Final(f)) => Ok(final_result(f)),
+            Ok(Status::Pending { tool, elicitation }) => {
+                let text = format!(
+                    "The user has not decided yet. {}: the user opens {} in a browser and decides there. Call confirmation_status again later; nothing is done unless the user accepts.",
+                    elicitation.message, elicitation.url
+                );
+                let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+                r.structured_content = Some(json!({
+                    "status": "pending",
+                    "tool": tool,
+                    "confirmation_url": elicitation.url,
+                }));
+                Ok(CallToolResponse::Complete(r))
+            }
+            Err(BridgeError::State(_)) => Ok(tool_error(
+                "invalid_handle",
+                "This handle was not given to this client by this bridge, was altered, or has expired.",
+            )),
+            Err(e) => answer_error(e),
+        }
+    }
+}
+
+/// The answer to a client without URL elicitation whose call needs
+/// confirmation: not an error, the link and the handle, in the text too
+/// (many clients show the model only the text).
+fn confirmation_required(e: &Elicitation, handle: &str) -> CallToolResponse {
+    let text = format!(
+        "{}: this needs the user's confirmation. Ask the user to open {} in a browser and decide there. Then call the tool confirmation_status with {{\"handle\": \"{handle}\"}} to get the outcome; nothing is done unless the user accepts.",
+        e.message, e.url
+    );
+    let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+    r.structured_content = Some(json!({
+        "status": "confirmation_required",
+        "confirmation_url": e.url,
+        "handle": handle,
+    }));
+    CallToolResponse::Complete(r)
+}
+
+/// The definition of [`STATUS_TOOL`].
+fn status_tool() -> Tool {
+    let schema = json!({
+        "type": "object",
+        "properties": {"handle": {
+            "type": "string",
+            "description": "The handle a call that needs confirmation gave."
+        }},
+        "required": ["handle"],
+        "additionalProperties": false
+    });
+    let schema = match schema {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    let mut tool = Tool::new(
+        STATUS_TOOL,
+        "Where a call that needed the user's confirmation stands: pending, accepted (with the result), rejected or expired.",
+        Arc::new(schema),
+    );
+    tool.title = Some("Confirmation status".to_owned());
+    tool
 }
 
 impl ServerHandler for McpBridge {
@@ -284,9 +367,14 @@ impl ServerHandler for McpBridge {
             self.bridge.tools().await.map_err(|e| {
                 McpError::internal_error(format!("cannot list the tools: {e}"), None)
             })?;
-        let mut tools = Vec::new();
+        let mut tools = vec![status_tool()];
         for sig in &signatures {
             match tool_def(sig) {
+                Ok(def) if def.name == STATUS_TOOL => {
+                    tracing::warn!(
+                        "the RS's tool {STATUS_TOOL} is not offered: the bridge's own has its name"
+                    );
+                }
                 Ok(def) => {
                     let mut tool = Tool::new(def.name, def.description, Arc::new(def.input_schema));
                     tool.title = def.title;
@@ -309,8 +397,12 @@ impl ServerHandler for McpBridge {
             return Err(McpError::invalid_params("unknown tool", None));
         }
         let args = request.arguments.clone().unwrap_or_default();
-        if is_modern(&context) {
-            self.call_modern(&tool, &args, &request, &context).await
+        if tool == STATUS_TOOL {
+            self.status(&args, &context).await
+        } else if !supports_url_elicitation(&context) {
+            self.call_without_url(&tool, &args, &context).await
+        } else if is_modern(&context) {
+            self.call_modern(&tool, &args, &request).await
         } else {
             self.call_legacy(&tool, &args, &context).await
         }

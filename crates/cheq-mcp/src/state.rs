@@ -1,11 +1,14 @@
-//! The sealed `requestState` of MCP 2026-07-28 (multi round-trip requests;
-//! PROTOCOL.md §11). The MRTR pattern says a server MUST treat an echoed
-//! state as attacker-controlled and reject one that fails verification, and
-//! SHOULD bind it to the originating request and a short expiry. Here a state
-//! is ChaCha20-Poly1305 over a small JSON record (so the client cannot read
-//! the result URI in it), with the digest of the call's tool and arguments as
-//! associated data: shown with another tool, other arguments, after its
-//! expiry, or altered by one byte, it does not open.
+//! Sealed pending calls (PROTOCOL.md §11): the `requestState` of MCP
+//! 2026-07-28 (multi round-trip requests), and the `handle` given to a client
+//! without URL elicitation (§11). The MRTR pattern says a server MUST treat
+//! an echoed state as attacker-controlled and reject one that fails
+//! verification, and SHOULD bind it to the originating request and a short
+//! expiry. Here a state is ChaCha20-Poly1305 over a small JSON record (so the
+//! client cannot read the result URI in it), with what it is bound to as
+//! associated data ([`Binding`]): a request state to the digest of the call's
+//! tool and arguments, a handle to the client session it was given to. Shown
+//! for another call or session, as the other kind, after its expiry, or
+//! altered by one byte, it does not open.
 
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
@@ -16,6 +19,9 @@ use zeroize::Zeroizing;
 /// How long a state is good for; each retry that finds the call still
 /// pending gets a fresh one.
 pub const STATE_TTL: Duration = Duration::from_secs(3600);
+/// How long a handle is good for: longer than a CHEQ lives (at most 24 h),
+/// so the outcome can be collected whenever the user decides.
+pub const HANDLE_TTL: Duration = Duration::from_secs(25 * 3600);
 /// The longest state accepted (characters); longer is refused unread.
 pub const MAX_STATE_LEN: usize = 4096;
 const VERSION: &str = "cheq-mcp-state/1";
@@ -35,11 +41,32 @@ pub enum StateError {
     Internal(String),
 }
 
-/// What a pending 2026-07-28 call carries.
+/// What a sealed state is bound to: it opens only for the same binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binding<'a> {
+    /// A `requestState`: the digest of the call's tool and arguments.
+    Request { digest: &'a str },
+    /// A `handle`: the client it was given to (the session key at
+    /// 2025-11-25 and over stdio; one name for all stateless requests).
+    Handle { holder: &'a str },
+}
+
+impl Binding<'_> {
+    fn aad(&self) -> String {
+        match self {
+            Binding::Request { digest } => format!("{VERSION}\nrequest\n{digest}"),
+            Binding::Handle { holder } => format!("{VERSION}\nhandle\n{holder}"),
+        }
+    }
+}
+
+/// What a pending call carries.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PendingState {
     v: String,
     pub tool: String,
+    /// The digest of the tool and arguments ([`crate::args_digest`]).
+    pub digest: String,
     pub url: String,
     pub message: String,
     pub result_uri: String,
@@ -54,30 +81,36 @@ fn secs(t: SystemTime) -> u64 {
 }
 
 impl PendingState {
-    pub fn new(
-        tool: &str,
-        url: String,
-        message: String,
-        result_uri: String,
-        now: SystemTime,
-    ) -> Self {
+    /// A state good for `ttl` from `now`.
+    pub fn new(call: Call, result_uri: String, now: SystemTime, ttl: Duration) -> Self {
         PendingState {
             v: VERSION.to_owned(),
-            tool: tool.to_owned(),
-            url,
-            message,
+            tool: call.tool,
+            digest: call.digest,
+            url: call.url,
+            message: call.message,
             result_uri,
-            exp: secs(now) + STATE_TTL.as_secs(),
+            exp: secs(now) + ttl.as_secs(),
         }
     }
 
     /// The same state with a new expiry.
-    pub fn refreshed(&self, now: SystemTime) -> Self {
+    pub fn refreshed(&self, now: SystemTime, ttl: Duration) -> Self {
         PendingState {
-            exp: secs(now) + STATE_TTL.as_secs(),
+            exp: secs(now) + ttl.as_secs(),
             ..self.clone()
         }
     }
+}
+
+/// The call a state stands for, and what the user is asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub tool: String,
+    pub digest: String,
+    /// The CS's start link.
+    pub url: String,
+    pub message: String,
 }
 
 /// The key of this bridge's states (random per process; zeroized on drop).
@@ -98,11 +131,11 @@ impl StateKey {
         ChaCha20Poly1305::new(Key::from_slice(self.0.as_slice()))
     }
 
-    /// Seals `state` for the call whose digest is `digest`.
-    pub fn seal(&self, state: &PendingState, digest: &str) -> Result<String, StateError> {
+    /// Seals `state` under `binding`.
+    pub fn seal(&self, state: &PendingState, binding: Binding<'_>) -> Result<String, StateError> {
         let plain = serde_json::to_vec(state).map_err(|e| StateError::Internal(e.to_string()))?;
         let iv: [u8; 12] = rand::random();
-        let aad = format!("{VERSION}\n{digest}");
+        let aad = binding.aad();
         let sealed = self
             .cipher()
             .encrypt(
@@ -118,11 +151,11 @@ impl StateKey {
         Ok(cheq_core::sign::b64::encode(&out))
     }
 
-    /// Opens a state shown with the call whose digest is `digest`.
+    /// Opens a state shown under `binding`.
     pub fn open(
         &self,
         text: &str,
-        digest: &str,
+        binding: Binding<'_>,
         now: SystemTime,
     ) -> Result<PendingState, StateError> {
         if text.len() > MAX_STATE_LEN {
@@ -133,7 +166,7 @@ impl StateKey {
             return Err(StateError::Seal);
         }
         let (iv, sealed) = raw.split_at(12);
-        let aad = format!("{VERSION}\n{digest}");
+        let aad = binding.aad();
         let plain = self
             .cipher()
             .decrypt(
@@ -161,35 +194,42 @@ mod tests {
 
     fn sample(now: SystemTime) -> PendingState {
         PendingState::new(
-            "book_flight",
-            "http://127.0.0.1:1/confirm?resource_uri=x".into(),
-            "Confirm 'book_flight' at http://127.0.0.1:1".into(),
+            Call {
+                tool: "book_flight".into(),
+                digest: "d1".into(),
+                url: "http://127.0.0.1:1/confirm?resource_uri=x".into(),
+                message: "Confirm 'book_flight' at http://127.0.0.1:1".into(),
+            },
             "http://127.0.0.1:2/cheq/results/secret-result".into(),
             now,
+            STATE_TTL,
         )
     }
+
+    const D1: Binding<'static> = Binding::Request { digest: "d1" };
 
     #[test]
     fn round_trip_and_the_result_uri_is_not_readable() {
         let key = StateKey::generate();
         let now = SystemTime::now();
-        let sealed = key.seal(&sample(now), "d1").unwrap();
+        let sealed = key.seal(&sample(now), D1).unwrap();
         assert!(!sealed.contains("secret-result"));
         let raw = cheq_core::sign::b64::decode(&sealed).unwrap();
         assert!(!String::from_utf8_lossy(&raw).contains("secret-result"));
-        assert_eq!(key.open(&sealed, "d1", now).unwrap(), sample(now));
+        assert_eq!(key.open(&sealed, D1, now).unwrap(), sample(now));
     }
 
     #[test]
     fn refusals() {
         let key = StateKey::generate();
         let now = SystemTime::now();
-        let sealed = key.seal(&sample(now), "d1").unwrap();
+        let sealed = key.seal(&sample(now), D1).unwrap();
         // another call (tool or arguments)
-        assert_eq!(key.open(&sealed, "d2", now), Err(StateError::Seal));
+        let d2 = Binding::Request { digest: "d2" };
+        assert_eq!(key.open(&sealed, d2, now), Err(StateError::Seal));
         // another bridge
         assert_eq!(
-            StateKey::generate().open(&sealed, "d1", now),
+            StateKey::generate().open(&sealed, D1, now),
             Err(StateError::Seal)
         );
         // every single-byte change
@@ -198,24 +238,49 @@ mod tests {
             let mut bent = raw.clone();
             bent[i] ^= 1;
             let text = cheq_core::sign::b64::encode(&bent);
-            assert_eq!(
-                key.open(&text, "d1", now),
-                Err(StateError::Seal),
-                "byte {i}"
-            );
+            assert_eq!(key.open(&text, D1, now), Err(StateError::Seal), "byte {i}");
         }
         // expiry
         let later = now + STATE_TTL + Duration::from_secs(1);
-        assert_eq!(key.open(&sealed, "d1", later), Err(StateError::Expired));
+        assert_eq!(key.open(&sealed, D1, later), Err(StateError::Expired));
         // encoding and size
+        assert_eq!(key.open("not base64!", D1, now), Err(StateError::Encoding));
+        assert_eq!(key.open("AAAA", D1, now), Err(StateError::Seal));
         assert_eq!(
-            key.open("not base64!", "d1", now),
-            Err(StateError::Encoding)
-        );
-        assert_eq!(key.open("AAAA", "d1", now), Err(StateError::Seal));
-        assert_eq!(
-            key.open(&"A".repeat(MAX_STATE_LEN + 1), "d1", now),
+            key.open(&"A".repeat(MAX_STATE_LEN + 1), D1, now),
             Err(StateError::TooLong)
+        );
+    }
+
+    #[test]
+    fn a_handle_opens_only_for_its_holder_and_never_as_a_request_state() {
+        let key = StateKey::generate();
+        let now = SystemTime::now();
+        let mine = Binding::Handle {
+            holder: "session-a",
+        };
+        let handle = key.seal(&sample(now), mine).unwrap();
+        assert_eq!(key.open(&handle, mine, now).unwrap(), sample(now));
+        let theirs = Binding::Handle {
+            holder: "session-b",
+        };
+        assert_eq!(key.open(&handle, theirs, now), Err(StateError::Seal));
+        // A handle is not a request state, nor the other way round, even
+        // when the holder's name equals the call's digest.
+        assert_eq!(
+            key.open(
+                &handle,
+                Binding::Request {
+                    digest: "session-a"
+                },
+                now
+            ),
+            Err(StateError::Seal)
+        );
+        let state = key.seal(&sample(now), D1).unwrap();
+        assert_eq!(
+            key.open(&state, Binding::Handle { holder: "d1" }, now),
+            Err(StateError::Seal)
         );
     }
 

@@ -15,6 +15,13 @@
 //! jwks_file = "cs-jwks.json"               # its public keys, or:
 //! # jwks_uri = "http://127.0.0.1:8080/.well-known/jwks.json"  (fetched at start-up)
 //!
+//! # Or, instead of [confirmation_server], the confirmation served by this RS
+//! # itself (§12), at <public_url>/confirm, with the CS's own settings
+//! # (accounts in data_dir, identity providers, gateways, …; see
+//! # docs/configuration.md):
+//! # [confirmation]
+//! # embedded = true
+//!
 //! [[clients]]
 //! client_id = "cs"
 //! client_secret = "cs-secret"
@@ -125,17 +132,6 @@ pub struct RsConfig {
     pub signing_key: PathBuf,
     #[serde(default)]
     pub key_id: Option<String>,
-    #[serde(default = "default_cheq_ttl")]
-    pub cheq_ttl_secs: i64,
-    #[serde(default = "default_token_ttl")]
-    pub token_ttl_secs: i64,
-    #[serde(default = "default_retry_after")]
-    pub retry_after_secs: u64,
-    pub confirmation_server: ConfirmationServerConfig,
-    #[serde(default)]
-    pub clients: Vec<ClientConfig>,
-    #[serde(default)]
-    pub policy: PolicyConfig,
     // `database_url`, `log_format` and `metrics` mean what they mean in the
     // CS's `cheq.toml` (docs/configuration.md).
     #[serde(default)]
@@ -144,6 +140,25 @@ pub struct RsConfig {
     pub log_format: LogFormat,
     #[serde(default)]
     pub metrics: cheq_support::metrics::MetricsAccess,
+    #[serde(default = "default_cheq_ttl")]
+    pub cheq_ttl_secs: i64,
+    #[serde(default = "default_token_ttl")]
+    pub token_ttl_secs: i64,
+    #[serde(default = "default_retry_after")]
+    pub retry_after_secs: u64,
+    /// The third-party CS this RS sends its users to; or `confirmation`.
+    #[serde(default)]
+    pub confirmation_server: Option<ConfirmationServerConfig>,
+    /// `[confirmation]`, `embedded = true`: the confirmation is served by
+    /// this RS itself (§12). The RS knows only that it is there; its other
+    /// keys are the CS's settings, read and checked by the CS's own
+    /// configuration (`cheq_confirm::config`).
+    #[serde(default)]
+    pub confirmation: Option<toml::Table>,
+    #[serde(default)]
+    pub clients: Vec<ClientConfig>,
+    #[serde(default)]
+    pub policy: PolicyConfig,
 }
 
 impl ServerConfig for RsConfig {
@@ -161,21 +176,19 @@ impl ServerConfig for RsConfig {
                 "must be an origin (scheme://host[:port]) with no path or query",
             ));
         }
-        parse_cheq_uri(&self.confirmation_server.uri)
-            .map_err(|e| invalid("confirmation_server.uri", e.to_string()))?;
-        match (
-            &self.confirmation_server.jwks_file,
-            &self.confirmation_server.jwks_uri,
-        ) {
-            (Some(_), None) => {}
-            (None, Some(uri)) => {
-                parse_cheq_uri(uri)
-                    .map_err(|e| invalid("confirmation_server.jwks_uri", e.to_string()))?;
+        match (&self.confirmation_server, self.embedded()) {
+            (Some(cs), false) => cs.validate()?,
+            (None, true) => {}
+            (None, false) if self.confirmation.is_some() => {
+                return Err(invalid(
+                    "confirmation.embedded",
+                    "must be true (or give [confirmation_server] instead)",
+                ))
             }
             _ => {
                 return Err(invalid(
-                    "confirmation_server.jwks_file",
-                    "exactly one of `jwks_file` and `jwks_uri` must be given",
+                    "confirmation_server",
+                    "give exactly one of [confirmation_server] (a confirmation server elsewhere) and [confirmation] with embedded = true (served by this RS)",
                 ))
             }
         }
@@ -236,7 +249,44 @@ impl ServerConfig for RsConfig {
     }
 }
 
+impl ConfirmationServerConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        parse_cheq_uri(&self.uri).map_err(|e| invalid("confirmation_server.uri", e.to_string()))?;
+        match (&self.jwks_file, &self.jwks_uri) {
+            (Some(_), None) => Ok(()),
+            (None, Some(uri)) => parse_cheq_uri(uri)
+                .map(|_| ())
+                .map_err(|e| invalid("confirmation_server.jwks_uri", e.to_string())),
+            _ => Err(invalid(
+                "confirmation_server.jwks_file",
+                "exactly one of `jwks_file` and `jwks_uri` must be given",
+            )),
+        }
+    }
+}
+
+/// The path of the confirmation URI of a confirmation served by the RS
+/// itself (§12).
+pub const EMBEDDED_CONFIRMATION_PATH: &str = "/confirm";
+
 impl RsConfig {
+    /// Whether this RS serves the confirmation itself (§12).
+    pub fn embedded(&self) -> bool {
+        self.confirmation
+            .as_ref()
+            .and_then(|t| t.get("embedded"))
+            .and_then(toml::Value::as_bool)
+            .unwrap_or(false)
+    }
+
+    /// The confirmation URI put in URI packs (§1): the CS's, or this RS's own.
+    pub fn confirmation_uri(&self) -> String {
+        match &self.confirmation_server {
+            Some(cs) => cs.uri.clone(),
+            None => format!("{}{EMBEDDED_CONFIRMATION_PATH}", self.base_url()),
+        }
+    }
+
     /// The RS origin without a trailing slash.
     pub fn base_url(&self) -> String {
         self.public_url.trim_end_matches('/').to_owned()

@@ -161,6 +161,33 @@ impl DecisionRecord {
     }
 }
 
+/// A record of the delivery outbox as read for a lease: the record with its
+/// next try moved on to `until`, if it is readable, pending and due by
+/// `due_by` (`None`: the backend read due ones only); `None` otherwise.
+/// An unreadable record is logged and passed over: it must not stop every
+/// other delivery.
+pub(crate) fn leased(
+    read: Result<DecisionRecord, StoreError>,
+    due_by: Option<i64>,
+    until: i64,
+) -> Option<DecisionRecord> {
+    let mut record = match read {
+        Ok(r) => r,
+        Err(e) => {
+            log::error!("delivery outbox: skipping an unreadable record: {e}");
+            return None;
+        }
+    };
+    let Delivery::Pending { next_try, .. } = &mut record.delivery else {
+        return None;
+    };
+    if due_by.is_some_and(|now| *next_try > now) {
+        return None;
+    }
+    *next_try = until;
+    Some(record)
+}
+
 /// What [`DecisionRecords::claim`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {

@@ -154,7 +154,9 @@ pub trait NonceStore: Send + Sync {
     /// When the nonce is already present, nothing is written and the earlier entry
     /// is returned as [`RecordOutcome::SameAsBefore`] (same digest) or
     /// [`RecordOutcome::Conflict`] (different digest).
-    fn record(&self, nonce: &str, entry: &NonceEntry) -> Result<RecordOutcome, StoreError>;
+    fn record(&self, nonce: &str, entry: &NonceEntry) -> Result<RecordOutcome, StoreError> {
+        self.record_with(nonce, entry, Durability::Now)
+    }
 
     /// [`record`](Self::record), made durable as `durability` says. With
     /// [`Durability::Deferred`] what it writes need not be on disk when it
@@ -164,16 +166,14 @@ pub trait NonceStore: Send + Sync {
     /// it; a database server commits each statement durably anyway). For a
     /// caller that makes a later write of its own durable before anything
     /// relies on the nonce: the RS when its operation keeps its effect in the
-    /// RS's own store. The default writes durably, as `record`, either way.
+    /// RS's own store. A backend that commits every write durably anyway
+    /// (PostgreSQL) does so either way.
     fn record_with(
         &self,
         nonce: &str,
         entry: &NonceEntry,
         durability: Durability,
-    ) -> Result<RecordOutcome, StoreError> {
-        let _ = durability;
-        self.record(nonce, entry)
-    }
+    ) -> Result<RecordOutcome, StoreError>;
 
     /// Makes every write so far through this store durable, with those of
     /// a deferred [`record_with`](Self::record_with) (sled: and every other

@@ -147,6 +147,26 @@ pub enum Transition {
     Missing,
 }
 
+/// One compare-and-set move of a CHEQ record ([`CheqRecords::advance`]):
+/// the record `id`, from the state `from` it must be in now, to `to`.
+#[derive(Debug, Clone, Copy)]
+pub struct Step<'a> {
+    pub id: &'a str,
+    pub from: &'a CheqState,
+    pub to: &'a CheqState,
+}
+
+impl<'a> Step<'a> {
+    /// The move of `record`, as the caller read it, from its state now to `to`.
+    pub fn of(record: &'a CheqRecord, to: &'a CheqState) -> Self {
+        Step {
+            id: &record.id,
+            from: &record.state,
+            to,
+        }
+    }
+}
+
 /// The RS's CHEQ records, by confirmation id, with an index by result id.
 pub trait CheqRecords: Send + Sync {
     /// Stores a newly minted `record` and its result-id index entry, unless a
@@ -167,19 +187,13 @@ pub trait CheqRecords: Send + Sync {
     fn get(&self, id: &str) -> Result<Option<CheqRecord>, StoreError>;
     /// The record whose result id is `result_id` (§7).
     fn by_result(&self, result_id: &str) -> Result<Option<CheqRecord>, StoreError>;
-    /// Moves the record `id` from state `from` to state `to`, only if it is
-    /// in `from` now (compare-and-set; every other member is kept, except
-    /// what [`CheqRecord::enter`] drops once done). With
-    /// [`Durability::Now`] the move is on disk before this returns; otherwise
-    /// a crash may lose it (and a later durable write of the same backend
-    /// covers it).
-    fn advance(
-        &self,
-        id: &str,
-        from: &CheqState,
-        to: &CheqState,
-        durability: Durability,
-    ) -> Result<Transition, StoreError>;
+    /// Moves the record `step.id` from state `step.from` to state
+    /// `step.to`, only if it is in `from` now (compare-and-set; every other
+    /// member is kept, except what [`CheqRecord::enter`] drops once done).
+    /// With [`Durability::Now`] the move is on disk before this returns;
+    /// otherwise a crash may lose it (and a later durable write of the same
+    /// backend covers it).
+    fn advance(&self, step: Step<'_>, durability: Durability) -> Result<Transition, StoreError>;
     /// [`advance`](Self::advance) for `record` as the caller read it, in its
     /// state now (`record.state` is `from`): the same compare-and-set, but a
     /// backend may write the record moved on without reading it again when
@@ -191,7 +205,7 @@ pub trait CheqRecords: Send + Sync {
         to: &CheqState,
         durability: Durability,
     ) -> Result<Transition, StoreError> {
-        self.advance(&record.id, &record.state, to, durability)
+        self.advance(Step::of(record, to), durability)
     }
     /// Removes the records whose CHEQ expired before `cutoff` (unix seconds),
     /// with their result-id index entries; returns how many records went.
@@ -226,22 +240,22 @@ pub trait Executions: Send + Sync {
     /// Stores `result` under `key` if the key is absent, in one atomic write
     /// that stands for the effect (compare-and-set). Whatever the outcome, the
     /// stored result is durable before this returns.
-    fn record(&self, key: &str, result: &Value) -> Result<Execution, StoreError>;
+    fn record(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
+        self.record_with(key, result, Durability::Now)
+    }
     /// [`record`](Self::record), made durable as `durability` says: with
     /// [`Durability::Deferred`] the write need not be on disk when this
     /// returns; it is once a later write to the same database is made
     /// durable, and a crash before that loses it with everything written
     /// after it (as [`NonceStore::record_with`](super::NonceStore::record_with)).
-    /// The default writes durably, as `record`, either way.
+    /// A backend that commits every write durably anyway (PostgreSQL) does
+    /// so either way.
     fn record_with(
         &self,
         key: &str,
         result: &Value,
         durability: Durability,
-    ) -> Result<Execution, StoreError> {
-        let _ = durability;
-        self.record(key, result)
-    }
+    ) -> Result<Execution, StoreError>;
     /// Up to `limit` keys with their results, in the order of the keys,
     /// from the first after `after` (from the first of all with `None`):
     /// the whole log, a page at a time (`store export`).

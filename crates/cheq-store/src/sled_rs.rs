@@ -218,25 +218,19 @@ impl CheqRecords for SledRecords {
         Ok((record.result_id == result_id).then_some(record))
     }
 
-    fn advance(
-        &self,
-        id: &str,
-        from: &CheqState,
-        to: &CheqState,
-        durability: Durability,
-    ) -> Result<Transition, StoreError> {
+    fn advance(&self, step: Step<'_>, durability: Durability) -> Result<Transition, StoreError> {
         let durable = durability == Durability::Now;
         let err = |e| backend_error("advance", e);
-        let key = id.as_bytes();
+        let key = step.id.as_bytes();
         for _ in 0..CAS_ATTEMPTS {
             let Some(old) = self.records.get(key).map_err(err)? else {
                 return Ok(Transition::Missing);
             };
             let mut record = decode_record(key, &old)?;
-            if &record.state != from {
+            if &record.state != step.from {
                 return Ok(Transition::Other(Box::new(record)));
             }
-            record.enter(to.clone());
+            record.enter(step.to.clone());
             // The document, when kept, moves on packed as it was.
             let new = encode_record(&record, split_record(key, &old)?.1)?;
             let swapped = self
@@ -302,34 +296,7 @@ impl Executions for SledExecutions {
             .transpose()
     }
 
-    fn record(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
-        self.record_then(key, result, Durability::Now)
-    }
-
     fn record_with(
-        &self,
-        key: &str,
-        result: &Value,
-        durability: Durability,
-    ) -> Result<Execution, StoreError> {
-        self.record_then(key, result, durability)
-    }
-
-    fn list_after(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, Value)>, StoreError> {
-        page_after(&self.tree, after, limit, "list executions")?
-            .into_iter()
-            .map(|(k, v)| Ok((key_text(&k)?, decode(&k, &v)?)))
-            .collect()
-    }
-}
-
-impl SledExecutions {
-    /// [`Executions::record`] or [`Executions::record_with`], as `durability` says.
-    fn record_then(
         &self,
         key: &str,
         result: &Value,
@@ -363,5 +330,16 @@ impl SledExecutions {
             return Ok(outcome);
         }
         Err(lost_races("record execution"))
+    }
+
+    fn list_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Value)>, StoreError> {
+        page_after(&self.tree, after, limit, "list executions")?
+            .into_iter()
+            .map(|(k, v)| Ok((key_text(&k)?, decode(&k, &v)?)))
+            .collect()
     }
 }

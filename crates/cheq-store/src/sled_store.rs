@@ -145,10 +145,10 @@ impl SledNonceStore {
             .map_err(|e| backend_error("open_tree", e))?;
         Ok(Self { db, nonces, expiry })
     }
+}
 
-    /// [`NonceStore::record`] or
-    /// [`NonceStore::record_with`], as `durability` says.
-    fn record_then(
+impl NonceStore for SledNonceStore {
+    fn record_with(
         &self,
         nonce: &str,
         entry: &NonceEntry,
@@ -207,21 +207,6 @@ impl SledNonceStore {
                 "the swap failed {CAS_ATTEMPTS} times without reporting a current value"
             ),
         })
-    }
-}
-
-impl NonceStore for SledNonceStore {
-    fn record(&self, nonce: &str, entry: &NonceEntry) -> Result<RecordOutcome, StoreError> {
-        self.record_then(nonce, entry, Durability::Now)
-    }
-
-    fn record_with(
-        &self,
-        nonce: &str,
-        entry: &NonceEntry,
-        durability: Durability,
-    ) -> Result<RecordOutcome, StoreError> {
-        self.record_then(nonce, entry, durability)
     }
 
     /// Every write to the database so far (see the module docs for the

@@ -380,12 +380,14 @@ impl KeySource for FetchedJwks {
     }
 }
 
-/// Where one peer's keys come from: a file read at start-up, or its
-/// published set.
+/// Where one peer's keys come from: a file read at start-up, its published
+/// set, or its key set in this same process (a confirmation inside the
+/// resource server, §12: the two sides' keys are read where they live).
 #[derive(Debug, Clone)]
 pub enum PeerKeys {
     Fixed(Arc<Jwks>),
     Fetched(Arc<FetchedJwks>),
+    Local(Arc<crate::keyring::KeyRing>),
 }
 
 impl PeerKeys {
@@ -410,6 +412,7 @@ impl PeerKeys {
         match self {
             PeerKeys::Fixed(j) => j.clone(),
             PeerKeys::Fetched(f) => f.clone(),
+            PeerKeys::Local(ring) => ring.clone(),
         }
     }
 
@@ -423,7 +426,7 @@ impl PeerKeys {
     /// See [`FetchedJwks::refetch_for`]; `Absent` for a file.
     pub async fn refetch_for(&self, kid: &str) -> Refetch {
         match self {
-            PeerKeys::Fixed(_) => Refetch::Absent,
+            PeerKeys::Fixed(_) | PeerKeys::Local(_) => Refetch::Absent,
             PeerKeys::Fetched(f) => f.refetch_for(kid).await,
         }
     }

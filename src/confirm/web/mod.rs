@@ -171,6 +171,19 @@ pub fn security_headers(https: bool) -> DefaultHeaders {
 
 /// Registers the routes and the state (used by the server and by tests).
 pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<CsState>) {
+    configure_confirmation(cfg, state);
+    cfg.service(resource("/.well-known/jwks.json").route(web::get().to(handlers::jwks)))
+        .service(resource("/healthz").route(web::get().to(crate::httpkit::healthz)))
+        .service(resource("/readyz").route(web::get().to(readyz)))
+        .service(resource("/metrics").route(web::get().to(metrics)))
+        .default_service(web::to(not_found));
+}
+
+/// The routes of the confirmation itself (start, sign-in, the page, the
+/// decision, history, the voice API), without those a server has once
+/// (keys, health, metrics, the default answer): a resource server that
+/// serves the confirmation itself (§12) adds these to its own.
+pub fn configure_confirmation(cfg: &mut web::ServiceConfig, state: web::Data<CsState>) {
     use handlers::*;
     let start = state.start_path.clone();
     crate::confirm::api::configure(cfg, state.api.clone());
@@ -216,12 +229,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<CsState>) {
         )
         .service(resource("/history").route(web::get().to(history)))
         .service(resource("/history/{id}.json").route(web::get().to(evidence)))
-        .service(resource("/.well-known/jwks.json").route(web::get().to(jwks)))
-        .service(resource("/healthz").route(web::get().to(crate::httpkit::healthz)))
-        .service(resource("/readyz").route(web::get().to(readyz)))
-        .service(resource("/metrics").route(web::get().to(metrics)))
-        .service(resource("/static/style.css").route(web::get().to(style)))
-        .default_service(web::to(not_found));
+        .service(resource("/static/style.css").route(web::get().to(style)));
 }
 
 /// `GET /readyz`: 200 only when the store answers.

@@ -29,7 +29,8 @@ pub use decide::{DecideError, Decided, DecisionRequest};
 pub use error::{BadRequest, CsError, Internal};
 pub use inputs::{Collected, InputProblems};
 
-use super::fetch::{FetchError, RsClient};
+use super::fetch::FetchError;
+use super::link::RsLink;
 use super::registry::Registry;
 use super::seal::{redact, Sealer};
 use super::view::{origin_of, CheqView};
@@ -141,8 +142,9 @@ impl Open {
 /// A resource server this CS works for (§2): what it needs to reach it,
 /// trust it and honour its settings, found together by one look-up.
 pub struct RegisteredRs {
-    /// The CS's OAuth client at the RS (§3, §6).
-    pub client: RsClient,
+    /// How the flow reaches it: the CS's OAuth client at the RS over HTTP
+    /// (§3, §6), or the RS in this same process (§12).
+    pub client: Arc<dyn RsLink>,
     /// The RS's published keys (§9).
     pub keys: PeerKeys,
     /// The oldest sign-in that may decide for it, in seconds

@@ -109,11 +109,7 @@ impl SigningKey {
 
     /// Reads a private OKP/Ed25519 JWK from parsed members.
     pub fn from_jwk(map: &Map<String, Value>) -> Result<Self, KeyError> {
-        let kid = map
-            .get("kid")
-            .and_then(Value::as_str)
-            .ok_or(KeyError::MissingKid)?;
-        check_kid(kid)?;
+        let kid = jwk_kid(map)?;
         let (kty, crv) = (str_member(map, "kty"), str_member(map, "crv"));
         if kty.as_deref() != Some("OKP") || crv.as_deref() != Some("Ed25519") {
             return Err(KeyError::Unsupported { kty, crv });
@@ -175,6 +171,16 @@ impl SigningKey {
     pub(crate) fn sign(&self, message: &[u8]) -> [u8; 64] {
         self.key.sign(message).to_bytes()
     }
+}
+
+/// A JWK's key id, present and acceptable ([`check_kid`]).
+fn jwk_kid(map: &Map<String, Value>) -> Result<&str, KeyError> {
+    let kid = map
+        .get("kid")
+        .and_then(Value::as_str)
+        .ok_or(KeyError::MissingKid)?;
+    check_kid(kid)?;
+    Ok(kid)
 }
 
 fn str_member(map: &Map<String, Value>, name: &str) -> Option<String> {
@@ -264,11 +270,7 @@ impl PublicKey {
     /// Reads a public JWK: OKP/Ed25519, or EC/P-256 for ES256. A JWK with a
     /// private part is refused: trust material must be public.
     pub fn from_jwk(map: &Map<String, Value>) -> Result<Self, KeyError> {
-        let kid = map
-            .get("kid")
-            .and_then(Value::as_str)
-            .ok_or(KeyError::MissingKid)?;
-        check_kid(kid)?;
+        let kid = jwk_kid(map)?;
         if map.contains_key("d") {
             return Err(KeyError::PrivatePartInPublicKey);
         }

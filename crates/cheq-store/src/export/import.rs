@@ -73,13 +73,27 @@ pub fn ensure_empty_rs(store: &RsStore) -> Result<(), ImportError> {
 /// [`check`] the stream first where it can be read twice.
 pub fn import_cs(store: &CsStore, input: &mut dyn BufRead) -> Result<Counts, ImportError> {
     ensure_empty_cs(store)?;
-    let counts = read_stream(input, Server::Cs, &mut |line, item| {
-        put_cs(store, line, item)
-    })?;
+    let counts = put_each(input, Server::Cs, &mut |at, item| put_cs(store, at, item))?;
     if let Some(flusher) = &store.flusher {
         flusher.wait().map_err(ImportError::Flush)?;
     }
     Ok(counts)
+}
+
+/// Reads a stream of `server`'s items and hands each to `put` with where it
+/// is in the stream.
+fn put_each(
+    input: &mut dyn BufRead,
+    server: Server,
+    put: &mut dyn FnMut(At, Item) -> Result<(), ImportError>,
+) -> Result<Counts, ImportError> {
+    read_stream(input, server, &mut |line, item| {
+        let at = At {
+            line,
+            kind: item.kind(),
+        };
+        put(at, item)
+    })
 }
 
 /// Where an item is in the stream, for what its import may fail with.
@@ -108,22 +122,28 @@ impl At {
             key,
         }
     }
+
+    /// The item belongs in a stream of the `other` server (the reader
+    /// refuses such a line before it is put).
+    fn elsewhere(self, other: Server) -> ImportError {
+        ImportError::Line {
+            line: self.line,
+            cause: LineError::OtherServer {
+                kind: self.kind,
+                server: other,
+            },
+        }
+    }
 }
 
 /// Writes one item of a CS stream.
-fn put_cs(store: &CsStore, line: u64, item: Item) -> Result<(), ImportError> {
-    let at = At {
-        line,
-        kind: item.kind(),
-    };
-    let failed = |key: String| at.failed(key);
-    let twice = |key: String| at.twice(key);
+fn put_cs(store: &CsStore, at: At, item: Item) -> Result<(), ImportError> {
     match item {
         Item::Account(account) => match store.accounts.put(&account, false) {
             Ok(()) => Ok(()),
-            Err(AccountPutError::Exists(name)) => Err(twice(format!("{name:?}"))),
+            Err(AccountPutError::Exists(name)) => Err(at.twice(format!("{name:?}"))),
             Err(source) => Err(ImportError::Account {
-                line,
+                line: at.line,
                 key: account.username,
                 source,
             }),
@@ -133,35 +153,31 @@ fn put_cs(store: &CsStore, line: u64, item: Item) -> Result<(), ImportError> {
             if store
                 .entries
                 .get(&id)
-                .map_err(failed(key.clone()))?
+                .map_err(at.failed(key.clone()))?
                 .is_some()
             {
-                return Err(twice(key));
+                return Err(at.twice(key));
             }
-            store.entries.start(&id, &entry).map_err(failed(key))
+            store.entries.start(&id, &entry).map_err(at.failed(key))
         }
         Item::Decision(record) => {
             let key = format!("nonce {:?} of {}", record.nonce, record.resource_origin);
             match store
                 .records
                 .claim_with(&record, Durability::Deferred)
-                .map_err(failed(key.clone()))?
+                .map_err(at.failed(key.clone()))?
             {
                 Claim::Fresh => Ok(()),
-                Claim::Existing(_) | Claim::Collected => Err(twice(key)),
+                Claim::Existing(_) | Claim::Collected => Err(at.twice(key)),
             }
         }
         Item::Collected { id, decided_at } => store
             .records
             .restore_collected(&id, decided_at)
-            .map_err(failed(format!("{id:?}"))),
-        Item::Cheq(_) | Item::Nonce { .. } | Item::Execution { .. } => Err(ImportError::Line {
-            line,
-            cause: LineError::OtherServer {
-                kind: at.kind,
-                server: Server::Rs,
-            },
-        }),
+            .map_err(at.failed(format!("{id:?}"))),
+        Item::Cheq(_) | Item::Nonce { .. } | Item::Execution { .. } => {
+            Err(at.elsewhere(Server::Rs))
+        }
     }
 }
 
@@ -170,9 +186,7 @@ fn put_cs(store: &CsStore, line: u64, item: Item) -> Result<(), ImportError> {
 /// [`check`] the stream first where it can be read twice.
 pub fn import_rs(store: &RsStore, input: &mut dyn BufRead) -> Result<Counts, ImportError> {
     ensure_empty_rs(store)?;
-    let counts = read_stream(input, Server::Rs, &mut |line, item| {
-        put_rs(store, line, item)
-    })?;
+    let counts = put_each(input, Server::Rs, &mut |at, item| put_rs(store, at, item))?;
     // Every write so far, of every store in the database (sled); a
     // database server's writes are durable each already.
     store.nonces.flush().map_err(ImportError::Flush)?;
@@ -180,24 +194,18 @@ pub fn import_rs(store: &RsStore, input: &mut dyn BufRead) -> Result<Counts, Imp
 }
 
 /// Writes one item of an RS stream.
-fn put_rs(store: &RsStore, line: u64, item: Item) -> Result<(), ImportError> {
-    let at = At {
-        line,
-        kind: item.kind(),
-    };
-    let failed = |key: String| at.failed(key);
-    let twice = |key: String| at.twice(key);
+fn put_rs(store: &RsStore, at: At, item: Item) -> Result<(), ImportError> {
     match item {
         Item::Cheq(record) => {
             let key = format!("{:?}", record.id);
             if store
                 .records
                 .create_with(&record, Durability::Deferred)
-                .map_err(failed(key.clone()))?
+                .map_err(at.failed(key.clone()))?
             {
                 Ok(())
             } else {
-                Err(twice(format!("{key} (or its result id)")))
+                Err(at.twice(format!("{key} (or its result id)")))
             }
         }
         Item::Nonce { nonce, entry } => {
@@ -205,10 +213,10 @@ fn put_rs(store: &RsStore, line: u64, item: Item) -> Result<(), ImportError> {
             match store
                 .nonces
                 .record_with(&nonce, &entry, Durability::Deferred)
-                .map_err(failed(key.clone()))?
+                .map_err(at.failed(key.clone()))?
             {
                 RecordOutcome::Fresh => Ok(()),
-                RecordOutcome::SameAsBefore(_) | RecordOutcome::Conflict(_) => Err(twice(key)),
+                RecordOutcome::SameAsBefore(_) | RecordOutcome::Conflict(_) => Err(at.twice(key)),
             }
         }
         Item::Execution { key, result } => {
@@ -216,20 +224,14 @@ fn put_rs(store: &RsStore, line: u64, item: Item) -> Result<(), ImportError> {
             match store
                 .executions
                 .record_with(&key, &result, Durability::Deferred)
-                .map_err(failed(shown.clone()))?
+                .map_err(at.failed(shown.clone()))?
             {
                 Execution::Fresh => Ok(()),
-                Execution::Existing(_) => Err(twice(shown)),
+                Execution::Existing(_) => Err(at.twice(shown)),
             }
         }
         Item::Account(_) | Item::Entry { .. } | Item::Decision(_) | Item::Collected { .. } => {
-            Err(ImportError::Line {
-                line,
-                cause: LineError::OtherServer {
-                    kind: at.kind,
-                    server: Server::Cs,
-                },
-            })
+            Err(at.elsewhere(Server::Cs))
         }
     }
 }

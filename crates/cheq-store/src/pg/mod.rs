@@ -41,12 +41,31 @@ pub use schema::{applied, Migration, SchemaReadiness};
 #[cfg(any(test, feature = "test-support"))]
 pub use testdb::{fresh_database, test_database, test_database_or_skip, TEST_DATABASE_ENV};
 
-use super::StoreError;
+use super::{Durability, StoreError};
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_postgres::NoTls;
+
+/// What a store call does with the database: given where its connection
+/// comes from (`A`: a [`Source`], or the [`Pool`] for a transaction), the
+/// future that does the work, which may run on the calling thread or on the
+/// pool's runtime.
+pub(crate) trait Work<A, T>:
+    FnOnce(A) -> <Self as Work<A, T>>::Fut + Send + 'static
+{
+    /// The work under way.
+    type Fut: Future<Output = Result<T, StoreError>> + Send + 'static;
+}
+
+impl<A, T, F, Fut> Work<A, T> for F
+where
+    F: FnOnce(A) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+{
+    type Fut = Fut;
+}
 
 /// How long one store call may take, waiting for a connection included,
 /// before it fails with an error (a database that hangs does not hang the
@@ -333,38 +352,43 @@ impl Pg {
     /// this thread drives when one is free ([`local`]), otherwise on the
     /// pool's runtime. Safe to call from any thread, async or not (it never
     /// enters a runtime on the calling thread).
-    pub(crate) fn call<T, F, Fut>(&self, op: &'static str, f: F) -> Result<T, StoreError>
-    where
-        F: FnOnce(Source) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
-        T: Send + 'static,
-    {
+    pub(crate) fn call<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl Work<Source, T>,
+    ) -> Result<T, StoreError> {
         self.run(op, CALL_TIMEOUT, false, f)
     }
 
     /// Like [`Pg::call`], on connections whose commits do not wait for the
     /// disk: only for writes a crash may lose.
-    pub(crate) fn call_lazy<T, F, Fut>(&self, op: &'static str, f: F) -> Result<T, StoreError>
-    where
-        F: FnOnce(Source) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
-        T: Send + 'static,
-    {
+    pub(crate) fn call_lazy<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl Work<Source, T>,
+    ) -> Result<T, StoreError> {
         self.run(op, CALL_TIMEOUT, true, f)
     }
 
-    fn run<T, F, Fut>(
+    /// [`Pg::call`] for a write made durable as `durability` says, or
+    /// [`Pg::call_lazy`] for one whose caller makes a later write durable
+    /// ([`Durability::Deferred`]).
+    pub(crate) fn call_with<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        durability: Durability,
+        f: impl Work<Source, T>,
+    ) -> Result<T, StoreError> {
+        self.run(op, CALL_TIMEOUT, durability == Durability::Deferred, f)
+    }
+
+    fn run<T: Send + 'static>(
         &self,
         op: &'static str,
         limit: Duration,
         lazy: bool,
-        f: F,
-    ) -> Result<T, StoreError>
-    where
-        F: FnOnce(Source) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
-        T: Send + 'static,
-    {
+        f: impl Work<Source, T>,
+    ) -> Result<T, StoreError> {
         let (local, pool) = if lazy {
             (&self.inner.local_lazy, &self.inner.lazy)
         } else {
@@ -378,18 +402,13 @@ impl Pg {
 
     /// Runs `f` with the pool, on the pool's runtime: for a call that needs
     /// a transaction ([`Object::transaction`]).
-    pub(crate) fn call_pooled<T, F, Fut>(
+    pub(crate) fn call_pooled<T: Send + 'static>(
         &self,
         op: &'static str,
         limit: Duration,
         lazy: bool,
-        f: F,
-    ) -> Result<T, StoreError>
-    where
-        F: FnOnce(Pool) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
-        T: Send + 'static,
-    {
+        f: impl Work<Pool, T>,
+    ) -> Result<T, StoreError> {
         let pool = if lazy {
             &self.inner.lazy
         } else {
@@ -399,18 +418,13 @@ impl Pg {
     }
 
     /// Puts `f` on the pool's runtime and waits for its answer.
-    fn hand_off<T, F, Fut>(
+    fn hand_off<T: Send + 'static>(
         &self,
         op: &'static str,
         limit: Duration,
         pool: Pool,
-        f: F,
-    ) -> Result<T, StoreError>
-    where
-        F: FnOnce(Pool) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
-        T: Send + 'static,
-    {
+        f: impl Work<Pool, T>,
+    ) -> Result<T, StoreError> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.inner.handle.spawn(async move {
             let answer = match tokio::time::timeout(limit, f(pool)).await {
@@ -491,6 +505,32 @@ impl Pg {
         self.text_by_key(op, sql, key.to_owned())?
             .map(|text| decode(key, &text))
             .transpose()
+    }
+
+    /// Writes one row of a table of JSON bodies kept by key, with the time
+    /// they are collected by: `sql`, an `INSERT` of `(key, time, body)` as
+    /// `($1, $2, $3)`, prepared once per connection; on the connections
+    /// whose commits do not wait for the disk when `lazy` ([`Pg::call_lazy`]).
+    pub(crate) fn put_json<K>(
+        &self,
+        op: &'static str,
+        sql: &'static str,
+        lazy: bool,
+        key: K,
+        time: i64,
+        body: String,
+    ) -> Result<(), StoreError>
+    where
+        K: tokio_postgres::types::ToSql + Sync + Send + 'static,
+    {
+        self.run(op, CALL_TIMEOUT, lazy, move |pool| async move {
+            let c = client(&pool, op).await?;
+            let s = c.prepare_cached(sql).await.map_err(db_error(op))?;
+            c.execute(&s, &[&key, &time, &body])
+                .await
+                .map_err(db_error(op))?;
+            Ok(())
+        })
     }
 
     /// Runs one `DELETE … WHERE … $1` with `bound` and returns how many rows

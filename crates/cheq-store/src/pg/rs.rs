@@ -152,7 +152,13 @@ pub(super) fn entry_of(row: &tokio_postgres::Row, nonce: &str) -> Result<NonceEn
 }
 
 impl NonceStore for PgNonces {
-    fn record(&self, nonce: &str, entry: &NonceEntry) -> Result<RecordOutcome, StoreError> {
+    /// Every statement commits durably: `Deferred` writes durably too.
+    fn record_with(
+        &self,
+        nonce: &str,
+        entry: &NonceEntry,
+        _: Durability,
+    ) -> Result<RecordOutcome, StoreError> {
         validate(nonce, entry)?;
         self.gatherer
             .record(nonce.to_owned(), entry.clone(), |enqueue| {
@@ -249,21 +255,13 @@ impl CheqRecords for PgCheqs {
         )
     }
 
-    fn advance(
-        &self,
-        id: &str,
-        from: &CheqState,
-        to: &CheqState,
-        durability: Durability,
-    ) -> Result<Transition, StoreError> {
-        let durable = durability == Durability::Now;
-        let id = id.to_owned();
-        let (from, to) = (from.clone(), to.clone());
+    fn advance(&self, step: Step<'_>, durability: Durability) -> Result<Transition, StoreError> {
+        let id = step.id.to_owned();
+        let (from, to) = (step.from.clone(), step.to.clone());
         // Read, then write only if the state is still the one read (a
         // compare-and-set on the stored state's tag, [`state_tag`]: a row
         // written before holds the state's JSON there, compared the same
-        // way): two round
-        // trips, no lock held in between.
+        // way): two round trips, no lock held in between.
         let advance = move |pool: Source| async move {
             let err = db_error("advance");
             let c = client(&pool, "advance").await?;
@@ -311,11 +309,7 @@ impl CheqRecords for PgCheqs {
             }
             Err(backend("advance", "too many concurrent writers"))
         };
-        if durable {
-            self.0.call("advance", advance)
-        } else {
-            self.0.call_lazy("advance", advance)
-        }
+        self.0.call_with("advance", durability, advance)
     }
 
     fn advance_record(
@@ -324,14 +318,13 @@ impl CheqRecords for PgCheqs {
         to: &CheqState,
         durability: Durability,
     ) -> Result<Transition, StoreError> {
-        let durable = durability == Durability::Now;
         let mut next = record.clone();
         next.enter(to.clone());
         // Only a move that drops the document (every move out of `Pending`)
         // is written blind: one that keeps it would have to know where the
         // stored row keeps it.
         if !next.document.is_empty() {
-            return self.advance(&record.id, &record.state, to, durability);
+            return self.advance(Step::of(record, to), durability);
         }
         let id = record.id.clone();
         let from = state_tag(&record.state)?;
@@ -354,15 +347,11 @@ impl CheqRecords for PgCheqs {
                 .await
                 .map_err(&err)
         };
-        let written = if durable {
-            self.0.call("advance", write)?
-        } else {
-            self.0.call_lazy("advance", write)?
-        };
+        let written = self.0.call_with("advance", durability, write)?;
         if written == 1 {
             return Ok(Transition::Moved);
         }
-        self.advance(&record.id, &record.state, to, durability)
+        self.advance(Step::of(record, to), durability)
     }
 
     fn collect_expired(&self, cutoff: i64) -> Result<usize, StoreError> {
@@ -447,7 +436,13 @@ impl Executions for PgExecutions {
         )
     }
 
-    fn record(&self, key: &str, result: &Value) -> Result<Execution, StoreError> {
+    /// Every statement commits durably: `Deferred` writes durably too.
+    fn record_with(
+        &self,
+        key: &str,
+        result: &Value,
+        _: Durability,
+    ) -> Result<Execution, StoreError> {
         let key = key.to_owned();
         let body = encode(result)?;
         self.0.call("record execution", move |pool| async move {

@@ -323,21 +323,9 @@ impl DecisionRecords for SledRecords {
             else {
                 continue;
             };
-            // An unreadable record must not stop every other delivery.
-            let mut record: DecisionRecord = match decode(&id, &old) {
-                Ok(r) => r,
-                Err(e) => {
-                    log::error!("delivery outbox: skipping an unreadable record: {e}");
-                    continue;
-                }
-            };
-            let Delivery::Pending { next_try, .. } = &mut record.delivery else {
+            let Some(record) = leased(decode(&id, &old), Some(now), now + lease_secs) else {
                 continue;
             };
-            if *next_try > now {
-                continue;
-            }
-            *next_try = now + lease_secs;
             // Taken only if nobody changed it meanwhile (the lease).
             let swapped = self
                 .decisions

@@ -19,7 +19,7 @@ mod schema;
 pub use schema::MIGRATIONS;
 
 use crate::cs::*;
-use crate::pg::{client, db_error, decode, encode, Pg};
+use crate::pg::{decode, encode, Pg};
 use crate::StoreError;
 use people::{PgAccounts, PgLimits, PgSessions};
 use records::PgRecords;
@@ -50,21 +50,15 @@ struct PgEntries(Pg);
 
 impl ConfirmationEntries for PgEntries {
     fn start(&self, id: &str, entry: &ConfirmationEntry) -> Result<(), StoreError> {
-        let (id, created, body) = (id.to_owned(), entry.created, encode(entry)?);
-        self.0.call("start", move |pool| async move {
-            let c = client(&pool, "start").await?;
-            let s = c
-                .prepare_cached(
-                    "INSERT INTO cs_entries (id, created, body) VALUES ($1, $2, $3)
-                     ON CONFLICT (id) DO NOTHING",
-                )
-                .await
-                .map_err(db_error("start"))?;
-            c.execute(&s, &[&id, &created, &body])
-                .await
-                .map_err(db_error("start"))?;
-            Ok(())
-        })
+        self.0.put_json(
+            "start",
+            "INSERT INTO cs_entries (id, created, body) VALUES ($1, $2, $3)
+             ON CONFLICT (id) DO NOTHING",
+            false,
+            id.to_owned(),
+            entry.created,
+            encode(entry)?,
+        )
     }
 
     fn get(&self, id: &str) -> Result<Option<ConfirmationEntry>, StoreError> {
@@ -73,21 +67,16 @@ impl ConfirmationEntries for PgEntries {
     }
 
     fn put(&self, id: &str, entry: &ConfirmationEntry) -> Result<(), StoreError> {
-        let (id, created, body) = (id.to_owned(), entry.created, encode(entry)?);
         // Not durable: the document can be fetched again.
-        self.0.call_lazy("put", move |pool| async move {
-            let err = db_error("put");
-            let c = client(&pool, "put").await?;
-            let s = c
-                .prepare_cached(
-                    "INSERT INTO cs_entries (id, created, body) VALUES ($1, $2, $3)
-                     ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body",
-                )
-                .await
-                .map_err(&err)?;
-            c.execute(&s, &[&id, &created, &body]).await.map_err(&err)?;
-            Ok(())
-        })
+        self.0.put_json(
+            "put",
+            "INSERT INTO cs_entries (id, created, body) VALUES ($1, $2, $3)
+             ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body",
+            true,
+            id.to_owned(),
+            entry.created,
+            encode(entry)?,
+        )
     }
 
     fn collect_older_than(&self, cutoff: i64) -> Result<usize, StoreError> {

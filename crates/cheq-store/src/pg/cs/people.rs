@@ -99,23 +99,17 @@ pub(super) struct PgSessions(pub(super) Pg);
 
 impl Sessions for PgSessions {
     fn put(&self, key: &[u8; 32], session: &Session) -> Result<(), StoreError> {
-        let (key, expires, body) = (key.to_vec(), session.expires, encode(session)?);
         // Not durable: a session lost in a crash means signing in again.
-        self.0.call_lazy("put session", move |pool| async move {
-            let c = client(&pool, "put session").await?;
-            let s = c
-                .prepare_cached(
-                    "INSERT INTO cs_sessions (key, expires, body) VALUES ($1, $2, $3)
-                     ON CONFLICT (key) DO UPDATE SET expires = EXCLUDED.expires,
-                        body = EXCLUDED.body",
-                )
-                .await
-                .map_err(db_error("put session"))?;
-            c.execute(&s, &[&key, &expires, &body])
-                .await
-                .map_err(db_error("put session"))?;
-            Ok(())
-        })
+        self.0.put_json(
+            "put session",
+            "INSERT INTO cs_sessions (key, expires, body) VALUES ($1, $2, $3)
+             ON CONFLICT (key) DO UPDATE SET expires = EXCLUDED.expires,
+                body = EXCLUDED.body",
+            true,
+            key.to_vec(),
+            session.expires,
+            encode(session)?,
+        )
     }
 
     fn get(&self, key: &[u8; 32]) -> Result<Option<Session>, StoreError> {

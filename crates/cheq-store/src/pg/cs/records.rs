@@ -240,7 +240,6 @@ impl DecisionRecords for PgRecords {
     }
 
     fn update(&self, record: &DecisionRecord, durability: Durability) -> Result<(), StoreError> {
-        let durable = durability == Durability::Now;
         let r = RecordRow::of(record)?;
         let update = move |pool: Source| async move {
             let err = db_error("update");
@@ -280,11 +279,7 @@ impl DecisionRecords for PgRecords {
             }
             Ok(())
         };
-        if durable {
-            self.0.call("update", update)
-        } else {
-            self.0.call_lazy("update", update)
-        }
+        self.0.call_with("update", durability, update)
     }
 
     fn lease_due(
@@ -314,18 +309,9 @@ impl DecisionRecords for PgRecords {
             let until = now + lease_secs;
             let mut out = Vec::with_capacity(rows.len());
             for row in &rows {
-                // An unreadable record must not stop every other delivery.
-                let mut record = match record_of(row) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        log::error!("delivery outbox: skipping an unreadable record: {e}");
-                        continue;
-                    }
-                };
-                let Delivery::Pending { next_try, .. } = &mut record.delivery else {
+                let Some(record) = leased(record_of(row), None, until) else {
                     continue;
                 };
-                *next_try = until;
                 // The body only: the document's column is left as it is.
                 let body = if document_apart(row) {
                     compact_body(&record)?
