@@ -662,9 +662,9 @@ fn splits_survive_sigkill() {
         println!("FLUSHED {FLUSHED}");
         let mut i = FLUSHED;
         loop {
-            let key = split_key(0, i, i % 4 != 0);
+            let key = split_key(0, i, !i.is_multiple_of(4));
             db.insert(&key, split_value(&key)).unwrap();
-            if i % 64 == 0 {
+            if i.is_multiple_of(64) {
                 db.flush().unwrap();
             }
             i += 1;

@@ -50,19 +50,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         std::env::var("CHEQ_AGENT_SECRET").unwrap_or_else(|_| DEMO_AGENT_SECRET.to_owned());
     http_url("--rs", &args.rs)?;
     let addr = args.listen;
-    let token = match &args.token_file {
-        Some(path) => Some(Arc::new(
-            crate::keyfile::BearerSecret::load_or_create(path)
-                .map_err(|e| CliError::Server(format!("--token-file {e}")))?,
-        )),
-        None if !addr.ip().to_canonical().is_loopback() => {
-            return Err(CliError::Usage(format!(
-                "--listen {addr}: an address beyond loopback needs --token-file FILE (anyone \
-                 who reaches the bridge calls the RS's tools as its agent)"
-            )))
-        }
-        None => None,
-    };
+    let token = super::mcp::bridge_token(args.token_file.as_deref(), addr)?;
     let listener = std::net::TcpListener::bind(addr)
         .map_err(|e| CliError::Server(format!("--listen {addr}: {e}")))?;
     let bound = listener

@@ -38,6 +38,26 @@ pub struct Args {
     pub client_id: String,
 }
 
+/// The bearer secret of a bridge (`--token-file`, made when missing); a
+/// bridge without one may listen on loopback only: whoever reaches it calls
+/// the RS's tools as its agent. Shared by `cheq mcp` and `cheq a2a`.
+pub(super) fn bridge_token(
+    token_file: Option<&std::path::Path>,
+    addr: SocketAddr,
+) -> Result<Option<Arc<crate::keyfile::BearerSecret>>, CliError> {
+    match token_file {
+        Some(path) => Ok(Some(Arc::new(
+            crate::keyfile::BearerSecret::load_or_create(path)
+                .map_err(|e| CliError::Server(format!("--token-file {e}")))?,
+        ))),
+        None if !addr.ip().to_canonical().is_loopback() => Err(CliError::Usage(format!(
+            "--listen {addr}: an address beyond loopback needs --token-file FILE (anyone \
+             who reaches the bridge calls the RS's tools as its agent)"
+        ))),
+        None => Ok(None),
+    }
+}
+
 pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let secret =
         std::env::var("CHEQ_AGENT_SECRET").unwrap_or_else(|_| DEMO_AGENT_SECRET.to_owned());
@@ -67,19 +87,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let addr = args
         .listen
         .ok_or_else(|| CliError::Usage("give --listen ADDR or --stdio".into()))?;
-    let token = match &args.token_file {
-        Some(path) => Some(Arc::new(
-            crate::keyfile::BearerSecret::load_or_create(path)
-                .map_err(|e| CliError::Server(format!("--token-file {e}")))?,
-        )),
-        None if !addr.ip().to_canonical().is_loopback() => {
-            return Err(CliError::Usage(format!(
-                "--listen {addr}: an address beyond loopback needs --token-file FILE (anyone \
-                 who reaches the bridge calls the RS's tools as its agent)"
-            )))
-        }
-        None => None,
-    };
+    let token = bridge_token(args.token_file.as_deref(), addr)?;
     let guarded = token.is_some();
     if guarded && !addr.ip().to_canonical().is_loopback() {
         log::warn!(

@@ -129,7 +129,7 @@ impl Tasks {
     fn sweep(map: &mut HashMap<String, Entry>, max: usize, now: Instant) {
         map.retain(|_, e| {
             e.finished
-                .map_or(true, |at| now.duration_since(at) < FINISHED_TTL)
+                .is_none_or(|at| now.duration_since(at) < FINISHED_TTL)
         });
         if map.len() < max {
             return;

@@ -375,7 +375,7 @@ impl ServerConfig for CsConfig {
         if !(10..=3600).contains(&self.api_token_ttl_secs) {
             return Err(invalid("api_token_ttl_secs", "must be from 10 to 3600"));
         }
-        let age_ok = |a: Option<i64>| a.map_or(true, |a| (1..=30 * 86400).contains(&a));
+        let age_ok = |a: Option<i64>| a.is_none_or(|a| (1..=30 * 86400).contains(&a));
         if !age_ok(self.max_auth_age_secs) {
             return Err(invalid(
                 "max_auth_age_secs",

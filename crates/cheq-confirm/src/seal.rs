@@ -141,7 +141,7 @@ impl Sealer {
                 .and_then(|m| m.modified())
                 .ok()
                 .and_then(|t| t.elapsed().ok())
-                .map_or(true, |age| age < SWEEP_MIN_AGE);
+                .is_none_or(|age| age < SWEEP_MIN_AGE);
             if is_key && !young && !wanted.contains(&path) && std::fs::remove_file(&path).is_ok() {
                 n += 1;
             }

@@ -267,7 +267,7 @@ impl FetchedJwks {
             } else {
                 Duration::milliseconds(RETRY_EMPTY_MS)
             };
-            c.last_attempt.map_or(true, |t| now >= t + every)
+            c.last_attempt.is_none_or(|t| now >= t + every)
         })
     }
 
@@ -332,10 +332,7 @@ impl FetchedJwks {
 
     /// Fetches the set again when what was read has expired (or nothing was).
     pub async fn ensure_fresh(&self) {
-        let stale = |c: &Cached| {
-            c.fresh_until
-                .map_or(true, |until| self.clock.now() >= until)
-        };
+        let stale = |c: &Cached| c.fresh_until.is_none_or(|until| self.clock.now() >= until);
         if self.with(stale) {
             self.fetch_if_allowed(stale).await;
         }
@@ -347,7 +344,7 @@ impl FetchedJwks {
     pub async fn refetch_for(&self, kid: &str) -> Refetch {
         let lacks = |c: &Cached| {
             c.keys.get(kid).is_none()
-                || c.fresh_until.map_or(true, |until| {
+                || c.fresh_until.is_none_or(|until| {
                     self.clock.now() >= until + Duration::seconds(STALE_GRACE_SECS)
                 })
         };

@@ -259,7 +259,7 @@ impl Cs {
         let mut summarised_at: Option<i64> = None;
         loop {
             let now = self.clock.now().timestamp();
-            if summarised_at.map_or(true, |t| now - t >= OUTBOX_SUMMARY_SECS || now < t) {
+            if summarised_at.is_none_or(|t| now - t >= OUTBOX_SUMMARY_SECS || now < t) {
                 summarised_at = Some(now);
                 let cs = self.clone();
                 let _ = tokio::task::spawn_blocking(move || cs.summarise_outbox()).await;

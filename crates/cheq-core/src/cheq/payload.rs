@@ -171,9 +171,9 @@ impl Cheq {
     ) -> Option<&Parameter> {
         self.parameters.iter().find(|p| {
             p.requires_input()
-                && !collected
+                && collected
                     .and_then(|c| c.get(&p.name))
-                    .is_some_and(|v| !v.is_empty())
+                    .is_none_or(|v| v.is_empty())
         })
     }
 

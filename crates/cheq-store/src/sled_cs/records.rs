@@ -264,7 +264,7 @@ impl DecisionRecords for SledRecords {
                 if winner
                     .as_ref()
                     .and_then(|w| document_ref(&w.document))
-                    .map_or(true, |k| k != doc_key)
+                    .is_none_or(|k| k != doc_key)
                 {
                     self.documents.remove(doc_key.as_bytes()).map_err(err)?;
                 }

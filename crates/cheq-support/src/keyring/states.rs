@@ -33,7 +33,7 @@ pub(super) fn states(entries: &[Entry], now: i64) -> Vec<(KeyState, Option<i64>)
     // tie) among those not retired by now.
     let order = |i: usize| (entries[i].activates, i);
     let active = (0..entries.len())
-        .filter(|&i| entries[i].activates <= now && entries[i].retired.map_or(true, |r| r > now))
+        .filter(|&i| entries[i].activates <= now && entries[i].retired.is_none_or(|r| r > now))
         .max_by_key(|&i| order(i));
     (0..entries.len())
         .map(|i| {
@@ -47,7 +47,7 @@ pub(super) fn states(entries: &[Entry], now: i64) -> Vec<(KeyState, Option<i64>)
                     order(j) > order(i)
                         && entries[j].activates <= now
                         // A key retired before it started never signed.
-                        && entries[j].retired.map_or(true, |r| r > entries[j].activates)
+                        && entries[j].retired.is_none_or(|r| r > entries[j].activates)
                 })
                 .map(|j| entries[j].activates)
                 .min();
