@@ -352,3 +352,85 @@ async fn a_voice_gateway_confirms_at_the_rs_through_the_raw_api() {
     let wrong = VoiceClient::new(&h.base, "gw", "not-the-secret-0123456789");
     assert_eq!(wrong.token("alice", PIN).await.status, 401);
 }
+
+/// Data that can leave: the confirmation's store of an RS that hosts it
+/// (accounts, decisions) is exported and imported with `--confirmation`,
+/// the RS's own without; a CS's file refuses the flag.
+#[actix_web::test]
+async fn the_hosted_confirmations_state_moves_with_store_export_confirmation() {
+    let mut h = start_hosted("", "").await;
+    let pack = invoke_flight(&h.base).await;
+    let mut b = Browser::new(&h.base);
+    let (path, page) = b
+        .open("/confirm", &pack.resource_uri, "alice", ALICE_PW)
+        .await;
+    assert_eq!(b.decide(&path, &page, "accept").await.status, 200);
+    assert!(matches!(
+        final_result(&pack.result_uri).await,
+        ResultStatus::Accepted(_)
+    ));
+    h.proc.kill();
+    let config = h.dir.path().join("rs.toml");
+    let config = config.to_str().unwrap();
+    let export = |args: &[&str]| {
+        let mut all = vec!["store", "export"];
+        all.extend_from_slice(args);
+        let (ok, out, err) = cheq_cmd(&all);
+        assert!(ok, "{all:?}: {err}");
+        out
+    };
+    let cs = export(&["--config", config, "--confirmation"]);
+    assert!(
+        cs.lines().next().unwrap().contains("\"server\":\"cs\""),
+        "{cs}"
+    );
+    assert!(
+        cs.contains("\"kind\":\"account\"") && cs.contains("\"kind\":\"decision\""),
+        "{cs}"
+    );
+    let rs = export(&["--config", config]);
+    assert!(
+        rs.lines().next().unwrap().contains("\"server\":\"rs\""),
+        "{rs}"
+    );
+
+    // Into an empty hosted RS elsewhere: alice and her decision come along.
+    let dir2 = tempfile::tempdir().unwrap();
+    let config2 = self::config(dir2.path(), free_port(), "", "");
+    let config2 = config2.to_str().unwrap();
+    let file = dir2.path().join("cs.jsonl");
+    std::fs::write(&file, &cs).unwrap();
+    let (ok, out, err) = cheq_cmd(&[
+        "store",
+        "import",
+        "--config",
+        config2,
+        "--confirmation",
+        "--in",
+        file.to_str().unwrap(),
+    ]);
+    assert!(ok, "{out}{err}");
+    let again = export(&["--config", config2, "--confirmation"]);
+    let items = |s: &str| s.lines().skip(1).map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(items(&again), items(&cs));
+
+    // A confirmation server's own file has no hosted confirmation.
+    let cs_file = dir2.path().join("cheq.toml");
+    std::fs::write(
+        &cs_file,
+        format!(
+            "listen = \"127.0.0.1:1\"\npublic_url = \"http://127.0.0.1:1\"\ndata_dir = \"{}\"\nsigning_key = \"{}\"\n\n[[resource_servers]]\norigin = \"http://127.0.0.1:2\"\npath_prefix = \"/cheq/\"\njwks = \"x.json\"\ntoken_url = \"http://127.0.0.1:2/oauth/token\"\nclient_id = \"cs\"\nclient_secret = \"s3cret-s3cret\"\n",
+            toml_path(&dir2.path().join("csdata")),
+            toml_path(&dir2.path().join("csdata/cs.jwk")),
+        ),
+    )
+    .unwrap();
+    let (ok, _, err) = cheq_cmd(&[
+        "store",
+        "export",
+        "--config",
+        cs_file.to_str().unwrap(),
+        "--confirmation",
+    ]);
+    assert!(!ok && err.contains("--confirmation"), "{err}");
+}

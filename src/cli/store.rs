@@ -36,6 +36,10 @@ pub struct ExportArgs {
     /// Write to this new file (mode 0600) rather than to standard output.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// With an RS that serves the confirmation itself (§12): the
+    /// confirmation's store (accounts, decisions, history), not the RS's.
+    #[arg(long)]
+    pub confirmation: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -47,6 +51,10 @@ pub struct ImportArgs {
     /// than standard input.
     #[arg(long = "in", value_name = "FILE")]
     pub input: Option<PathBuf>,
+    /// With an RS that serves the confirmation itself (§12): the
+    /// confirmation's store (accounts, decisions, history), not the RS's.
+    #[arg(long)]
+    pub confirmation: bool,
 }
 
 /// A server's configuration, either kind.
@@ -77,6 +85,20 @@ impl Configured {
                 crate::confirm::CsConfig::load(path).map_err(|e| load_err(&e))?,
             ))
         })
+    }
+
+    /// The part of the configuration whose store is meant: with
+    /// `confirmation`, the confirmation an RS serves itself (§12).
+    fn part(self, confirmation: bool) -> Result<Self, CliError> {
+        match self {
+            Configured::Rs(rs) if confirmation => crate::colocated::cs_config(&rs)
+                .map(|cs| Configured::Cs(Box::new(cs)))
+                .map_err(|e| CliError::Usage(format!("--confirmation: {e}"))),
+            Configured::Cs(_) if confirmation => Err(CliError::Usage(
+                "--confirmation is for a resource server that serves the confirmation itself; this file is a confirmation server's".into(),
+            )),
+            other => Ok(other),
+        }
     }
 
     fn server(&self) -> Server {
@@ -143,7 +165,7 @@ fn export_to(opened: &Opened, out: &mut dyn Write) -> Result<export::Counts, Cli
 }
 
 fn export_cmd(args: ExportArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let config = Configured::load(&args.config)?;
+    let config = Configured::load(&args.config)?.part(args.confirmation)?;
     let opened = Opened::open(&config)?;
     let Some(path) = args.out else {
         export_to(&opened, out)?;
@@ -202,7 +224,7 @@ fn import_from(opened: &Opened, input: &mut dyn BufRead) -> Result<export::Count
 }
 
 fn import_cmd(args: ImportArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let config = Configured::load(&args.config)?;
+    let config = Configured::load(&args.config)?.part(args.confirmation)?;
     let server = config.server();
     let counts = match args.input.filter(|p| p != Path::new("-")) {
         Some(path) => {
