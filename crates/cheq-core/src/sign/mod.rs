@@ -6,12 +6,14 @@
 //! layer is written here rather than taken from a JOSE library because CHEQ
 //! needs every signature of a General JSON document verified, `crit` honoured
 //! in that form, and duplicate members refused, which generic libraries do not
-//! do.
+//! do. [`passkey`] derives the challenge of a passkey-bound decision and
+//! checks its WebAuthn assertion.
 
 pub mod b64;
 pub mod header;
 pub mod jws;
 pub mod keys;
+pub mod passkey;
 pub mod secret;
 pub mod signer;
 pub mod trust;
