@@ -1,5 +1,5 @@
 //! Waiting for durability without holding a thread (`PROTOCOL.md` §6: a
-//! nonce is on disk, flushed, before the RS or the CS answers; issue 13).
+//! nonce is on disk, flushed, before the RS or the CS answers).
 //!
 //! [`super::group_commit`] shares one flush among writers that each hold a
 //! thread while they wait. A server on sled made each durable step of a

@@ -8,8 +8,8 @@
 //! waits for it to end and then for the *next* flush, which one of the
 //! waiting writers runs for all of them. Under load, many writers share one
 //! flush (sled's flush writes and syncs its log buffer, and hands the write
-//! to a thread of its own: issue 13 measured five such flushes per complete
-//! flow); alone, a writer pays one flush, as before.
+//! to a thread of its own: a complete flow made five such flushes);
+//! alone, a writer pays one flush, as before.
 //!
 //! A flush that fails fails every writer it stood for; a later flush that
 //! succeeds covers writers that were waiting for it, as it covers their
@@ -37,7 +37,7 @@ pub enum Failed<E> {
 /// A writer needing flush number `n` waits on `ended[n % 2]`: when flush `n`
 /// ends, its writers are released, and one writer of flush `n + 1` (if any)
 /// is woken to lead it; the others of `n + 1` sleep on until it ends. (With
-/// one condition variable, every writer was woken twice: issue 13.)
+/// one condition variable, every writer was woken twice.)
 #[derive(Debug, Default)]
 pub struct GroupCommit {
     state: Mutex<State>,

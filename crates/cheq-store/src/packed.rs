@@ -1,4 +1,4 @@
-//! The stored form of a signed document (issue 13: data on disk per decided
+//! The stored form of a signed document (kept small: disk per decided
 //! confirmation). A document is a JWS in General JSON Serialization
 //! (PROTOCOL.md §5): nearly all of it is base64url (the payload, each
 //! protected header, each signature), which a general compressor barely

@@ -97,7 +97,7 @@ impl CheqRecord {
     /// a re-delivery is compared by its digest); once [`CheqState::Done`],
     /// neither is the action (the operation does not run again). Both are
     /// dropped as soon as they are not needed: a decided confirmation keeps
-    /// only what answers the agent and refuses replays (issue 13: disk per
+    /// only what answers the agent and refuses replays (disk per
     /// decision).
     /// The record without its document: what a backend stores beside the
     /// document packed ([`super::packed`]).

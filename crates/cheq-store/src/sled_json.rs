@@ -118,7 +118,7 @@ impl Durable {
 /// as they are in memory (the patched sled counts them so, where sled 0.34
 /// counted their compressed size in its log, about a third: `vendor/sled/
 /// PATCHES.md`). sled's default is 1 GiB, which a server fills as its data
-/// grows (issue 13 measured 17 KB resident per decided confirmation); what
+/// grows (measured: 17 KB resident per decided confirmation); what
 /// is read again is recent, so a small cache holds it.
 pub const CACHE_BYTES: u64 = 32 * 1024 * 1024;
 

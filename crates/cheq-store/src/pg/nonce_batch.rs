@@ -1,11 +1,10 @@
-//! Durable nonce records gathered into shared statements (`PROTOCOL.md` §6;
-//! issue 13).
+//! Durable nonce records gathered into shared statements (`PROTOCOL.md` §6).
 //!
 //! On its own, a durable nonce record is one `INSERT … ON CONFLICT DO
 //! NOTHING` committed with `synchronous_commit = on`: a round trip, a
 //! statement for the database to run and a commit, for every nonce. With
-//! many writers the database's CPU goes to those statements (issue 13
-//! measured 8,600 records/s with 8 writers, the machine busy).
+//! many writers the database's CPU goes to those statements (measured: 8,600
+//! records/s with 8 writers, the machine busy).
 //!
 //! So concurrent records are gathered. [`Gatherer`] runs a task on the pool's
 //! runtime: it takes a request, waits for one of [`IN_FLIGHT`] slots, takes

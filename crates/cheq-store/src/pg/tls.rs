@@ -1,6 +1,6 @@
 //! TLS to PostgreSQL, with libpq's meaning of `sslmode` and `sslrootcert`
 //! in the database URL, so that a URL an operator already uses with `psql`
-//! means the same here (issue 13's leftover: the connections were plain
+//! means the same here (before, the connections were plain
 //! whatever the URL said).
 //!
 //! | `sslmode` | encrypted | server's certificate checked |

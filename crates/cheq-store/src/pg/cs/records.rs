@@ -52,7 +52,7 @@ impl RecordRow {
 }
 
 /// Members of a record that `body` leaves out: the row's own columns hold
-/// them (and `packed` the document), so that each is stored once (issue 13).
+/// them (and `packed` the document), so that each is stored once.
 const IN_COLUMNS: [&str; 7] = [
     "resource_origin",
     "nonce",

@@ -48,7 +48,7 @@ CREATE TABLE cs_limits (
     body text NOT NULL);
 ",
     },
-    // A decision's document in its own column (issue 13): a lease or the end
+    // A decision's document in its own column: a lease or the end
     // of a delivery rewrites `body`, and the document, stored out of line by
     // TOAST, is then kept as it is rather than written again. NULL: the
     // document is in `body` (rows written before).
@@ -57,7 +57,7 @@ CREATE TABLE cs_limits (
         name: "decision documents apart from the record",
         sql: "ALTER TABLE cs_records ADD COLUMN document text;",
     },
-    // One unique key for a record, not two (issue 13): its id is the SHA-256
+    // One unique key for a record, not two: its id is the SHA-256
     // of (origin, nonce), unique already, so the primary key on (origin,
     // nonce) was a second index over the same key, written at every insert
     // and every update. Every statement now finds a record by its id (and
@@ -71,7 +71,7 @@ ALTER TABLE cs_records ADD CONSTRAINT cs_records_pkey PRIMARY KEY (id);
 ALTER TABLE cs_records DROP CONSTRAINT cs_records_id_key;
 ",
     },
-    // Documents packed (issue 13): about 700 bytes where PostgreSQL's own
+    // Documents packed: about 700 bytes where PostgreSQL's own
     // compression left 1,535 of the demo's 2,075, small enough to stay in
     // the row (no TOAST chunk, no entry in its index). Stored as it is
     // (`EXTERNAL`: never compressed again; out of line only in a row over
