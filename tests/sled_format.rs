@@ -136,6 +136,8 @@ fn a_database_cheq_writes_opens_with_published_sled() {
                     password_hash: "$argon2id$x".into(),
                     pin_hash: None,
                     external: None,
+                    user_handle: None,
+                    passkeys: Vec::new(),
                 },
                 false,
             )

@@ -224,6 +224,8 @@ fn account(name: &str, email: Option<&str>) -> Account {
         password_hash: "$argon2id$stand-in".into(),
         pin_hash: None,
         external: None,
+        user_handle: None,
+        passkeys: Vec::new(),
     }
 }
 
@@ -502,6 +504,40 @@ fn old_final_decisions_are_collected(store: &CsStore) {
     );
 }
 
+/// Passkeys stay with their account, and a sign-in with one finds the
+/// account by its user handle alone.
+fn accounts_are_found_by_their_passkeys_user_handle(store: &CsStore) {
+    let a = &store.accounts;
+    assert_eq!(a.by_handle("h-1").unwrap(), None);
+    let mut hana = account("hana", None);
+    hana.user_handle = Some("h-1".into());
+    let mut key = serde_json::Map::new();
+    key.insert("kty".into(), "OKP".into());
+    hana.passkeys.push(cheq::store::cs::Passkey {
+        id: "cred-1".into(),
+        key,
+        name: "laptop".into(),
+        added: 100,
+        last_used: None,
+        sign_count: 3,
+    });
+    a.put(&hana, false).unwrap();
+    a.put(&account("ida", None), false).unwrap();
+    assert_eq!(a.by_handle("h-1").unwrap(), Some(hana.clone()));
+    assert_eq!(a.get("hana").unwrap(), Some(hana.clone()));
+    assert_eq!(a.by_handle("h-2").unwrap(), None);
+    // The counter moves on; a removed passkey is gone.
+    hana.passkeys[0].sign_count = 4;
+    a.put(&hana, true).unwrap();
+    assert_eq!(
+        a.by_handle("h-1").unwrap().unwrap().passkeys[0].sign_count,
+        4
+    );
+    hana.passkeys.clear();
+    a.put(&hana, true).unwrap();
+    assert!(a.get("hana").unwrap().unwrap().passkeys.is_empty());
+}
+
 fn contract(store: &CsStore) {
     a_record_key_is_claimed_once(store);
     a_changed_document_replaces_the_old(store);
@@ -511,6 +547,7 @@ fn contract(store: &CsStore) {
     sealed_records_are_listed(store);
     entries_start_once_and_are_collected(store);
     accounts_name_one_subject_each(store);
+    accounts_are_found_by_their_passkeys_user_handle(store);
     concurrent_puts_never_share_a_name(store, 300);
     sessions_expire(store);
     limits_update_atomically(store);

@@ -196,6 +196,8 @@ fn fill_cs(store: &CsStore) -> (Vec<Item>, DecisionRecord) {
             password_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into(),
             pin_hash: Some("$argon2id$v=19$m=19456,t=2,p=1$cGlu$cGlu".into()),
             external: None,
+            user_handle: None,
+            passkeys: Vec::new(),
         },
         Account {
             username: "bob".into(),
@@ -203,6 +205,8 @@ fn fill_cs(store: &CsStore) -> (Vec<Item>, DecisionRecord) {
             password_hash: "$argon2id$v=19$m=19456,t=2,p=1$Ym9i$Ym9i".into(),
             pin_hash: None,
             external: None,
+            user_handle: None,
+            passkeys: Vec::new(),
         },
         Account {
             username: "carol@idp".into(),
@@ -213,6 +217,8 @@ fn fill_cs(store: &CsStore) -> (Vec<Item>, DecisionRecord) {
                 issuer: "https://idp.example".into(),
                 subject: "c-123".into(),
             }),
+            user_handle: None,
+            passkeys: Vec::new(),
         },
     ];
     let mut out = Vec::new();

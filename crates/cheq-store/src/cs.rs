@@ -292,6 +292,33 @@ pub struct Account {
     /// Who this account is at an OpenID Connect provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<ExternalId>,
+    /// The WebAuthn user handle of its passkeys: random (base64url), so
+    /// that an authenticator holds no name of the user; given at the first
+    /// passkey and kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_handle: Option<String>,
+    /// Its passkeys.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passkeys: Vec<Passkey>,
+}
+
+/// A passkey (a WebAuthn credential) of an account.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Passkey {
+    /// The credential id, base64url.
+    pub id: String,
+    /// Its public key as a JWK: EC P-256, OKP Ed25519 or RSA.
+    pub key: serde_json::Map<String, serde_json::Value>,
+    /// The name the user gave it.
+    pub name: String,
+    /// When it was added (unix seconds).
+    pub added: i64,
+    /// When it last signed (unix seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used: Option<i64>,
+    /// The authenticator's signature counter last seen (0: it keeps none).
+    #[serde(default)]
+    pub sign_count: u32,
 }
 
 /// An identity at an OpenID Connect provider: the issuer and its `sub`
@@ -308,6 +335,7 @@ impl std::fmt::Debug for Account {
             .field("username", &self.username)
             .field("email", &self.email)
             .field("external", &self.external)
+            .field("passkeys", &self.passkeys.len())
             .finish_non_exhaustive()
     }
 }
@@ -332,6 +360,8 @@ pub trait Accounts: Send + Sync {
     fn put(&self, account: &Account, replace: bool) -> Result<(), AccountPutError>;
     /// The account named `username`.
     fn get(&self, username: &str) -> Result<Option<Account>, StoreError>;
+    /// The account whose passkeys have the user handle `handle`.
+    fn by_handle(&self, handle: &str) -> Result<Option<Account>, StoreError>;
     /// Up to `limit` accounts, in the order of their names, from the first
     /// after `after` (from the first of all with `None`): every account, a
     /// page at a time (`store export`).

@@ -301,6 +301,8 @@ pub fn new_account(
         password_hash: hash_secret(password)?,
         pin_hash: None,
         external: None,
+        user_handle: None,
+        passkeys: Vec::new(),
     })
 }
 

@@ -75,6 +75,8 @@ pub fn account_for(accounts: &dyn Accounts, login: &ExternalLogin) -> Result<Acc
         password_hash: String::new(),
         pin_hash: existing.and_then(|a| a.pin_hash),
         external: Some(id),
+        user_handle: None,
+        passkeys: Vec::new(),
     };
     match accounts.put(&account, true) {
         Ok(()) => Ok(account),

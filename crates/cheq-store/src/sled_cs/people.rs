@@ -75,6 +75,18 @@ impl Accounts for SledAccounts {
             .transpose()
     }
 
+    /// A scan, as the writers' checks are: one machine's accounts are few.
+    fn by_handle(&self, handle: &str) -> Result<Option<Account>, StoreError> {
+        for item in self.users.iter() {
+            let (key, bytes) = item.map_err(|e| backend_error("account by handle", e))?;
+            let account: Account = decode(&key, &bytes)?;
+            if account.user_handle.as_deref() == Some(handle) {
+                return Ok(Some(account));
+            }
+        }
+        Ok(None)
+    }
+
     fn list_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<Account>, StoreError> {
         page_after(&self.users, after, limit, "list accounts")?
             .into_iter()

@@ -81,6 +81,14 @@ impl Accounts for PgAccounts {
         )
     }
 
+    fn by_handle(&self, handle: &str) -> Result<Option<Account>, StoreError> {
+        self.0.json_by_key(
+            "account by handle",
+            "SELECT body FROM cs_accounts WHERE (body::jsonb ->> 'user_handle') = $1",
+            handle,
+        )
+    }
+
     fn list_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<Account>, StoreError> {
         self.0.page(
             "list accounts",

@@ -99,4 +99,13 @@ CREATE TABLE cs_collected (
     decided_at bigint NOT NULL);
 ",
     },
+    // Passkeys: a sign-in with one finds its account by the WebAuthn user
+    // handle kept in the account's body.
+    Migration {
+        version: 6,
+        name: "accounts found by their passkeys' user handle",
+        sql: "
+CREATE UNIQUE INDEX cs_accounts_user_handle ON cs_accounts ((body::jsonb ->> 'user_handle'));
+",
+    },
 ];
