@@ -13,6 +13,7 @@
 //!   bounded) or in the same process (§12).
 //! - [`fetch`]: the HTTP client of resource servers (§3, §6), bounded.
 //! - [`oidc`]: signing in with an identity provider (OpenID Connect).
+//! - [`passkeys`]: adding passkeys and signing in with them (WebAuthn).
 //! - [`view`], [`voice`], [`warnings`]: what a person is shown or read.
 //! - [`seal`]: private data sealed until delivery is final (§8).
 //! - [`config`]: the CS configuration, validated when read.
@@ -24,6 +25,7 @@ pub mod fetch;
 pub mod flow;
 pub mod link;
 pub mod oidc;
+pub mod passkeys;
 pub mod registry;
 pub mod seal;
 pub mod view;

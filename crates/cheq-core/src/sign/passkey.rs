@@ -45,7 +45,7 @@ pub enum PasskeyError {
     UnsupportedKey,
     #[error("client_data is not a JSON object")]
     ClientDataNotJson,
-    #[error("client_data type is not webauthn.get")]
+    #[error("client_data type is not the one of this ceremony")]
     WrongType,
     #[error("client_data challenge is not the one of this decision")]
     WrongChallenge,
@@ -308,7 +308,7 @@ pub fn verify(
     assertion: &PasskeyAssertion,
     expected: Expected<'_>,
 ) -> Result<BoundAssertion, PasskeyError> {
-    check_client_data(&assertion.client_data, expected)?;
+    check_client_data(&assertion.client_data, "webauthn.get", expected)?;
     let sign_count = check_authenticator_data(&assertion.authenticator_data, expected.rp_id)?;
     check_signature(assertion)?;
     Ok(BoundAssertion {
@@ -317,13 +317,18 @@ pub fn verify(
     })
 }
 
-/// `client_data`: strict JSON (no duplicate member), `type`, `challenge`,
-/// `origin`, `crossOrigin`.
-fn check_client_data(bytes: &[u8], expected: Expected<'_>) -> Result<(), PasskeyError> {
+/// `client_data`: strict JSON (no duplicate member), `type` (`webauthn.get`
+/// for an assertion, `webauthn.create` when a credential is registered),
+/// `challenge`, `origin`, `crossOrigin`.
+pub fn check_client_data(
+    bytes: &[u8],
+    kind: &str,
+    expected: Expected<'_>,
+) -> Result<(), PasskeyError> {
     let object =
         parse_node_object(bytes, MAX_CLIENT_DATA).map_err(|_| PasskeyError::ClientDataNotJson)?;
     let text = |name: &str| object.get(name).and_then(Node::as_str);
-    if text("type") != Some("webauthn.get") {
+    if text("type") != Some(kind) {
         return Err(PasskeyError::WrongType);
     }
     if text("challenge") != Some(b64::encode(expected.challenge).as_str()) {
@@ -340,7 +345,7 @@ fn check_client_data(bytes: &[u8], expected: Expected<'_>) -> Result<(), Passkey
 
 /// The authenticator data: the RP ID hash, the flags UP (0x01) and UV
 /// (0x04); gives the signature counter.
-fn check_authenticator_data(data: &[u8], rp_id: &str) -> Result<u32, PasskeyError> {
+pub fn check_authenticator_data(data: &[u8], rp_id: &str) -> Result<u32, PasskeyError> {
     if data.len() < 37 {
         return Err(PasskeyError::ShortAuthenticatorData);
     }
