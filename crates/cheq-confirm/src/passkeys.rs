@@ -13,7 +13,10 @@ use cheq_core::sign::passkey::{
     check_authenticator_data, check_client_data, verify, CredentialKey, Expected, PasskeyAssertion,
     PasskeyError,
 };
-use cheq_store::cs::{Account, Passkey};
+use cheq_store::cs::{Account, AccountPutError, Accounts, Passkey};
+use cheq_store::StoreError;
+use cheq_support::bearer::TokenKey;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 /// COSE algorithms offered, most preferred first: EdDSA, ES256, RS256.
@@ -54,7 +57,7 @@ impl RelyingParty {
 }
 
 /// Why a passkey was not added or did not sign in.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum CeremonyError {
     #[error("{0}")]
     Assertion(#[from] PasskeyError),
@@ -74,6 +77,28 @@ pub enum CeremonyError {
     CounterWentBack,
     #[error("the name of a passkey is 1 to {MAX_NAME} characters with no control character")]
     BadName,
+    #[error(
+        "this passkey request is not one this service started in this browser, or it has expired"
+    )]
+    BadCeremony,
+    #[error("no account has this passkey")]
+    NoAccount,
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Account(#[from] AccountPutError),
+}
+
+/// Equal when of the same kind (and, for an assertion, the same step); a
+/// store's failure equals none.
+impl PartialEq for CeremonyError {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (CeremonyError::Assertion(a), CeremonyError::Assertion(b)) => a == b,
+            (CeremonyError::Store(_) | CeremonyError::Account(_), _) => false,
+            _ => std::mem::discriminant(self) == std::mem::discriminant(other),
+        }
+    }
 }
 
 /// `PublicKeyCredentialCreationOptions` for adding a passkey to `account`,
@@ -271,6 +296,208 @@ pub fn counter_after(kept: u32, seen: u32) -> Result<u32, CeremonyError> {
         return Err(CeremonyError::CounterWentBack);
     }
     Ok(seen)
+}
+
+/// How long a ceremony may take, from its options to its answer.
+pub const CEREMONY_SECS: i64 = 180;
+
+/// What a ceremony's token carries: sealed, so that the browser can neither
+/// read nor change it; bound to the session (or the pre-login cookie) that
+/// began it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Pending {
+    /// `reg` (adding a passkey) or `in` (signing in).
+    k: String,
+    /// A digest of the session or pre-login cookie value that began it.
+    b: String,
+    /// The challenge.
+    c: [u8; 32],
+    /// The account (adding) and the passkey's name.
+    u: Option<String>,
+    n: Option<String>,
+    /// Expiry (unix seconds).
+    e: i64,
+}
+
+/// Begins and finishes the ceremonies of one CS: options with a fresh
+/// challenge and a sealed ceremony token, then the checks of the answer
+/// that comes back with the token. Nothing is stored between the two.
+#[derive(Debug)]
+pub struct Ceremonies {
+    key: TokenKey,
+    rp: RelyingParty,
+}
+
+/// A passkey added to an account.
+#[derive(Debug)]
+pub struct Added {
+    pub account: Account,
+    pub name: String,
+}
+
+/// Who signed in with a passkey.
+#[derive(Debug)]
+pub struct SignedInWith {
+    pub account: Account,
+    pub passkey_id: String,
+}
+
+/// A digest of the session (or pre-login cookie) value: the value itself
+/// never goes into a token, even a sealed one.
+fn binding_of(binding: &str) -> String {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    h.update(b"cheq passkey ceremony binding\0");
+    h.update(binding.as_bytes());
+    b64::encode(h.finalize())
+}
+
+impl Ceremonies {
+    /// The ceremonies of the CS at `public_url`, sealing with a key derived
+    /// from `secret`; `None` when the URL has no host.
+    pub fn new(secret: &[u8], public_url: &str) -> Option<Self> {
+        Some(Ceremonies {
+            key: TokenKey::new(secret, "cheq passkey ceremony"),
+            rp: RelyingParty::of(public_url)?,
+        })
+    }
+
+    /// The relying party.
+    pub fn rp(&self) -> &RelyingParty {
+        &self.rp
+    }
+
+    fn seal(&self, pending: &Pending) -> Result<String, CeremonyError> {
+        self.key.seal(pending).ok_or(CeremonyError::BadCeremony)
+    }
+
+    fn open(
+        &self,
+        token: &str,
+        kind: &str,
+        binding: &str,
+        now: i64,
+    ) -> Result<Pending, CeremonyError> {
+        let p: Pending = self.key.open(token).ok_or(CeremonyError::BadCeremony)?;
+        let bound = binding_of(binding);
+        if p.k != kind
+            || now > p.e
+            || !cheq_core::sign::same_secret(p.b.as_bytes(), bound.as_bytes())
+        {
+            return Err(CeremonyError::BadCeremony);
+        }
+        Ok(p)
+    }
+
+    /// Options to add a passkey named `name` to `account` (whose user handle
+    /// is `handle`), and the ceremony token; `binding` is the session.
+    pub fn begin_registration(
+        &self,
+        account: &Account,
+        handle: &str,
+        name: &str,
+        binding: &str,
+        now: i64,
+    ) -> Result<(Value, String), CeremonyError> {
+        let name = check_name(name)?;
+        let challenge: [u8; 32] = rand::random();
+        let token = self.seal(&Pending {
+            k: "reg".into(),
+            b: binding_of(binding),
+            c: challenge,
+            u: Some(account.username.clone()),
+            n: Some(name),
+            e: now + CEREMONY_SECS,
+        })?;
+        Ok((
+            creation_options(&self.rp, account, handle, &challenge),
+            token,
+        ))
+    }
+
+    /// Checks the browser's answer and adds the passkey to the account the
+    /// ceremony was begun for (read again, then written back).
+    #[allow(clippy::too_many_arguments)]
+    pub fn finish_registration(
+        &self,
+        accounts: &dyn Accounts,
+        token: &str,
+        binding: &str,
+        now: i64,
+        credential_id: &str,
+        client_data: &[u8],
+        attestation_object: &[u8],
+    ) -> Result<Added, CeremonyError> {
+        let p = self.open(token, "reg", binding, now)?;
+        let new = finish_registration(
+            &self.rp,
+            &p.c,
+            credential_id,
+            client_data,
+            attestation_object,
+        )?;
+        let username = p.u.ok_or(CeremonyError::BadCeremony)?;
+        let name = p.n.ok_or(CeremonyError::BadCeremony)?;
+        let mut account = accounts.get(&username)?.ok_or(CeremonyError::NoAccount)?;
+        if account.passkeys.iter().any(|k| k.id == new.id) {
+            return Err(CeremonyError::AlreadyRegistered);
+        }
+        account.passkeys.push(Passkey {
+            id: new.id,
+            key: new.key,
+            name: name.clone(),
+            added: now,
+            last_used: None,
+            sign_count: new.sign_count,
+        });
+        accounts.put(&account, true)?;
+        Ok(Added { account, name })
+    }
+
+    /// Options to sign in with any passkey of this CS, and the token.
+    pub fn begin_sign_in(&self, binding: &str, now: i64) -> Result<(Value, String), CeremonyError> {
+        let challenge: [u8; 32] = rand::random();
+        let token = self.seal(&Pending {
+            k: "in".into(),
+            b: binding_of(binding),
+            c: challenge,
+            u: None,
+            n: None,
+            e: now + CEREMONY_SECS,
+        })?;
+        Ok((request_options(&self.rp, &challenge, &[]), token))
+    }
+
+    /// Checks a sign-in's answer: the account of its user handle, its
+    /// passkey, the assertion; keeps the new counter and the time of use.
+    pub fn finish_sign_in(
+        &self,
+        accounts: &dyn Accounts,
+        token: &str,
+        binding: &str,
+        now: i64,
+        user_handle: &str,
+        answer: &AssertionAnswer,
+    ) -> Result<SignedInWith, CeremonyError> {
+        let p = self.open(token, "in", binding, now)?;
+        let mut account = accounts
+            .by_handle(user_handle)?
+            .ok_or(CeremonyError::NoAccount)?;
+        let i = account
+            .passkeys
+            .iter()
+            .position(|k| k.id == answer.id)
+            .ok_or(CeremonyError::UnknownPasskey)?;
+        let count = check_assertion(&self.rp, &p.c, &account.passkeys[i], answer)?;
+        account.passkeys[i].sign_count = count;
+        account.passkeys[i].last_used = Some(now);
+        let passkey_id = account.passkeys[i].id.clone();
+        accounts.put(&account, true)?;
+        Ok(SignedInWith {
+            account,
+            passkey_id,
+        })
+    }
 }
 
 #[cfg(test)]

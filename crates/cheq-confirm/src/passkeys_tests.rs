@@ -231,3 +231,95 @@ fn names_and_options() {
     assert_eq!(o["userVerification"], "required");
     assert_eq!(o["allowCredentials"], serde_json::json!([]));
 }
+
+fn challenge_of(options: &serde_json::Value) -> [u8; 32] {
+    b64::decode(options["challenge"].as_str().unwrap())
+        .unwrap()
+        .try_into()
+        .unwrap()
+}
+
+#[test]
+fn ceremonies_add_a_passkey_and_sign_in_with_it_once_bound_and_in_time() {
+    let (_dir, store) = cheq_store::sled_cs::temp();
+    let accounts = &*store.accounts;
+    let mut alice = crate::auth::new_account("alice", None, "a-password-1").unwrap();
+    alice.user_handle = Some(b64::encode([8u8; 32]));
+    accounts.put(&alice, false).unwrap();
+    let c = Ceremonies::new(
+        b"secret-secret-secret-secret-sec",
+        "https://confirm.example/confirm",
+    )
+    .unwrap();
+    let handle = alice.user_handle.clone().unwrap();
+    let (options, token) = c
+        .begin_registration(&alice, &handle, "laptop", "session-1", 1000)
+        .unwrap();
+    let ch = challenge_of(&options);
+    let cd = client_data("webauthn.create", &ch, "https://confirm.example");
+    let att = attestation(auth_data(
+        "confirm.example",
+        0x45,
+        0,
+        Some((ID, &ed25519_cose())),
+    ));
+    let id = b64::encode(ID);
+    let finish = |binding: &str, now: i64, token: &str| {
+        c.finish_registration(accounts, token, binding, now, &id, &cd, &att)
+    };
+    assert!(matches!(
+        finish("session-2", 1000, &token),
+        Err(CeremonyError::BadCeremony)
+    ));
+    assert!(matches!(
+        finish("session-1", 1000 + CEREMONY_SECS + 1, &token),
+        Err(CeremonyError::BadCeremony)
+    ));
+    let added = finish("session-1", 1010, &token).unwrap();
+    assert_eq!(added.name, "laptop");
+    assert_eq!(accounts.get("alice").unwrap().unwrap().passkeys.len(), 1);
+    assert!(matches!(
+        finish("session-1", 1010, &token),
+        Err(CeremonyError::AlreadyRegistered)
+    ));
+
+    // Sign in: the token of a registration does not do for a sign-in.
+    let (options, token) = c.begin_sign_in("pre-login", 2000).unwrap();
+    let ch = challenge_of(&options);
+    let a = answer(&ch, 9);
+    assert!(matches!(
+        c.finish_sign_in(
+            accounts,
+            &added_token_for_kind_check(&c),
+            "pre-login",
+            2000,
+            &handle,
+            &a
+        ),
+        Err(CeremonyError::BadCeremony)
+    ));
+    assert!(matches!(
+        c.finish_sign_in(accounts, &token, "pre-login", 2000, "no-such-handle", &a),
+        Err(CeremonyError::NoAccount)
+    ));
+    let who = c
+        .finish_sign_in(accounts, &token, "pre-login", 2001, &handle, &a)
+        .unwrap();
+    assert_eq!(who.account.username, "alice");
+    let kept = accounts.get("alice").unwrap().unwrap();
+    assert_eq!(kept.passkeys[0].sign_count, 9);
+    assert_eq!(kept.passkeys[0].last_used, Some(2001));
+    // The same answer again: the counter did not grow.
+    assert!(matches!(
+        c.finish_sign_in(accounts, &token, "pre-login", 2002, &handle, &a),
+        Err(CeremonyError::CounterWentBack)
+    ));
+}
+
+/// A registration token, to show it is refused for a sign-in.
+fn added_token_for_kind_check(c: &Ceremonies) -> String {
+    let account = crate::auth::new_account("zed", None, "a-password-1").unwrap();
+    c.begin_registration(&account, "h", "x", "pre-login", 2000)
+        .unwrap()
+        .1
+}

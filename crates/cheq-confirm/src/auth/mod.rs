@@ -380,6 +380,26 @@ pub fn identity_of(account: &Account, amr: &str, now: i64) -> Identity {
     }
 }
 
+/// The identity of a sign-in with the passkey `passkey_id` of `account`
+/// (`amr` `hwk`, RFC 8176): it holds while the passkey is the account's.
+pub fn identity_of_passkey(account: &Account, passkey_id: &str, now: i64) -> Identity {
+    Identity {
+        credential: Some(passkey_digest(passkey_id)),
+        ..identity_of(account, PASSKEY_AMR, now)
+    }
+}
+
+/// The `amr` of a sign-in with a passkey (RFC 8176: proof of possession of
+/// a hardware-secured key).
+pub const PASSKEY_AMR: &str = "hwk";
+
+fn passkey_digest(passkey_id: &str) -> String {
+    let mut h = sha2::Sha256::new();
+    h.update(b"cheq credential\0passkey\0");
+    h.update(passkey_id.as_bytes());
+    cheq_core::sign::b64::encode(&h.finalize()[..16])
+}
+
 /// The digest that binds a local sign-in to the credential it used: the
 /// PIN's hash for `amr` `pin`, else the password's. Each hash has its own
 /// random salt, so setting a credential again (even to the same secret)
@@ -411,6 +431,13 @@ pub fn credential_holds(accounts: &dyn Accounts, who: &Identity) -> Result<bool,
         return Ok(false);
     };
     let amr = who.amr.first().map(String::as_str).unwrap_or("pwd");
+    if amr == PASSKEY_AMR {
+        return Ok(accounts.get(&who.sub)?.is_some_and(|a| {
+            a.passkeys.iter().any(|p| {
+                cheq_core::sign::same_secret(passkey_digest(&p.id).as_bytes(), bound.as_bytes())
+            })
+        }));
+    }
     Ok(accounts
         .get(&who.sub)?
         .and_then(|a| credential_of(&a, amr))
