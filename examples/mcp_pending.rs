@@ -105,6 +105,7 @@ fn main() -> Result<(), Error> {
         cs_secret: "bench-cs-secret".into(),
         agent_id: "agent".into(),
         agent_secret: AGENT_SECRET.into(),
+        host: "127.0.0.1".into(),
     };
     let config = dir.path().join("rs.toml");
     std::fs::write(&config, pair.rs_toml()?)?;

@@ -47,16 +47,20 @@ pub struct LoopbackPair {
     pub cs_secret: String,
     pub agent_id: String,
     pub agent_secret: String,
+    /// The host name in the servers' public URLs: `127.0.0.1`, or
+    /// `localhost`, which browsers take as a WebAuthn RP ID where they
+    /// refuse an IP address. Both listen on 127.0.0.1 either way.
+    pub host: String,
 }
 
 impl LoopbackPair {
     pub fn rs_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.rs_port)
+        format!("http://{}:{}", self.host, self.rs_port)
     }
 
     /// The confirmation URI.
     pub fn cs_url(&self) -> String {
-        format!("http://127.0.0.1:{}{}", self.cs_port, self.cs_path)
+        format!("http://{}:{}{}", self.host, self.cs_port, self.cs_path)
     }
 
     /// What every server's file starts with: where it listens and is
@@ -98,8 +102,8 @@ impl LoopbackPair {
         let cs_jwks = match &self.cs_jwks {
             Some(file) => format!("jwks_file = \"{}\"", toml_path(file)?),
             None => format!(
-                "jwks_uri = \"http://127.0.0.1:{}/.well-known/jwks.json\"",
-                self.cs_port
+                "jwks_uri = \"http://{}:{}/.well-known/jwks.json\"",
+                self.host, self.cs_port
             ),
         };
         Ok(format!(

@@ -45,6 +45,11 @@ pub struct Args {
     /// one port (--rs-port): no separate confirmation server.
     #[arg(long)]
     pub colocated: bool,
+    /// Serve on http://localhost:PORT rather than http://127.0.0.1:PORT:
+    /// browsers use passkeys on `localhost` and refuse them on an IP
+    /// address. (Add one at /account once signed in.)
+    #[arg(long)]
+    pub passkeys: bool,
 }
 
 /// The test identity provider of `--with-idp`: a node process, ended with
@@ -310,6 +315,12 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         cs_secret,
         agent_id: DEMO_AGENT_ID.to_owned(),
         agent_secret,
+        host: if args.passkeys {
+            "localhost"
+        } else {
+            "127.0.0.1"
+        }
+        .into(),
     };
     let (cs_url, rs_url) = (pair.cs_url(), pair.rs_url());
     // Top-level keys come before any table.

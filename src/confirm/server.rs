@@ -122,6 +122,8 @@ pub async fn build_state_with(
         Some(s) => s.expose().as_bytes().to_vec(),
         None => load_or_create_secret(&config.data_dir.join("session.secret"))?,
     };
+    let ceremonies = crate::confirm::passkeys::Ceremonies::new(&secret, &config.public_url)
+        .ok_or_else(|| ServerError::Other("public_url has no host".into()))?;
     let (store, backend) = open_store(config)?;
     let sealer = super::seal::Sealer::new(
         &config.data_dir.join("sealed"),
@@ -178,6 +180,7 @@ pub async fn build_state_with(
         secure_cookies: config.is_https(),
         log_key,
         metrics_token: crate::httpkit::MetricsToken::for_access(config.metrics, &config.data_dir)?,
+        ceremonies,
     }))
 }
 

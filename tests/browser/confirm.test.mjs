@@ -18,7 +18,7 @@ const cheq = process.env.CHEQ_BIN || join(root, 'target', 'debug', 'cheq');
 const password = 'correct horse battery staple';
 const shots = join(root, 'target', 'browser');
 // axe-core's source, evaluated in the page through the DevTools protocol: the
-// pages' CSP (no script at all) stays on, so axe sees them as a person does.
+// pages' CSP (no inline script) stays on, so axe sees them as a person does.
 const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 mkdirSync(shots, { recursive: true });
 

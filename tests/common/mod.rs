@@ -538,6 +538,7 @@ impl Env {
             cs_secret: CS_SECRET.to_owned(),
             agent_id: "agent".to_owned(),
             agent_secret: AGENT_SECRET.to_owned(),
+            host: "127.0.0.1".into(),
         };
         let mut rs_toml = pair.rs_toml().unwrap();
         if let Some(subject) = &opts.agent_subject {
@@ -1099,6 +1100,7 @@ impl Setup {
             cs_secret: CS_SECRET.to_owned(),
             agent_id: "agent".to_owned(),
             agent_secret: AGENT_SECRET.to_owned(),
+            host: "127.0.0.1".into(),
         };
         let (rs_toml, cs_toml) = (pair.rs_toml().unwrap(), pair.cs_toml().unwrap());
         std::fs::write(root.join("rs.toml"), rs_toml).unwrap();

@@ -12,12 +12,14 @@
 //! | `GET /c/{id}` | the confirmation page (§3, §5) |
 //! | `POST /c/{id}` | the decision (§5, §6) |
 //! | `GET /history`, `GET /history/{id}.json` | past decisions and their signed CHEQs |
+//! | `GET /account`, `/account/passkeys/…`, `/login/passkey/…` | passkeys ([`passkeys`]) |
 //! | `GET /.well-known/jwks.json`, `GET /healthz`, `GET /static/style.css` | |
 
 pub mod extract;
 mod handlers;
 pub mod oidc;
 pub mod pages;
+mod passkeys;
 
 pub use extract::{SignedIn, Visitor};
 
@@ -48,9 +50,10 @@ pub fn session_cookie_name(secure: bool) -> &'static str {
 /// Largest form body read.
 pub const MAX_FORM: usize = 64 * 1024;
 
-/// The Content-Security-Policy of every response: no script at all, styles
-/// from this origin only, forms post only here, never framed.
-pub const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+/// The Content-Security-Policy of every response: scripts and styles from
+/// this origin only (one script, for passkeys; no inline code), requests
+/// only here, forms post only here, never framed.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// Everything the handlers share.
 pub struct CsState {
@@ -71,6 +74,8 @@ pub struct CsState {
     pub api: web::Data<crate::confirm::api::Api>,
     /// The token `GET /metrics` asks for, when one is configured.
     pub metrics_token: Option<crate::httpkit::MetricsToken>,
+    /// Passkey ceremonies (adding one, signing in with one).
+    pub ceremonies: crate::confirm::passkeys::Ceremonies,
 }
 
 impl std::fmt::Debug for CsState {
@@ -229,7 +234,44 @@ pub fn configure_confirmation(cfg: &mut web::ServiceConfig, state: web::Data<CsS
         )
         .service(resource("/history").route(web::get().to(history)))
         .service(resource("/history/{id}.json").route(web::get().to(evidence)))
-        .service(resource("/static/style.css").route(web::get().to(style)));
+        .service(resource("/static/style.css").route(web::get().to(style)))
+        .service(resource("/static/passkey.js").route(web::get().to(passkeys::script)))
+        .service(resource("/account").route(web::get().to(passkeys::account)))
+        .service(
+            resource("/account/passkeys/begin")
+                .app_data(json_config())
+                .route(web::post().to(passkeys::begin_add)),
+        )
+        .service(
+            resource("/account/passkeys/finish")
+                .app_data(json_config())
+                .route(web::post().to(passkeys::finish_add)),
+        )
+        .service(resource("/account/passkeys/remove").route(web::post().to(passkeys::remove)))
+        .service(
+            resource("/login/passkey/begin")
+                .app_data(json_config())
+                .route(web::post().to(passkeys::begin_sign_in)),
+        )
+        .service(
+            resource("/login/passkey/finish")
+                .app_data(json_config())
+                .route(web::post().to(passkeys::finish_sign_in)),
+        );
+}
+
+/// The passkey routes' JSON bodies: bounded, a JSON error otherwise.
+fn json_config() -> web::JsonConfig {
+    web::JsonConfig::default()
+        .limit(MAX_FORM)
+        .error_handler(|e, _| {
+            crate::httpkit::JsonError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                e.to_string(),
+            )
+            .into()
+        })
 }
 
 /// `GET /readyz`: 200 only when the store answers.

@@ -84,6 +84,25 @@ pub struct OutcomePage<'a> {
 }
 
 #[derive(Template)]
+#[template(path = "account.html")]
+pub struct AccountPage<'a> {
+    pub user: &'a str,
+    pub csrf: String,
+    pub passkeys: Vec<PasskeyRow>,
+    /// Signed in recently enough to add or remove a passkey.
+    pub recent: bool,
+    pub notice: Option<String>,
+}
+
+/// A passkey as the account page lists it.
+pub struct PasskeyRow {
+    pub id: String,
+    pub name: String,
+    pub added: String,
+    pub last_used: Option<String>,
+}
+
+#[derive(Template)]
 #[template(path = "history.html")]
 pub struct HistoryPage<'a> {
     pub user: &'a str,

@@ -1,0 +1,352 @@
+//! Passkeys in the browser front end: the account page (`GET /account`),
+//! adding and removing a passkey (a sign-in of the last 5 minutes), and
+//! signing in with one. The page's one script (`/static/passkey.js`) talks
+//! JSON to these routes; the checks are the domain's
+//! ([`crate::confirm::passkeys`]), and each refusal is a JSON error.
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /account` | the passkeys of the signed-in account |
+//! | `POST /account/passkeys/begin`, `…/finish` | adding a passkey (JSON) |
+//! | `POST /account/passkeys/remove` | removing one (a form) |
+//! | `POST /login/passkey/begin`, `…/finish` | signing in with one (JSON) |
+
+use super::handlers::after_sign_in;
+use super::pages::{render, when, AccountPage, PasskeyRow};
+use super::{
+    check_csrf, see_other, session_cookie, set_cookie, CsState, SignedIn, Visitor, WebError,
+};
+use crate::confirm::auth::identity_of_passkey;
+use crate::confirm::flow::CsError;
+use crate::confirm::passkeys::{AssertionAnswer, CeremonyError};
+use crate::httpkit::JsonError;
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::json;
+
+/// How recent a sign-in must be to add or remove a passkey.
+pub const RECENT_SECS: i64 = 300;
+
+/// Where to sign in again before adding or removing a passkey.
+const REAUTH: &str = "/login?reauth=300&next=%2Faccount";
+
+fn recent(state: &CsState, me: &SignedIn) -> bool {
+    let now = state.cs.now().timestamp();
+    me.who.auth_time.is_some_and(|t| now - t <= RECENT_SECS)
+}
+
+/// The one mapping of a passkey route's failure to its JSON answer.
+fn json_error(e: CeremonyError) -> JsonError {
+    match e {
+        CeremonyError::Store(_) | CeremonyError::Account(_) => {
+            log::error!("passkeys: {e}");
+            JsonError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "the service could not complete this; try again",
+            )
+        }
+        CeremonyError::BadCeremony => {
+            JsonError::new(StatusCode::BAD_REQUEST, "expired", e.to_string())
+        }
+        e => JsonError::new(StatusCode::BAD_REQUEST, "passkey_refused", e.to_string()),
+    }
+}
+
+fn csrf_refused() -> JsonError {
+    JsonError::new(
+        StatusCode::FORBIDDEN,
+        "csrf",
+        "this request did not come from this service's page; reload it",
+    )
+}
+
+fn internal(e: impl std::fmt::Display) -> JsonError {
+    log::error!("passkeys: {e}");
+    JsonError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "server_error",
+        "the service could not complete this; try again",
+    )
+}
+
+fn b64(field: &'static str, text: &str) -> Result<Vec<u8>, JsonError> {
+    crate::sign::b64::decode(text).ok_or_else(|| {
+        JsonError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("{field} is not base64url"),
+        )
+    })
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct AccountQuery {
+    added: Option<String>,
+    removed: Option<String>,
+}
+
+/// `GET /account`.
+pub(super) async fn account(
+    state: web::Data<CsState>,
+    me: SignedIn,
+    q: web::Query<AccountQuery>,
+) -> Result<HttpResponse, WebError> {
+    let account = state.accounts.get(&me.who.sub).map_err(CsError::from)?;
+    let passkeys = account
+        .map(|a| a.passkeys)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| PasskeyRow {
+            id: p.id,
+            name: p.name,
+            added: when(p.added),
+            last_used: p.last_used.map(when),
+        })
+        .collect();
+    let notice = match (&q.added, &q.removed) {
+        (Some(_), _) => Some("The passkey was added.".to_owned()),
+        (_, Some(_)) => Some("The passkey was removed.".to_owned()),
+        _ => None,
+    };
+    let page = AccountPage {
+        user: &me.who.display_name(),
+        csrf: state.sessions.csrf_token(&me.session_id),
+        passkeys,
+        recent: recent(&state, &me),
+        notice,
+    };
+    Ok(HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .body(render(&page)?))
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct BeginAdd {
+    csrf: Option<String>,
+    name: Option<String>,
+}
+
+/// The checks every change of the account's passkeys makes: the page's
+/// CSRF token, and a recent sign-in.
+fn may_change(state: &CsState, me: &SignedIn, csrf: Option<&str>) -> Result<(), JsonError> {
+    check_csrf(state, &me.session_id, csrf).map_err(|_| csrf_refused())?;
+    if !recent(state, me) {
+        return Err(JsonError::new(
+            StatusCode::FORBIDDEN,
+            "reauthenticate",
+            "adding or removing a passkey needs a sign-in of the last 5 minutes",
+        )
+        .with_extra(json!({ "reauth": REAUTH })));
+    }
+    Ok(())
+}
+
+/// `POST /account/passkeys/begin`: the creation options and the ceremony.
+pub(super) async fn begin_add(
+    state: web::Data<CsState>,
+    me: SignedIn,
+    body: web::Json<BeginAdd>,
+) -> Result<HttpResponse, JsonError> {
+    may_change(&state, &me, body.csrf.as_deref())?;
+    let mut account = state
+        .accounts
+        .get(&me.who.sub)
+        .map_err(internal)?
+        .ok_or_else(|| internal("the signed-in account is gone"))?;
+    let handle = match &account.user_handle {
+        Some(h) => h.clone(),
+        None => {
+            let h = crate::sign::b64::encode(rand::random::<[u8; 32]>());
+            account.user_handle = Some(h.clone());
+            state.accounts.put(&account, true).map_err(internal)?;
+            h
+        }
+    };
+    let now = state.cs.now().timestamp();
+    let (options, ceremony) = state
+        .ceremonies
+        .begin_registration(
+            &account,
+            &handle,
+            body.name.as_deref().unwrap_or(""),
+            &me.session_id,
+            now,
+        )
+        .map_err(json_error)?;
+    Ok(HttpResponse::Ok().json(json!({"options": options, "ceremony": ceremony})))
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct FinishAdd {
+    csrf: Option<String>,
+    ceremony: String,
+    id: String,
+    client_data: String,
+    attestation_object: String,
+}
+
+/// `POST /account/passkeys/finish`.
+pub(super) async fn finish_add(
+    state: web::Data<CsState>,
+    me: SignedIn,
+    body: web::Json<FinishAdd>,
+) -> Result<HttpResponse, JsonError> {
+    may_change(&state, &me, body.csrf.as_deref())?;
+    let client_data = b64("client_data", &body.client_data)?;
+    let attestation = b64("attestation_object", &body.attestation_object)?;
+    let now = state.cs.now().timestamp();
+    let added = state
+        .ceremonies
+        .finish_registration(
+            &*state.accounts,
+            &body.ceremony,
+            &me.session_id,
+            now,
+            &body.id,
+            &client_data,
+            &attestation,
+        )
+        .map_err(json_error)?;
+    log::info!(
+        "passkey added for {}",
+        crate::text::keyed_digest(&state.log_key, &added.account.username)
+    );
+    Ok(HttpResponse::Ok().json(json!({"added": added.name})))
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct RemoveForm {
+    csrf: Option<String>,
+    id: Option<String>,
+}
+
+/// `POST /account/passkeys/remove`: a form of the account page.
+pub(super) async fn remove(
+    state: web::Data<CsState>,
+    me: SignedIn,
+    form: web::Form<RemoveForm>,
+) -> Result<HttpResponse, WebError> {
+    check_csrf(&state, &me.session_id, form.csrf.as_deref())?;
+    if !recent(&state, &me) {
+        return Ok(see_other(REAUTH));
+    }
+    let Some(mut account) = state.accounts.get(&me.who.sub).map_err(CsError::from)? else {
+        return Ok(see_other("/login"));
+    };
+    let before = account.passkeys.len();
+    account
+        .passkeys
+        .retain(|p| Some(p.id.as_str()) != form.id.as_deref());
+    if account.passkeys.len() == before {
+        return Ok(see_other("/account"));
+    }
+    state.accounts.put(&account, true).map_err(|e| {
+        CsError::from(crate::store::StoreError::Backend {
+            op: "remove passkey",
+            message: e.to_string(),
+        })
+    })?;
+    log::info!(
+        "passkey removed for {}",
+        crate::text::keyed_digest(&state.log_key, &account.username)
+    );
+    Ok(see_other("/account?removed=1"))
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct BeginSignIn {
+    csrf: Option<String>,
+}
+
+/// The pre-login cookie value a sign-in form is bound to, checked with the
+/// form's CSRF token.
+fn pre_login(state: &CsState, req: &HttpRequest, csrf: Option<&str>) -> Result<String, JsonError> {
+    let id = super::extract::pre_login_id(req).ok_or_else(csrf_refused)?;
+    check_csrf(state, &id, csrf).map_err(|_| csrf_refused())?;
+    Ok(id)
+}
+
+/// `POST /login/passkey/begin`: request options for any passkey of this
+/// service, and the ceremony.
+pub(super) async fn begin_sign_in(
+    state: web::Data<CsState>,
+    req: HttpRequest,
+    body: web::Json<BeginSignIn>,
+) -> Result<HttpResponse, JsonError> {
+    let id = pre_login(&state, &req, body.csrf.as_deref())?;
+    let (options, ceremony) = state
+        .ceremonies
+        .begin_sign_in(&id, state.cs.now().timestamp())
+        .map_err(json_error)?;
+    Ok(HttpResponse::Ok().json(json!({"options": options, "ceremony": ceremony})))
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct FinishSignIn {
+    csrf: Option<String>,
+    next: Option<String>,
+    ceremony: String,
+    id: String,
+    client_data: String,
+    authenticator_data: String,
+    signature: String,
+    user_handle: String,
+}
+
+/// `POST /login/passkey/finish`: a new session, as a password sign-in
+/// makes; answers where to go on.
+pub(super) async fn finish_sign_in(
+    state: web::Data<CsState>,
+    req: HttpRequest,
+    visitor: Visitor,
+    body: web::Json<FinishSignIn>,
+) -> Result<HttpResponse, JsonError> {
+    let old_id = pre_login(&state, &req, body.csrf.as_deref())?;
+    let answer = AssertionAnswer {
+        id: body.id.clone(),
+        client_data: b64("client_data", &body.client_data)?,
+        authenticator_data: b64("authenticator_data", &body.authenticator_data)?,
+        signature: b64("signature", &body.signature)?,
+    };
+    let now = state.cs.now().timestamp();
+    let who = state
+        .ceremonies
+        .finish_sign_in(
+            &*state.accounts,
+            &body.ceremony,
+            &old_id,
+            now,
+            &body.user_handle,
+            &answer,
+        )
+        .map_err(|e| {
+            log::info!("failed passkey sign-in: {e}");
+            json_error(e)
+        })?;
+    // A new session id at sign-in (no session fixation).
+    state.sessions.remove(&old_id).map_err(internal)?;
+    if let Some((stored, _)) = visitor.0 {
+        state.sessions.remove(&stored).map_err(internal)?;
+    }
+    let id = state
+        .sessions
+        .create(
+            Some(identity_of_passkey(&who.account, &who.passkey_id, now)),
+            now,
+        )
+        .map_err(internal)?;
+    let next = super::safe_next(body.next.as_deref());
+    let mut res =
+        HttpResponse::Ok().json(json!({"next": after_sign_in(&state, Some(&old_id), &next)}));
+    set_cookie(&mut res, &session_cookie(&state, &id)).map_err(internal)?;
+    Ok(res)
+}
+
+/// `GET /static/passkey.js`.
+pub(super) async fn script() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/javascript; charset=utf-8")
+        .insert_header((actix_web::http::header::CACHE_CONTROL, "max-age=3600"))
+        .body(include_str!("../../../templates/passkey.js"))
+}

@@ -1,0 +1,104 @@
+// Passkeys in a real browser: Chromium with its virtual authenticator
+// (DevTools WebAuthn domain: CTAP2, internal, resident keys, user
+// verification). `cheq demo --colocated --passkeys` serves on
+// http://localhost:PORT (browsers refuse WebAuthn on an IP address). alice
+// signs in with her password, adds a passkey on /account, signs out, signs
+// in with the passkey alone (no user name typed), accepts a booking, then
+// removes the passkey, which ends the session it signed in.
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { continueIfAsked, freePort, launchChromium, pollResult, waitFor } from './support.mjs';
+
+const root = resolve(import.meta.dirname, '..', '..');
+const cheq = process.env.CHEQ_BIN || join(root, 'target', 'debug', 'cheq');
+const password = 'correct horse battery staple';
+
+const dataDir = mkdtempSync(join(tmpdir(), 'cheq-passkeys-'));
+const port = await freePort();
+const demo = spawn(cheq, ['demo', '--colocated', '--passkeys', '--data-dir', dataDir, '--rs-port', String(port)], {
+  env: { ...process.env, CHEQ_DEMO_PASSWORD: password },
+  stdio: ['ignore', 'pipe', 'pipe'],
+});
+let demoLog = '';
+demo.stdout.on('data', (d) => { demoLog += d; });
+demo.stderr.on('data', (d) => { demoLog += d; });
+const browser = await launchChromium();
+
+after(async () => {
+  await browser.close();
+  demo.kill('SIGTERM');
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+// The browser's origin; node reaches the same server on 127.0.0.1.
+const origin = `http://localhost:${port}`;
+const direct = `http://127.0.0.1:${port}`;
+
+test('alice adds a passkey, signs in with it alone, confirms, and removing it ends that session', async () => {
+  await waitFor(`${direct}/healthz`).catch((e) => { throw new Error(`${e.message}\n${demoLog}`); });
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  const problems = [];
+  // The browser's own favicon request is no page's problem.
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !(m.location().url || '').endsWith('/favicon.ico')) problems.push(`${m.text()} (${m.location().url})`);
+  });
+  page.on('pageerror', (e) => problems.push(String(e)));
+  const cdp = await context.newCDPSession(page);
+  await cdp.send('WebAuthn.enable');
+  const { authenticatorId } = await cdp.send('WebAuthn.addVirtualAuthenticator', {
+    options: {
+      protocol: 'ctap2', transport: 'internal', hasResidentKey: true,
+      hasUserVerification: true, isUserVerified: true, automaticPresenceSimulation: true,
+    },
+  });
+
+  // Password first; the account page then offers a passkey.
+  await page.goto(`${origin}/login?next=%2Faccount`);
+  await page.fill('input[name=username]', 'alice');
+  await page.fill('input[name=password]', password);
+  await Promise.all([page.waitForNavigation(), page.click('form[action="/login"] button[type=submit]')]);
+  assert.equal(new URL(page.url()).pathname, '/account');
+  assert.ok(await page.isVisible('#no-passkeys'));
+  await page.fill('#passkey-name', 'Test laptop');
+  await Promise.all([page.waitForURL(/\/account\?added=1$/), page.click('#add-passkey')]);
+  assert.match(await page.textContent('#passkey-list'), /Test laptop/);
+  const { credentials } = await cdp.send('WebAuthn.getCredentials', { authenticatorId });
+  assert.equal(credentials.length, 1);
+  assert.equal(credentials[0].isResidentCredential, true);
+  assert.equal(credentials[0].rpId, 'localhost');
+
+  // Signed out, then in with the passkey: no user name typed.
+  await Promise.all([page.waitForNavigation(), page.click('nav button.link')]);
+  await page.goto(`${origin}/login`);
+  assert.ok(await page.isVisible('#passkey-sign-in'));
+  await Promise.all([page.waitForURL(/\/history$/), page.click('#passkey-sign-in')]);
+  assert.match(await page.textContent('nav'), /Signed in as\s+alice/);
+
+  // A booking, confirmed in this session.
+  const out = execFileSync(cheq, ['agent', '--rs', direct, '--tool', 'book_flight',
+    '--param', 'flight_number=UA23', '--param', 'flight_date=2026-12-08',
+    '--param', 'cabin_class=BUSINESS', '--param', 'price_usd=1200', '--no-wait'], { encoding: 'utf8' });
+  const pack = JSON.parse(out.split('\n')[0]);
+  assert.equal(pack['confirmation uri'], `${origin}/confirm`);
+  await page.goto(`${pack['confirmation uri']}?resource_uri=${encodeURIComponent(pack['resource uri'])}`);
+  await continueIfAsked(page);
+  assert.ok(new URL(page.url()).pathname.startsWith('/c/'), page.url());
+  await Promise.all([page.waitForNavigation(), page.click('button[name=decision][value=accept]')]);
+  const result = await pollResult(pack['result uri'].replace(origin, direct));
+  assert.equal(result.status, 'accepted', JSON.stringify(result));
+
+  // Removing the passkey (a recent sign-in: the passkey's) ends the session
+  // it signed in.
+  await page.goto(`${origin}/account`);
+  await Promise.all([page.waitForNavigation(), page.click('#passkey-list button.link')]);
+  assert.match(page.url(), /\/(login|account)/);
+  await page.goto(`${origin}/account`);
+  assert.equal(new URL(page.url()).pathname, '/login', 'the session signed in with the removed passkey is over');
+  assert.deepEqual(problems, [], 'no script error and nothing blocked by the CSP');
+  await context.close();
+});
