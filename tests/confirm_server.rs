@@ -233,6 +233,7 @@ async fn another_countersignature_of_a_decided_cheq_is_a_replay() {
                 channel: Channel::Html,
                 view_text: "another view",
                 collected: None,
+                passkey: None,
             },
             now,
         )

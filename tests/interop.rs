@@ -141,6 +141,7 @@ fn our_documents_verify_with_joserfc() {
             channel: Channel::Html,
             view_text: "interop view",
             collected: None,
+            passkey: None,
         },
         ctx().now,
     )

@@ -115,6 +115,7 @@ fn our_decided(decision: Decision) -> String {
             channel: Channel::Voice,
             view_text: "the view read out",
             collected: None,
+            passkey: None,
         },
         at,
     )

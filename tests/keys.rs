@@ -269,6 +269,7 @@ async fn forged_confirmation_kids_make_the_rs_fetch_at_most_once_a_minute() {
                 channel: Channel::Html,
                 view_text: "a view",
                 collected: None,
+                passkey: None,
             },
             now,
         )

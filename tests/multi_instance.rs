@@ -136,6 +136,7 @@ async fn decided_document(setup: &Setup, pack: &UriPack) -> String {
             channel: Channel::Html,
             view_text: "Book a flight",
             collected: None,
+            passkey: None,
         },
         now,
     )

@@ -204,6 +204,7 @@ fn compute(doc: &Doc) -> Computed {
             channel: Channel::Html,
             view_text: &view_text,
             collected,
+            passkey: None,
         };
         countersign(&verified, &cs, input, now()).expect("the CS countersigns")
     };

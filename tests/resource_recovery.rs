@@ -154,6 +154,7 @@ impl Fixture {
                 channel: Channel::Api,
                 view_text: "view",
                 collected: None,
+                passkey: None,
             },
             now + Duration::seconds(iat_offset),
         )

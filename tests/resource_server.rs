@@ -230,6 +230,7 @@ impl Rs {
                 channel: Channel::Html,
                 view_text: "Book a flight …",
                 collected,
+                passkey: None,
             },
             now + Duration::seconds(iat_offset),
         )

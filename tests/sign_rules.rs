@@ -76,6 +76,7 @@ fn input(decision: Decision) -> DecisionInput<'static> {
         channel: Channel::Html,
         view_text: "Book flight UA23",
         collected: None,
+        passkey: None,
     }
 }
 

@@ -908,6 +908,7 @@ async fn a_decision_the_rs_refuses_is_not_reported_accepted() {
             channel: Channel::Voice,
             view_text: "something else",
             collected: None,
+            passkey: None,
         },
         now,
     )

@@ -126,6 +126,7 @@ impl Fixture {
             channel: Channel::Html,
             view_text: "This page belongs to the confirmation service …",
             collected: None,
+            passkey: None,
         }
     }
 }

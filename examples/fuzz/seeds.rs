@@ -516,6 +516,7 @@ fn signed_documents() -> Vec<(String, Vec<u8>)> {
                 channel,
                 view_text: "the page alice read",
                 collected: (!asked.is_empty()).then(|| asked.clone()),
+                passkey: None,
             };
             if let Ok(decided) = countersign(&v, &fx.cs, input, now) {
                 out.push((

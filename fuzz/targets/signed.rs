@@ -223,6 +223,7 @@ pub fn run(data: &[u8]) -> u64 {
         channel,
         view_text: &view_text,
         collected: collected.clone(),
+        passkey: None,
     };
     let decided = countersign(&v, &fx.cs, input, now);
     out ^= variant(0x6373, &decided.as_ref().map(|_| ())).rotate_left(9);

@@ -108,6 +108,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         channel: args.channel.into(),
         view_text: &view_text,
         collected: None,
+        passkey: None,
     };
     let decided = countersign(&verified, &key, input, now)?;
     write_out(out, &decided)?;

@@ -250,6 +250,7 @@ impl Cs {
                 channel: request.channel,
                 view_text: shown(view, request.channel).0,
                 collected: collected.clone(),
+                passkey: None,
             },
             now,
         )

@@ -13,4 +13,4 @@ pub use payload::{
     Cheq, CheqError, CountersignFields, CountersignableError, InputType, Parameter, ParameterInput,
 };
 pub use uri::{UriPack, UriPackError};
-pub use vocab::{Channel, ConfirmationStatus, Decision, DecisionAnswer};
+pub use vocab::{Assurance, Channel, ConfirmationStatus, Decision, DecisionAnswer};

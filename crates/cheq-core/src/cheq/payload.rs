@@ -26,6 +26,8 @@ pub const MIN_NONCE_BYTES: usize = 16;
 pub enum CheqError {
     #[error("payload: {0}")]
     Json(#[from] JsonError),
+    #[error("payload member \"assurance\" is {0:?}; only \"passkey\" is understood")]
+    UnknownAssurance(String),
     #[error("payload member \"{0}\" is missing")]
     Missing(String),
     #[error("payload member \"{member}\" must be {expected}")]
@@ -143,6 +145,8 @@ pub struct Cheq {
     pub subject: Option<String>,
     pub expires: Option<String>,
     pub language: String,
+    /// What an acceptance must carry beyond the CS's word (`assurance`).
+    pub assurance: Option<super::vocab::Assurance>,
 }
 
 /// What a countersignable payload guarantees, already parsed.
@@ -208,6 +212,12 @@ impl Cheq {
         let confirmation_uri = optional_str(&members, "confirmation uri")?;
         let subject = optional_str(&members, "subject")?;
         let expires = optional_str(&members, "expires")?;
+        let assurance = match optional_str(&members, "assurance")? {
+            None => None,
+            Some(word) => Some(
+                super::vocab::Assurance::parse(&word).ok_or(CheqError::UnknownAssurance(word))?,
+            ),
+        };
         drop(members);
         Ok(Cheq {
             raw: bytes.to_vec(),
@@ -222,6 +232,7 @@ impl Cheq {
             subject,
             expires,
             language,
+            assurance,
         })
     }
 

@@ -50,6 +50,28 @@ impl std::fmt::Display for Decision {
     }
 }
 
+/// What the RS asks of an acceptance beyond the CS's word (payload member
+/// `assurance`): `passkey`, an assertion of the user's own authenticator
+/// bound to the decision (header member `cheq_passkey`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Assurance {
+    Passkey,
+}
+
+impl Assurance {
+    /// The wire word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Assurance::Passkey => "passkey",
+        }
+    }
+
+    /// Reads the wire word; anything else is `None`.
+    pub fn parse(s: &str) -> Option<Self> {
+        (s == "passkey").then_some(Assurance::Passkey)
+    }
+}
+
 /// Where the user saw the CHEQ (`cheq_channel`, §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -27,7 +27,7 @@ impl Role {
 /// The `typ` every CHEQ signature carries.
 pub const TYP: &str = "cheq+jws";
 /// The critical header parameters this implementation understands.
-pub const UNDERSTOOD_CRIT: &[&str] = &["cheq_decision"];
+pub const UNDERSTOOD_CRIT: &[&str] = &["cheq_decision", "cheq_passkey"];
 
 /// The claims of a confirmation signature (§5), as verified or as to be signed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +44,9 @@ pub struct ConfirmationClaims {
     pub rs_sig: String,
     /// Values the user supplied (§8), by parameter name.
     pub collected: Option<IndexMap<String, String>>,
+    /// The passkey assertion bound to this decision (`cheq_passkey`): the
+    /// member's JSON object.
+    pub passkey: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Serialize)]
@@ -82,7 +85,11 @@ pub fn confirmation_header_json(alg: Algorithm, kid: &str, c: &ConfirmationClaim
     out.push_str(TYP);
     out.push_str("\",\"cheq_role\":\"");
     out.push_str(Role::Confirmation.as_str());
-    out.push_str("\",\"crit\":[\"cheq_decision\"],\"cheq_decision\":\"");
+    out.push_str(if c.passkey.is_some() {
+        "\",\"crit\":[\"cheq_decision\",\"cheq_passkey\"],\"cheq_decision\":\""
+    } else {
+        "\",\"crit\":[\"cheq_decision\"],\"cheq_decision\":\""
+    });
     out.push_str(c.decision.as_str());
     out.push_str("\",\"sub\":");
     push_json_str(&mut out, &c.sub);
@@ -114,6 +121,10 @@ pub fn confirmation_header_json(alg: Algorithm, kid: &str, c: &ConfirmationClaim
             push_json_str(&mut out, value);
         }
         out.push('}');
+    }
+    if let Some(passkey) = &c.passkey {
+        out.push_str(",\"cheq_passkey\":");
+        out.push_str(&serde_json::Value::Object(passkey.clone()).to_string());
     }
     out.push('}');
     out
@@ -207,6 +218,7 @@ mod tests {
                 view: format!("v{text}"),
                 rs_sig: "AbC-_9".repeat(7),
                 collected,
+                passkey: None,
             };
             let kid = format!("kid{text}");
             let reference = serde_json::to_string(&Reference {
@@ -232,5 +244,32 @@ mod tests {
                 "for {text:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_passkey_member_is_written_last_and_marked_critical() {
+        let mut passkey = serde_json::Map::new();
+        passkey.insert("id".into(), "Y3JlZA".into());
+        passkey.insert("client_data".into(), "e30\"x".into());
+        let claims = ConfirmationClaims {
+            decision: Decision::Accept,
+            sub: "alice".into(),
+            iat: 1,
+            auth_time: 1,
+            amr: vec!["hwk".into()],
+            channel: Channel::Html,
+            view: "v".into(),
+            rs_sig: "r".into(),
+            collected: None,
+            passkey: Some(passkey.clone()),
+        };
+        let text = confirmation_header_json(Algorithm::EdDsa, "k", &claims);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            v["crit"],
+            serde_json::json!(["cheq_decision", "cheq_passkey"])
+        );
+        assert_eq!(v["cheq_passkey"], serde_json::Value::Object(passkey));
+        assert!(text.ends_with("}}"), "{text}");
     }
 }

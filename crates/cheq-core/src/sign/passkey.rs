@@ -317,6 +317,34 @@ pub fn verify(
     })
 }
 
+/// Checks the `cheq_passkey` member of a confirmation header against what
+/// the same header and the payload say (§5 rule 6): the challenge of its
+/// `cheq_rs_sig`, `cheq_view`, decision and `cheq_collected`, the origin
+/// and RP ID of `confirmation_uri`.
+pub fn check_member(
+    member: &Map<String, Value>,
+    claims: &super::header::ConfirmationClaims,
+    confirmation_uri: &str,
+) -> Result<BoundAssertion, PasskeyError> {
+    let assertion = PasskeyAssertion::from_json(&Value::Object(member.clone()))?;
+    let digest32 = |s: &str| -> Option<[u8; 32]> { b64::decode(s)?.try_into().ok() };
+    let (Some(rs), Some(view)) = (digest32(&claims.rs_sig), digest32(&claims.view)) else {
+        return Err(PasskeyError::WrongChallenge);
+    };
+    let challenge = challenge(&rs, &view, claims.decision, claims.collected.as_ref());
+    let url = url::Url::parse(confirmation_uri).map_err(|_| PasskeyError::WrongOrigin)?;
+    let origin = url.origin().ascii_serialization();
+    let rp_id = url.host_str().ok_or(PasskeyError::WrongRpId)?;
+    verify(
+        &assertion,
+        Expected {
+            challenge: &challenge,
+            origin: &origin,
+            rp_id,
+        },
+    )
+}
+
 /// `client_data`: strict JSON (no duplicate member), `type` (`webauthn.get`
 /// for an assertion, `webauthn.create` when a credential is registered),
 /// `challenge`, `origin`, `crossOrigin`.

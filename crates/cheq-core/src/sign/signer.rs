@@ -37,6 +37,31 @@ pub enum CountersignError {
     CollectedNotAnInput(String),
     #[error("a value for \"{0}\" is required to accept")]
     RequiredInputMissing(String),
+    #[error("this CHEQ asks for the user's passkey to accept, and no assertion was given")]
+    PasskeyRequired,
+    #[error("the passkey assertion: {0}")]
+    Passkey(super::passkey::PasskeyError),
+}
+
+/// The CS checks a passkey assertion before it signs, as every verifier
+/// will after (§5 rule 6); an acceptance of a CHEQ that asks for one must
+/// carry one.
+fn check_passkey(
+    verified: &VerifiedCheq,
+    claims: &ConfirmationClaims,
+) -> Result<(), CountersignError> {
+    use super::passkey;
+    let Some(member) = &claims.passkey else {
+        if claims.decision == Decision::Accept
+            && verified.cheq().assurance == Some(crate::cheq::Assurance::Passkey)
+        {
+            return Err(CountersignError::PasskeyRequired);
+        }
+        return Ok(());
+    };
+    passkey::check_member(member, claims, &verified.fields().confirmation_uri)
+        .map(|_| ())
+        .map_err(CountersignError::Passkey)
 }
 
 /// Signs `payload` (its exact bytes, never re-serialised) as the resource server.
@@ -73,6 +98,9 @@ pub struct DecisionInput<'a> {
     /// The exact text the user was shown or read; `cheq_view` is its SHA-256.
     pub view_text: &'a str,
     pub collected: Option<IndexMap<String, String>>,
+    /// The passkey assertion bound to this decision (`cheq_passkey`), when
+    /// the user's authenticator made one.
+    pub passkey: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Countersigns a verified CHEQ with the user's decision, at `now`.
@@ -139,7 +167,9 @@ pub fn countersign(
         view: b64::sha256(input.view_text.as_bytes()),
         rs_sig: verified.rs_sig_digest().to_owned(),
         collected: input.collected,
+        passkey: input.passkey,
     };
+    check_passkey(verified, &claims)?;
     let (payload_b64, rs_protected, rs_signature) = verified.parts();
     let protected = b64::encode(confirmation_header_json(
         Algorithm::EdDsa,

@@ -36,8 +36,8 @@ use crate::cheq::{Cheq, CheqError, CountersignFields, CountersignableError};
 use chrono::{DateTime, Utc};
 use rules::{
     check_collected, check_count, check_decided_in_time, check_decision, check_header,
-    check_not_dated_in_future, check_not_expired, check_resource_signature, check_role,
-    check_rs_sig, check_signature, read_claims, read_payload,
+    check_not_dated_in_future, check_not_expired, check_passkey, check_resource_signature,
+    check_role, check_rs_sig, check_signature, read_claims, read_payload,
 };
 
 /// Clock skew allowed on expiry and on `date` (§4, §5 rule 4).
@@ -131,10 +131,18 @@ pub enum VerifyError {
     DatedInFuture { date: String, now: String },
     #[error("the decision was signed after the CHEQ expired")]
     DecidedAfterExpiry,
+    // Rule 6: a passkey-bound decision.
+    #[error("signature {index}: \"cheq_passkey\" is not marked critical")]
+    PasskeyNotCritical { index: usize },
+    #[error("the CHEQ asks for a passkey and this acceptance carries none")]
+    PasskeyMissing,
+    #[error("the passkey assertion: {0}")]
+    Passkey(super::passkey::PasskeyError),
 }
 
 impl VerifyError {
-    /// The rule of PROTOCOL.md §5 that failed (1–4).
+    /// The rule of PROTOCOL.md §5 that failed (1–4, 6; rule 5, the nonce,
+    /// is the servers').
     pub fn rule(&self) -> u8 {
         use VerifyError::*;
         match self {
@@ -152,6 +160,7 @@ impl VerifyError {
             | Expired { .. }
             | DatedInFuture { .. }
             | DecidedAfterExpiry => 4,
+            PasskeyMissing | Passkey(_) => 6,
             _ => 1,
         }
     }
@@ -360,6 +369,7 @@ fn decision(
     check_rs_sig(&claims, rs)?;
     check_decision(&claims, expected)?;
     check_collected(&claims, &cheq)?;
+    check_passkey(&claims, &cheq, &fields)?;
     check_not_expired(&fields, ctx)?;
     check_not_dated_in_future(&fields, ctx)?;
     check_decided_in_time(&claims, &fields)?;

@@ -4,12 +4,12 @@
 use super::{Context, ResourceSignature, VerifyError, CLOCK_SKEW_SECS};
 use crate::cheq::json::{Node, Object};
 use crate::cheq::{Cheq, CountersignFields};
-use crate::sign::b64;
 use crate::sign::header::{
     string_member, ConfirmationClaims, Decision, Header, Role, TYP, UNDERSTOOD_CRIT,
 };
 use crate::sign::jws::{is_document, signing_input, RawDocument, RawSignature};
 use crate::sign::keys::{Algorithm, PublicKey};
+use crate::sign::{b64, passkey};
 use chrono::{DateTime, Utc};
 use indexmap::IndexMap;
 
@@ -264,6 +264,19 @@ pub(super) fn read_claims(
         ),
         Some(_) => return Err(bad("cheq_collected")),
     };
+    let passkey = match m.get("cheq_passkey") {
+        None => None,
+        Some(Node::Object(o)) => {
+            // A passkey assertion binds only if every verifier must check it.
+            let critical = matches!(m.get("crit"), Some(Node::Array(names))
+                if names.iter().any(|n| n.as_str() == Some("cheq_passkey")));
+            if !critical {
+                return Err(VerifyError::PasskeyNotCritical { index });
+            }
+            Some(o.to_map())
+        }
+        Some(_) => return Err(bad("cheq_passkey")),
+    };
     let iat = int("iat")?;
     let auth_time = int("auth_time")?;
     if auth_time > iat + CLOCK_SKEW_SECS {
@@ -279,6 +292,7 @@ pub(super) fn read_claims(
         view: digest("cheq_view")?,
         rs_sig: digest("cheq_rs_sig")?,
         collected,
+        passkey,
     })
 }
 
@@ -324,6 +338,31 @@ pub(super) fn check_collected(claims: &ConfirmationClaims, cheq: &Cheq) -> Resul
         }
     }
     Ok(())
+}
+
+// ---- rule 6 ---------------------------------------------------------------
+
+/// The passkey assertion, when the header carries one or the payload asks
+/// for one on an acceptance: well formed, for the challenge of this very
+/// decision, at the origin and RP ID of the payload's confirmation URI,
+/// with UP and UV, signed by the credential's key.
+pub(super) fn check_passkey(
+    claims: &ConfirmationClaims,
+    cheq: &Cheq,
+    fields: &CountersignFields,
+) -> Result<(), VerifyError> {
+    let member = match &claims.passkey {
+        Some(m) => m,
+        None if claims.decision == Decision::Accept
+            && cheq.assurance == Some(crate::cheq::Assurance::Passkey) =>
+        {
+            return Err(VerifyError::PasskeyMissing)
+        }
+        None => return Ok(()),
+    };
+    passkey::check_member(member, claims, &fields.confirmation_uri)
+        .map(|_| ())
+        .map_err(VerifyError::Passkey)
 }
 
 // ---- rule 4 ---------------------------------------------------------------
