@@ -96,7 +96,44 @@ async function signInWithPasskey(button) {
   }
 }
 
+/** §14: Accept on a page whose request asks for a passkey gets the
+ * assertion over this very decision first, then posts the form with it. */
+async function acceptWithPasskey(form, accept) {
+  try {
+    const body = new URLSearchParams(new FormData(form));
+    body.set('decision', 'accept');
+    const res = await fetch(form.dataset.passkeyDecision, {
+      method: 'POST', credentials: 'same-origin', body,
+      headers: { accept: 'application/json' },
+    });
+    const answer = await res.json().catch(() => ({}));
+    if (!res.ok) throw new Error(answer.error_description || `the service answered ${res.status}`);
+    const o = answer.options;
+    o.challenge = b64u.dec(o.challenge);
+    o.allowCredentials = withIds(o.allowCredentials);
+    const cred = await navigator.credentials.get({ publicKey: o });
+    form.querySelector('input[name=passkey_id]').value = cred.id;
+    form.querySelector('input[name=passkey_client_data]').value = b64u.enc(cred.response.clientDataJSON);
+    form.querySelector('input[name=passkey_authenticator_data]').value = b64u.enc(cred.response.authenticatorData);
+    form.querySelector('input[name=passkey_signature]').value = b64u.enc(cred.response.signature);
+    form.dataset.passkeyDone = '1';
+    form.requestSubmit(accept);
+  } catch (e) {
+    say('passkey-status', `Not accepted: ${e.message}`);
+  }
+}
+
 document.addEventListener('DOMContentLoaded', () => {
+  const decision = document.querySelector('form[data-passkey-decision]');
+  if (decision) {
+    const accept = decision.querySelector('button[name=decision][value=accept]');
+    decision.addEventListener('submit', (event) => {
+      if (event.submitter === accept && !decision.dataset.passkeyDone) {
+        event.preventDefault();
+        acceptWithPasskey(decision, accept);
+      }
+    });
+  }
   const supported = !!(window.PublicKeyCredential && navigator.credentials);
   for (const el of document.querySelectorAll('[data-passkey]')) {
     if (!supported) {

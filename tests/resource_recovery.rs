@@ -88,6 +88,7 @@ fn mint_request() -> MintRequest {
         parameters: vec![json!({"parameter name": "flight number", "parameter value": "UA23"})],
         subject: "alice".into(),
         language: None,
+        assurance: None,
         ttl: Duration::seconds(600),
         action: json!({"tool": "book_flight", "inputs": {"flight_number": "UA23", "price_usd": 500}}),
     }
@@ -464,6 +465,7 @@ fn ttl_is_bounded() {
         parameters: vec![],
         subject: "alice".into(),
         language: None,
+        assurance: None,
         ttl: Duration::seconds(MAX_TTL_SECS + 1),
         action: Value::Null,
     };

@@ -45,9 +45,10 @@ pub struct Args {
     /// one port (--rs-port): no separate confirmation server.
     #[arg(long)]
     pub colocated: bool,
-    /// Serve on http://localhost:PORT rather than http://127.0.0.1:PORT:
-    /// browsers use passkeys on `localhost` and refuse them on an IP
-    /// address. (Add one at /account once signed in.)
+    /// Passkeys: serve on http://localhost:PORT rather than
+    /// http://127.0.0.1:PORT (browsers use passkeys on `localhost` and
+    /// refuse them on an IP address), and let the RS ask for the user's
+    /// passkey to accept its tools' confirmations (add one at /account).
     #[arg(long)]
     pub passkeys: bool,
 }
@@ -344,6 +345,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         "# Written by `cheq demo`: the reference resource server.\n{database}{}",
         pair.rs_toml().map_err(server)?
     );
+    rs_toml.push_str(passkey_policy(&args));
     let mut cs_toml = format!(
         "# Written by `cheq demo`: the confirmation server.\n{database}{}\n[[gateways]]\nclient_id = \"voice-gw\"\nsecret_hash = \"{gateway_hash}\"\n",
         pair.cs_toml().map_err(server)?
@@ -414,6 +416,15 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     })
 }
 
+/// `--passkeys`: the RS asks for the user's passkey on its two tools (§14).
+fn passkey_policy(args: &Args) -> &'static str {
+    if args.passkeys {
+        "\n[policy]\npasskey_tools = [\"book_flight\", \"transfer_funds\"]\n"
+    } else {
+        ""
+    }
+}
+
 /// The demo's voice gateway: its secret's hash, and how the demo names it.
 struct Gateway {
     hash: String,
@@ -448,6 +459,7 @@ fn run_colocated(
         "confirmation.identity_providers",
     )?;
     rs_toml.push_str(&tables);
+    rs_toml.push_str(passkey_policy(args));
     let dir = &args.data_dir;
     // The two-server demo's files would name another shape: gone.
     let _ = std::fs::remove_file(dir.join("cs.toml"));

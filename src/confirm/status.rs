@@ -3,7 +3,7 @@
 //! [`super::api`], PROTOCOL.md §10), so that the same error never gets two
 //! statuses.
 
-use super::flow::CsError;
+use super::flow::{CsError, PasskeyProblem};
 use actix_web::http::StatusCode;
 
 /// Seconds a client is asked to wait when the CS cannot sign (an operator
@@ -36,6 +36,12 @@ pub fn of(e: &CsError) -> (StatusCode, &'static str) {
         CsError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         CsError::SigningUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "signing_unavailable"),
         CsError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "server_error"),
+        CsError::Passkey(PasskeyProblem::NoPasskey | PasskeyProblem::Required) => {
+            (StatusCode::FORBIDDEN, "passkey_required")
+        }
+        CsError::Passkey(PasskeyProblem::NotYours | PasskeyProblem::CounterWentBack) => {
+            (StatusCode::FORBIDDEN, "passkey_refused")
+        }
     }
 }
 
@@ -110,6 +116,10 @@ pub fn every_error() -> Vec<(CsError, u16)> {
         (CsError::MethodNotAllowed, 405),
         (CsError::PayloadTooLarge, 413),
         (CsError::Busy, 503),
+        (CsError::Passkey(PasskeyProblem::NoPasskey), 403),
+        (CsError::Passkey(PasskeyProblem::Required), 403),
+        (CsError::Passkey(PasskeyProblem::NotYours), 403),
+        (CsError::Passkey(PasskeyProblem::CounterWentBack), 403),
         (
             CsError::KeysPending {
                 origin: "http://rs".into(),

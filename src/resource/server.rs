@@ -149,6 +149,7 @@ pub async fn build_state_with(
         catalogue: tools::catalogue(),
         policy: Policy {
             book_flight_threshold_usd: config.policy.book_flight_threshold_usd,
+            passkey_tools: config.policy.passkey_tools.clone(),
         },
         cheq_ttl: Duration::seconds(config.cheq_ttl_secs),
         retry_after_secs: config.retry_after_secs,
@@ -462,6 +463,7 @@ async fn invoke_tool(
         &inputs,
         &subject,
         state.cheq_ttl,
+        &state.policy,
     );
     let minted = state.cheq.mint_async(request).await?;
     // The resource and result URIs are capabilities: never logged.

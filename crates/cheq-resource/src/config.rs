@@ -99,12 +99,17 @@ pub struct PolicyConfig {
     /// `book_flight` needs confirmation when `price_usd` is above this.
     #[serde(default = "default_threshold")]
     pub book_flight_threshold_usd: i64,
+    /// The tools whose confirmations ask the user to accept with their
+    /// passkey (§14): `book_flight`, `transfer_funds`.
+    #[serde(default)]
+    pub passkey_tools: Vec<String>,
 }
 
 impl Default for PolicyConfig {
     fn default() -> Self {
         PolicyConfig {
             book_flight_threshold_usd: default_threshold(),
+            passkey_tools: Vec::new(),
         }
     }
 }

@@ -351,9 +351,11 @@ pub fn find(catalogue: &[Tool], id_or_name: &str) -> Option<Tool> {
 }
 
 /// The confirmation policy.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Policy {
     pub book_flight_threshold_usd: i64,
+    /// The tools whose confirmations ask for the user's passkey (§14).
+    pub passkey_tools: Vec<String>,
 }
 
 impl Policy {
@@ -384,6 +386,7 @@ pub fn cheq_request(
     inputs: &IndexMap<String, Value>,
     subject: &str,
     ttl: Duration,
+    policy: &Policy,
 ) -> MintRequest {
     let operation = format!("{base_url}/tools/{}:invoke", tool.tool_id);
     let (operation_name, parameters) = match tool.name {
@@ -420,6 +423,11 @@ pub fn cheq_request(
         parameters,
         subject: subject.to_owned(),
         language: Some("en".to_owned()),
+        assurance: policy
+            .passkey_tools
+            .iter()
+            .any(|t| t == tool.name)
+            .then_some(cheq_core::cheq::Assurance::Passkey),
         ttl,
         action: json!({"tool": tool.name, "inputs": action}),
     }
@@ -623,7 +631,12 @@ mod tests {
             &inputs,
             "alice",
             Duration::minutes(5),
+            &Policy {
+                book_flight_threshold_usd: 100,
+                passkey_tools: vec![],
+            },
         );
+        assert_eq!(req.assurance, None);
         let price = req
             .parameters
             .iter()
@@ -646,7 +659,12 @@ mod tests {
             &IndexMap::new(),
             "alice",
             Duration::minutes(5),
+            &Policy {
+                book_flight_threshold_usd: 100,
+                passkey_tools: vec!["transfer_funds".into()],
+            },
         );
+        assert_eq!(req.assurance, Some(cheq_core::cheq::Assurance::Passkey));
         let amount = req
             .parameters
             .iter()

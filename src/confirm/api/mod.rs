@@ -520,6 +520,8 @@ fn decision_request(body: &Value) -> Result<DecisionRequest, JsonError> {
         view_digest: Some(view_digest),
         collected: Collected::ByName(collected),
         warnings_acknowledged,
+        // A voice decision cannot carry a passkey (§14).
+        passkey: None,
     })
 }
 

@@ -3,7 +3,7 @@
 
 use super::pages::{
     render, status_line, time_left, when, ConfirmPage, HistoryPage, HistoryRow, LoginPage,
-    OutcomePage, ProviderLink, StartPage,
+    OutcomePage, PasskeyNeed, ProviderLink, StartPage,
 };
 use super::{
     check_csrf, removal, safe_next, see_other, session_cookie, set_cookie, to_login, CsState,
@@ -40,6 +40,22 @@ fn outcome(state: &CsState, me: &SignedIn, r: &DecisionRecord, earlier: bool) ->
     Ok(html(StatusCode::OK, render(&page)?))
 }
 
+/// Whether the page's Accept needs the user's passkey (§14).
+fn passkey_need(state: &CsState, me: &SignedIn, open: &Open) -> Result<PasskeyNeed, CsError> {
+    if open.verified().cheq().assurance != Some(crate::cheq::Assurance::Passkey) {
+        return Ok(PasskeyNeed::None);
+    }
+    let has = state
+        .accounts
+        .get(&me.who.sub)?
+        .is_some_and(|a| !a.passkeys.is_empty());
+    Ok(if has {
+        PasskeyNeed::Ask
+    } else {
+        PasskeyNeed::Missing
+    })
+}
+
 fn confirm_page(
     state: &CsState,
     me: &SignedIn,
@@ -57,6 +73,7 @@ fn confirm_page(
         entered,
         cs_origin: state.cs.cs_origin(),
         expires_in: time_left(&open.view.expires, state.cs.now()),
+        passkey: passkey_need(state, me, open)?,
     };
     Ok(html(status, render(&page)?))
 }
@@ -463,6 +480,37 @@ impl DecisionForm {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The decision the form asks for; with the fields of a passkey
+    /// assertion (`passkey_*`, base64url) when the page's script got one.
+    fn request(&self) -> Result<DecisionRequest, CsError> {
+        let decision = self
+            .field("decision")
+            .and_then(Decision::parse)
+            .ok_or(CsError::BadRequest(BadRequest::Decision))?;
+        let bytes = |name: &'static str| {
+            self.field(name)
+                .and_then(crate::sign::b64::decode)
+                .ok_or(CsError::BadRequest(BadRequest::MissingField(name)))
+        };
+        let passkey = match self.field("passkey_id").filter(|v| !v.is_empty()) {
+            None => None,
+            Some(id) => Some(crate::confirm::passkeys::AssertionAnswer {
+                id: id.to_owned(),
+                client_data: bytes("passkey_client_data")?,
+                authenticator_data: bytes("passkey_authenticator_data")?,
+                signature: bytes("passkey_signature")?,
+            }),
+        };
+        Ok(DecisionRequest {
+            decision,
+            channel: Channel::Html,
+            view_digest: Some(self.field("view").unwrap_or_default().to_owned()),
+            collected: Collected::ByIndex(self.inputs()),
+            warnings_acknowledged: self.field("acknowledge_warnings") == Some("yes"),
+            passkey,
+        })
+    }
+
     fn inputs(&self) -> Vec<(usize, String)> {
         self.fields
             .iter()
@@ -482,18 +530,8 @@ pub(super) async fn decide(
 ) -> Page {
     let form = DecisionForm::parse(&body)?;
     check_csrf(&state, &me.session_id, form.field("csrf"))?;
-    let decision = form
-        .field("decision")
-        .and_then(Decision::parse)
-        .ok_or(CsError::BadRequest(BadRequest::Decision))?;
+    let request = form.request()?;
     let typed = form.inputs();
-    let request = DecisionRequest {
-        decision,
-        channel: Channel::Html,
-        view_digest: Some(form.field("view").unwrap_or_default().to_owned()),
-        collected: Collected::ByIndex(typed.clone()),
-        warnings_acknowledged: form.field("acknowledge_warnings") == Some("yes"),
-    };
     match state.cs.decide(&id, &me.who, request).await {
         Ok(d) => outcome(&state, &me, &d.record, d.earlier),
         Err(DecideError::Other(CsError::Reauthenticate { max_age_secs })) => {
@@ -520,6 +558,34 @@ pub(super) async fn decide(
                 &entered,
             )
         }
+    }
+}
+
+/// `POST /c/{id}/passkey`: the request options of an acceptance with the
+/// user's passkey (§14), for the decision form as filled in (JSON; the
+/// page's script asks the authenticator with them, then posts the form).
+pub(super) async fn decision_passkey(
+    state: web::Data<CsState>,
+    me: SignedIn,
+    id: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, crate::httpkit::JsonError> {
+    let json_error = |e: CsError| {
+        let (status, code) = crate::confirm::status::of(&e);
+        crate::httpkit::JsonError::new(status, code, super::pages::message(&e))
+    };
+    let form = DecisionForm::parse(&body).map_err(json_error)?;
+    check_csrf(&state, &me.session_id, form.field("csrf")).map_err(json_error)?;
+    let mut request = form.request().map_err(json_error)?;
+    request.decision = Decision::Accept;
+    match state.cs.passkey_options(&id, &me.who, &request).await {
+        Ok(options) => Ok(HttpResponse::Ok().json(serde_json::json!({ "options": options }))),
+        Err(DecideError::Other(e)) => Err(json_error(e)),
+        Err(DecideError::Input { .. }) => Err(crate::httpkit::JsonError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+            "some values are missing or not valid: submit the form to see which",
+        )),
     }
 }
 

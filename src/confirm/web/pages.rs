@@ -54,9 +54,29 @@ pub struct ConfirmPage<'a> {
     pub cs_origin: &'a str,
     /// How long is left until `v.expires`, in words ("in 9 minutes").
     pub expires_in: String,
+    /// Whether accepting needs the user's passkey (§14), and whether they
+    /// have one.
+    pub passkey: PasskeyNeed,
+}
+
+/// What a confirmation page says of passkeys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PasskeyNeed {
+    /// The request does not ask for one.
+    None,
+    /// It asks, and the user has a passkey: Accept asks the authenticator.
+    Ask,
+    /// It asks, and the user has none yet.
+    Missing,
 }
 
 impl ConfirmPage<'_> {
+    pub fn passkey_asked(&self) -> bool {
+        self.passkey != PasskeyNeed::None
+    }
+    pub fn passkey_missing(&self) -> bool {
+        self.passkey == PasskeyNeed::Missing
+    }
     pub fn error_for(&self, name: &str) -> Option<&str> {
         self.problems.for_field(name)
     }
@@ -261,6 +281,7 @@ pub fn title(e: &CsError) -> &'static str {
         CsError::Unavailable(_) => "Temporarily unavailable",
         CsError::SigningUnavailable(_) => "Cannot sign right now",
         CsError::Internal(_) => "Something went wrong",
+        CsError::Passkey(_) => "Your passkey is needed",
     }
 }
 

@@ -9,7 +9,7 @@
 //! anything is delivered.
 
 use super::inputs::{validate_collected, Collected, InputProblems};
-use super::{owned, stripe, Cs, CsError, Internal, Open, PAGE_DEADLINE};
+use super::{owned, stripe, Cs, CsError, Internal, Open, PasskeyProblem, PAGE_DEADLINE};
 use crate::seal::collected_digests;
 use crate::view::CheqView;
 use cheq_core::cheq::{Channel, Decision};
@@ -30,6 +30,9 @@ pub struct DecisionRequest {
     pub collected: Collected,
     /// The user took the extra step that accepting despite warnings needs.
     pub warnings_acknowledged: bool,
+    /// The user's authenticator's assertion over this decision's challenge
+    /// (§14), when the page asked for one.
+    pub passkey: Option<crate::passkeys::AssertionAnswer>,
 }
 
 /// The outcome of a decision request.
@@ -95,50 +98,14 @@ impl Cs {
         who: &Identity,
         request: DecisionRequest,
     ) -> Result<Decided, DecideError> {
-        let entry = self.entry(id)?;
-        // A page kept here has not been decided here (a decision forgets
-        // it), and a decision made elsewhere on its CHEQ is found by its
-        // nonce before signing: the store is asked by resource URI only
-        // when the page must be fetched again, so that an earlier decision
-        // is shown rather than the RS's refusal to serve it.
-        let kept = self.kept(id, &entry);
-        if kept.is_none() {
-            if let Some(record) = self.earlier(&entry.resource_uri)? {
-                return Ok(earlier(record, who)?);
-            }
-        }
-        self.check_fresh(&entry.resource_uri, who)?;
-        let open = match kept {
-            Some(open) => open,
-            None => self.shown(id, &entry).await?,
+        let (entry, open, collected) = match self.prepare(id, who, &request).await? {
+            Prepared::Earlier(decided) => return Ok(decided),
+            Prepared::Ready {
+                entry,
+                open,
+                collected,
+            } => (entry, open, collected),
         };
-        let verified = open.verified();
-        if !who.is(&verified.fields().subject) {
-            return Err(CsError::WrongUser {
-                subject: verified.fields().subject.clone(),
-                user: who.sub.clone(),
-            }
-            .into());
-        }
-        let (_, digest) = shown(&open.view, request.channel);
-        if request.view_digest.as_deref().is_some_and(|d| d != digest) {
-            return Err(CsError::Changed.into());
-        }
-        let by_name = request.collected.by_name(verified);
-        let collected = match validate_collected(verified, request.decision, &by_name) {
-            Ok(c) => c,
-            Err(problems) => return Err(DecideError::Input { problems, open }),
-        };
-        if request.decision == Decision::Accept
-            && !open.view.warnings.is_empty()
-            && !request.warnings_acknowledged
-        {
-            let problems = InputProblems {
-                fields: Vec::new(),
-                warnings_unacknowledged: true,
-            };
-            return Err(DecideError::Input { problems, open });
-        }
         let decided = match &self.store.flusher {
             // Signed and written here, then awaited on disk: no thread is
             // held for the flush. The record's lock is released
@@ -234,6 +201,7 @@ impl Cs {
             return Ok(earlier(record, who)?);
         }
         let now = self.clock.now();
+        let passkey = self.passkey_member(who, request, verified)?;
         let signer = self
             .keys
             .signer()
@@ -250,7 +218,7 @@ impl Cs {
                 channel: request.channel,
                 view_text: shown(view, request.channel).0,
                 collected: collected.clone(),
-                passkey: None,
+                passkey: passkey.as_ref().map(|p| p.member.clone()),
             },
             now,
         )
@@ -301,6 +269,9 @@ impl Cs {
         };
         match claimed.map_err(CsError::from)? {
             Claim::Fresh => {
+                if let Some(used) = passkey {
+                    self.passkey_used(used, now.timestamp());
+                }
                 self.metrics()
                     .decisions
                     .with_label_values(&[record.decision.as_str()])
@@ -321,6 +292,219 @@ impl Cs {
             // Its record was collected as old history: the countersignature
             // just made goes nowhere (§6: the nonce was countersigned once).
             Claim::Collected => Err(CsError::DecidedBefore.into()),
+        }
+    }
+}
+
+/// A decision checked against what was shown, before it is signed.
+enum Prepared {
+    /// Decided before: nothing to sign.
+    Earlier(Decided),
+    Ready {
+        entry: cheq_store::cs::ConfirmationEntry,
+        open: Arc<Open>,
+        collected: Option<IndexMap<String, String>>,
+    },
+}
+
+impl Cs {
+    /// Everything a decision checks before it is signed: the entry, the
+    /// page shown (kept, or fetched and verified again), the user, the
+    /// view, the typed values, the warnings.
+    async fn prepare(
+        self: &Arc<Self>,
+        id: &str,
+        who: &Identity,
+        request: &DecisionRequest,
+    ) -> Result<Prepared, DecideError> {
+        let entry = self.entry(id)?;
+        // A page kept here has not been decided here (a decision forgets
+        // it), and a decision made elsewhere on its CHEQ is found by its
+        // nonce before signing: the store is asked by resource URI only
+        // when the page must be fetched again, so that an earlier decision
+        // is shown rather than the RS's refusal to serve it.
+        let kept = self.kept(id, &entry);
+        if kept.is_none() {
+            if let Some(record) = self.earlier(&entry.resource_uri)? {
+                return Ok(Prepared::Earlier(earlier(record, who)?));
+            }
+        }
+        self.check_fresh(&entry.resource_uri, who)?;
+        let open = match kept {
+            Some(open) => open,
+            None => self.shown(id, &entry).await?,
+        };
+        let verified = open.verified();
+        if !who.is(&verified.fields().subject) {
+            return Err(CsError::WrongUser {
+                subject: verified.fields().subject.clone(),
+                user: who.sub.clone(),
+            }
+            .into());
+        }
+        let (_, digest) = shown(&open.view, request.channel);
+        if request.view_digest.as_deref().is_some_and(|d| d != digest) {
+            return Err(CsError::Changed.into());
+        }
+        let by_name = request.collected.by_name(verified);
+        let collected = match validate_collected(verified, request.decision, &by_name) {
+            Ok(c) => c,
+            Err(problems) => return Err(DecideError::Input { problems, open }),
+        };
+        if request.decision == Decision::Accept
+            && !open.view.warnings.is_empty()
+            && !request.warnings_acknowledged
+        {
+            let problems = InputProblems {
+                fields: Vec::new(),
+                warnings_unacknowledged: true,
+            };
+            return Err(DecideError::Input { problems, open });
+        }
+        Ok(Prepared::Ready {
+            entry,
+            open,
+            collected,
+        })
+    }
+
+    /// The WebAuthn request options of an acceptance with the user's
+    /// passkey (§14): the challenge of exactly this decision (this CHEQ,
+    /// the view shown, `accept`, the values typed), and the user's
+    /// passkeys. The challenge needs no state here: an assertion over it
+    /// fits this decision alone, and a decision is signed once.
+    pub async fn passkey_options(
+        self: &Arc<Self>,
+        id: &str,
+        who: &Identity,
+        request: &DecisionRequest,
+    ) -> Result<serde_json::Value, DecideError> {
+        let (open, collected) = match self.prepare(id, who, request).await? {
+            Prepared::Earlier(_) => return Err(CsError::DecidedBefore.into()),
+            Prepared::Ready {
+                open, collected, ..
+            } => (open, collected),
+        };
+        let account = self
+            .store
+            .accounts
+            .get(&who.sub)
+            .map_err(CsError::from)?
+            .filter(|a| !a.passkeys.is_empty())
+            .ok_or(CsError::Passkey(PasskeyProblem::NoPasskey))?;
+        let challenge = decision_challenge(&open, request, collected.as_ref())?;
+        let rp = crate::passkeys::RelyingParty::of(&self.public_url)
+            .ok_or(CsError::Internal(Internal::Missing("the relying party")))?;
+        Ok(crate::passkeys::request_options(
+            &rp,
+            &challenge,
+            &account.passkeys,
+        ))
+    }
+}
+
+/// The challenge of a decision (§14) as the countersignature will state it.
+fn decision_challenge(
+    open: &Open,
+    request: &DecisionRequest,
+    collected: Option<&IndexMap<String, String>>,
+) -> Result<[u8; 32], CsError> {
+    let digest = |s: &str| -> Option<[u8; 32]> { cheq_core::sign::b64::decode(s)?.try_into().ok() };
+    let (_, view) = shown(&open.view, request.channel);
+    match (digest(open.verified().rs_sig_digest()), digest(view)) {
+        (Some(rs), Some(view)) => Ok(cheq_core::sign::passkey::challenge(
+            &rs,
+            &view,
+            request.decision,
+            collected,
+        )),
+        _ => Err(CsError::Internal(Internal::Missing(
+            "the digests of the decision",
+        ))),
+    }
+}
+
+/// A passkey assertion ready for the header, and what to keep of it once
+/// the decision is recorded.
+struct PasskeyUse {
+    member: serde_json::Map<String, serde_json::Value>,
+    account: cheq_store::cs::Account,
+    index: usize,
+    sign_count: u32,
+}
+
+impl Cs {
+    /// The `cheq_passkey` member of this decision (§14), from the user's
+    /// own passkey: the credential must be one of the account's and its
+    /// counter must grow; an acceptance of a CHEQ that asks for a passkey
+    /// must carry one. (The countersigner then checks the assertion itself
+    /// against the challenge.)
+    fn passkey_member(
+        &self,
+        who: &Identity,
+        request: &DecisionRequest,
+        verified: &VerifiedCheq,
+    ) -> Result<Option<PasskeyUse>, CsError> {
+        let Some(answer) = &request.passkey else {
+            let asks = verified.cheq().assurance == Some(cheq_core::cheq::Assurance::Passkey);
+            if asks && request.decision == Decision::Accept {
+                return Err(CsError::Passkey(PasskeyProblem::Required));
+            }
+            return Ok(None);
+        };
+        let account = self
+            .store
+            .accounts
+            .get(&who.sub)?
+            .ok_or(CsError::Passkey(PasskeyProblem::NotYours))?;
+        let index = account
+            .passkeys
+            .iter()
+            .position(|p| p.id == answer.id)
+            .ok_or(CsError::Passkey(PasskeyProblem::NotYours))?;
+        let seen = answer
+            .authenticator_data
+            .get(33..37)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            .unwrap_or(0);
+        let kept = &account.passkeys[index];
+        let sign_count = crate::passkeys::counter_after(kept.sign_count, seen)
+            .map_err(|_| CsError::Passkey(PasskeyProblem::CounterWentBack))?;
+        let b64 = cheq_core::sign::b64::encode;
+        let mut member = serde_json::Map::new();
+        member.insert("id".into(), kept.id.clone().into());
+        member.insert("key".into(), serde_json::Value::Object(kept.key.clone()));
+        member.insert(
+            "authenticator_data".into(),
+            b64(&answer.authenticator_data).into(),
+        );
+        member.insert("client_data".into(), b64(&answer.client_data).into());
+        member.insert("signature".into(), b64(&answer.signature).into());
+        Ok(Some(PasskeyUse {
+            member,
+            account,
+            index,
+            sign_count,
+        }))
+    }
+
+    /// Keeps the counter and the time of use of a passkey that bound a
+    /// recorded decision. The decision stands if this write fails (the
+    /// next use checks against the older counter, which the next assertion
+    /// still passes).
+    fn passkey_used(&self, used: PasskeyUse, now: i64) {
+        let PasskeyUse {
+            mut account,
+            index,
+            sign_count,
+            ..
+        } = used;
+        if let Some(p) = account.passkeys.get_mut(index) {
+            p.sign_count = sign_count;
+            p.last_used = Some(now);
+        }
+        if let Err(e) = self.store.accounts.put(&account, true) {
+            log::warn!("keeping a passkey's counter: {e}");
         }
     }
 }

@@ -101,6 +101,21 @@ pub enum CsError {
     SigningUnavailable(Arc<KeyRingError>),
     #[error("internal error: {0}")]
     Internal(Internal),
+    #[error("{0}")]
+    Passkey(PasskeyProblem),
+}
+
+/// Why a decision that needs the user's passkey (§14) was not made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PasskeyProblem {
+    #[error("this request asks to be accepted with your passkey, and your account has none: add one on your account page, then come back")]
+    NoPasskey,
+    #[error("this request asks to be accepted with your passkey, on a page that can ask for it")]
+    Required,
+    #[error("this passkey is not one of your account's")]
+    NotYours,
+    #[error("the passkey's signature counter went back: it may have been copied")]
+    CounterWentBack,
 }
 
 impl From<StoreError> for CsError {

@@ -26,7 +26,7 @@ pub mod error;
 pub mod inputs;
 
 pub use decide::{DecideError, Decided, DecisionRequest};
-pub use error::{BadRequest, CsError, Internal};
+pub use error::{BadRequest, CsError, Internal, PasskeyProblem};
 pub use inputs::{Collected, InputProblems};
 
 use super::fetch::FetchError;

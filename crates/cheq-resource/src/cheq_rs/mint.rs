@@ -26,6 +26,9 @@ pub struct MintRequest {
     pub language: Option<String>,
     /// Lifetime; at most 24 h.
     pub ttl: Duration,
+    /// What an acceptance must carry beyond the CS's word (§14): `Some`
+    /// for a passkey of the user.
+    pub assurance: Option<cheq_core::cheq::Assurance>,
     /// What to run when accepted, given back to
     /// [`Operation::execute`](super::Operation::execute). Stored at rest: it
     /// must not hold anything the user alone may see.
@@ -101,7 +104,7 @@ impl CheqRs {
         let nonce = ordered_b64(now, NONCE_BYTES);
         let resource_uri = self.resource_uri(&id);
         let result_uri = self.result_uri(&result_id);
-        let payload = json!({
+        let mut payload = json!({
             "version": "1.0",
             "operation": req.operation,
             "operation name": req.operation_name,
@@ -114,6 +117,9 @@ impl CheqRs {
             "expires": expires.to_rfc3339_opts(SecondsFormat::Secs, true),
             "language": req.language.unwrap_or_else(|| "en".to_owned()),
         });
+        if let (Some(a), Some(map)) = (req.assurance, payload.as_object_mut()) {
+            map.insert("assurance".into(), a.as_str().into());
+        }
         let payload =
             serde_json::to_vec_pretty(&payload).map_err(|e| CheqRsError::Mint(e.to_string()))?;
         Cheq::parse(&payload).map_err(|e| CheqRsError::Mint(e.to_string()))?;
