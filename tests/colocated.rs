@@ -289,6 +289,16 @@ fn a_hosting_configuration_is_checked_when_read() {
             "[confirmation]\nembedded = true\n[confirmation_server]\nuri = \"http://127.0.0.1:1/confirm\"\njwks_file = \"x.json\"\n",
             "confirmation_server",
         ),
+        // No CHEQ leaves it: no confirmation-server client.
+        (
+            "[confirmation]\nembedded = true\n[[clients]]\nclient_id = \"cs\"\nclient_secret = \"cs-secret-1\"\nrole = \"cs\"\n",
+            "clients[0].role",
+        ),
+        // Keys of its own, under key ids of its own.
+        (
+            "key_id = \"k1\"\n[confirmation]\nembedded = true\nkey_id = \"k1\"\n",
+            "key id \"k1\"",
+        ),
     ];
     for (i, (tail, key)) in cases.into_iter().enumerate() {
         let path = dir.path().join(format!("rs{i}.toml"));
@@ -302,6 +312,21 @@ fn a_hosting_configuration_is_checked_when_read() {
         assert!(!ok, "{tail}: started\n{out}");
         assert!(err.contains(key), "{tail}: {err}");
     }
+    // The confirmation's key may not be the RS's own.
+    let other = tempfile::tempdir().unwrap();
+    let key = toml_path(&other.path().join("data/rs.jwk"));
+    let path = other.path().join("rs.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "listen = \"127.0.0.1:1\"\npublic_url = \"http://127.0.0.1:1\"\ndata_dir = \"{d}\"\nsigning_key = \"{key}\"\n[confirmation]\nembedded = true\nsigning_key = \"{key}\"\n",
+            d = toml_path(&other.path().join("data")),
+        ),
+    )
+    .unwrap();
+    let (ok, out, err) = cheq_cmd(&["resource-server", "--config", path.to_str().unwrap()]);
+    assert!(!ok, "one key for both: started\n{out}");
+    assert!(err.contains("confirmation.signing_key"), "{err}");
 }
 
 /// §10: a voice gateway confirms through the raw API of the RS that hosts
@@ -433,4 +458,35 @@ async fn the_hosted_confirmations_state_moves_with_store_export_confirmation() {
         "--confirmation",
     ]);
     assert!(!ok && err.contains("--confirmation"), "{err}");
+}
+
+/// `cheq migrate` on the file of an RS hosting its confirmation applies
+/// both schemas, once.
+#[test]
+fn migrate_applies_both_schemas_of_a_hosting_rs() {
+    if !cheq::store::testing::can_run(
+        "the hosted confirmation's migrations on PostgreSQL",
+        &[cheq::store::testing::Outside::Postgres],
+    ) {
+        return;
+    }
+    let url = cheq::store::pg::test_database("colocated_migrate").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(
+        dir.path(),
+        free_port(),
+        &format!("database_url = \"{url}\""),
+        "",
+    );
+    let path = path.to_str().unwrap();
+    let (ok, out, err) = cheq_cmd(&["migrate", "--config", path]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("rs schema") && out.contains("cs schema"),
+        "{out}"
+    );
+    assert!(!out.contains("(0 steps"), "{out}");
+    let (ok, again, err) = cheq_cmd(&["migrate", "--config", path]);
+    assert!(ok, "{err}");
+    assert_eq!(again.matches("(0 steps applied now)").count(), 2, "{again}");
 }

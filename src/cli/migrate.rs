@@ -16,10 +16,17 @@ pub struct Args {
 }
 
 pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
-    let (component, url, steps) = match super::store::Configured::load(&args.config)? {
-        super::store::Configured::Rs(c) => ("rs", c.database_url, crate::store::pg::rs::MIGRATIONS),
-        super::store::Configured::Cs(c) => ("cs", c.database_url, crate::store::pg::cs::MIGRATIONS),
-    };
+    use crate::store::pg::{cs, rs};
+    // An RS that serves the confirmation itself holds both schemas.
+    let (url, components): (_, Vec<(&str, &[crate::store::pg::Migration])>) =
+        match super::store::Configured::load(&args.config)? {
+            super::store::Configured::Rs(c) if c.embedded() => (
+                c.database_url.clone(),
+                vec![("rs", rs::MIGRATIONS), ("cs", cs::MIGRATIONS)],
+            ),
+            super::store::Configured::Rs(c) => (c.database_url, vec![("rs", rs::MIGRATIONS)]),
+            super::store::Configured::Cs(c) => (c.database_url, vec![("cs", cs::MIGRATIONS)]),
+        };
     let Some(url) = url else {
         return Err(CliError::Server(format!(
             "{}: no database_url (nor CHEQ_DATABASE_URL): the embedded database needs no migration",
@@ -27,15 +34,18 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         )));
     };
     let pg = crate::store::pg::Pg::new(&url.0, 1).map_err(|e| CliError::Server(e.to_string()))?;
-    let applied = pg
-        .migrate(component, steps)
-        .map_err(|e| CliError::Server(e.to_string()))?;
-    let version = steps.iter().map(|s| s.version).max().unwrap_or(0);
-    super::write_out(
-        out,
-        &format!(
-            "{component} schema at version {version} ({applied} step{} applied now)\n",
-            if applied == 1 { "" } else { "s" }
-        ),
-    )
+    for (component, steps) in components {
+        let applied = pg
+            .migrate(component, steps)
+            .map_err(|e| CliError::Server(e.to_string()))?;
+        let version = steps.iter().map(|s| s.version).max().unwrap_or(0);
+        super::write_out(
+            out,
+            &format!(
+                "{component} schema at version {version} ({applied} step{} applied now)\n",
+                if applied == 1 { "" } else { "s" }
+            ),
+        )?;
+    }
+    Ok(())
 }

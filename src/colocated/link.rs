@@ -69,7 +69,16 @@ impl RsLink for InProcess {
         document: &'a str,
     ) -> LinkFuture<'a, RsAnswer> {
         Box::pin(async move {
-            let id = Arc::new(self.id_of(resource_uri)?);
+            // A resource URI that is not this RS's is a refusal, as a 404
+            // over HTTP is: never retried.
+            let Ok(id) = self.id_of(resource_uri) else {
+                return Ok(RsAnswer::Refused {
+                    status: 404,
+                    error: "not_found".into(),
+                    description: "no such confirmation".into(),
+                });
+            };
+            let id = Arc::new(id);
             let body: Arc<[u8]> = Arc::from(document.as_bytes());
             let answer = self.cheq.decide_async(id, decision, body).await;
             match answer {

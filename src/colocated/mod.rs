@@ -110,6 +110,7 @@ pub async fn build_state(
 ) -> Result<Colocated, ColocatedError> {
     let cs_config = cs_config(config)?;
     let cs_keys = crate::confirm::server::open_keys(&cs_config, clock.clone())?;
+    check_keys_apart(config, &cs_keys, clock.clone())?;
     let rs = crate::resource::server::build_state_with(
         config,
         clock.clone(),
@@ -129,6 +130,43 @@ pub async fn build_state(
     let cs =
         crate::confirm::server::build_state_with(&cs_config, clock, cs_keys, Some(hosted)).await?;
     Ok(Colocated { rs, cs, cs_config })
+}
+
+/// The RS and the confirmation it hosts sign with keys of their own (§12),
+/// under key ids of their own: one published set holds both, and a set
+/// with one kid twice is refused by whoever reads it.
+fn check_keys_apart(
+    config: &RsConfig,
+    cs_keys: &crate::keyring::KeyRing,
+    clock: Arc<dyn Clock>,
+) -> Result<(), ColocatedError> {
+    let apart = |message: String| {
+        ColocatedError::Config(crate::configfile::invalid(
+            "confirmation.signing_key",
+            message,
+        ))
+    };
+    let rs_keys =
+        crate::keyring::KeyRing::open(&config.signing_key, config.key_id.as_deref(), "rs", clock)
+            .map_err(|e| ColocatedError::Rs(e.into()))?;
+    if rs_keys.manifest_path() == cs_keys.manifest_path() {
+        return Err(apart(
+            "is the resource server's own signing_key: the confirmation signs with a key of its own".into(),
+        ));
+    }
+    let rs_published = rs_keys.published();
+    if let Some(k) = cs_keys
+        .published()
+        .keys()
+        .iter()
+        .find(|k| rs_published.get(k.kid()).is_some())
+    {
+        return Err(apart(format!(
+            "its key id {:?} is also one of the resource server's: give the confirmation another key_id",
+            k.kid()
+        )));
+    }
+    Ok(())
 }
 
 /// Serves both on an already bound listener (tests bind port 0 first).

@@ -307,7 +307,7 @@ impl McpBridge {
 /// (many clients show the model only the text).
 fn confirmation_required(e: &Elicitation, handle: &str) -> CallToolResponse {
     let text = format!(
-        "{}: this needs the user's confirmation. Ask the user to open {} in a browser and decide there. Then call the tool confirmation_status with {{\"handle\": \"{handle}\"}} to get the outcome; nothing is done unless the user accepts.",
+        "{}: this needs the user's confirmation. Ask the user to open {} in a browser and decide there. Then call the tool confirmation_status with {{\"handle\": \"{handle}\"}} to get the outcome; nothing is done unless the user accepts. Do not call this tool again for it: that would ask the user for a second confirmation.",
         e.message, e.url
     );
     let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
@@ -315,6 +315,7 @@ fn confirmation_required(e: &Elicitation, handle: &str) -> CallToolResponse {
         "status": "confirmation_required",
         "confirmation_url": e.url,
         "handle": handle,
+        "next": "call confirmation_status with the handle; calling this tool again starts a second confirmation",
     }));
     CallToolResponse::Complete(r)
 }
@@ -349,8 +350,11 @@ impl ServerHandler for McpBridge {
             .with_server_info(Implementation::new("cheq-mcp", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Tools of a CHEQ resource server. A call that needs the user's confirmation \
-                 asks the client to open the confirmation server's page in the user's browser; \
-                 call the tool again with the same arguments to get its outcome.",
+                 asks the client to open the confirmation server's page in the user's browser, \
+                 and the same call made again gives its outcome. A client that cannot open \
+                 that page gets a link for the user and a handle instead: then call \
+                 confirmation_status with the handle for the outcome, and do not call the tool \
+                 again, which would ask for a second confirmation.",
             )
     }
 

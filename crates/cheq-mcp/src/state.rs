@@ -148,7 +148,13 @@ impl StateKey {
             .map_err(|_| StateError::Internal("encryption failed".into()))?;
         let mut out = iv.to_vec();
         out.extend_from_slice(&sealed);
-        Ok(cheq_core::sign::b64::encode(&out))
+        let text = cheq_core::sign::b64::encode(&out);
+        // Refused now rather than when it comes back: a state that does not
+        // open would leave a decided call without its outcome.
+        if text.len() > MAX_STATE_LEN {
+            return Err(StateError::TooLong);
+        }
+        Ok(text)
     }
 
     /// Opens a state shown under `binding`.
@@ -243,6 +249,10 @@ mod tests {
         // expiry
         let later = now + STATE_TTL + Duration::from_secs(1);
         assert_eq!(key.open(&sealed, D1, later), Err(StateError::Expired));
+        // A state too long to come back is refused when sealed.
+        let mut long = sample(now);
+        long.result_uri = format!("http://127.0.0.1:2/{}", "r".repeat(MAX_STATE_LEN));
+        assert_eq!(key.seal(&long, D1), Err(StateError::TooLong));
         // encoding and size
         assert_eq!(key.open("not base64!", D1, now), Err(StateError::Encoding));
         assert_eq!(key.open("AAAA", D1, now), Err(StateError::Seal));

@@ -183,7 +183,15 @@ impl ServerConfig for RsConfig {
         }
         match (&self.confirmation_server, self.embedded()) {
             (Some(cs), false) => cs.validate()?,
-            (None, true) => {}
+            (None, true) => {
+                // No CHEQ leaves an RS that confirms itself (§12).
+                if let Some(i) = self.clients.iter().position(|c| c.role == ClientRole::Cs) {
+                    return Err(invalid(
+                        format!("clients[{i}].role"),
+                        "a resource server that serves the confirmation itself has no confirmation-server client",
+                    ));
+                }
+            }
             (None, false) if self.confirmation.is_some() => {
                 return Err(invalid(
                     "confirmation.embedded",
