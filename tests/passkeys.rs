@@ -182,3 +182,82 @@ async fn a_passkey_sign_in_is_bound_to_the_login_pages_cookie() {
     );
     env.stop().await;
 }
+
+/// §14 at the CS: a CHEQ asking for the user's passkey is not accepted
+/// without one, on the page (which says so and links to the account page)
+/// or through the voice API (which cannot carry one); it can be rejected.
+#[actix_web::test]
+async fn a_cheq_asking_for_a_passkey_is_not_accepted_without_one() {
+    const GW_SECRET: &str = "voice-gateway-secret-0123";
+    const PIN: &str = "432109";
+    let env = Env::start(Options {
+        rs_toml_tables: "\n[policy]\npasskey_tools = [\"book_flight\"]\n".into(),
+        gateways: vec![Gateway::new("voice-gw", GW_SECRET)],
+        ..Options::default()
+    })
+    .await;
+    env.set_pin("alice", PIN);
+    let mut b = env.browser();
+    let pack = env.invoke().await;
+    assert!(payload_of(&env.fetch_cheq(&pack.resource_uri).await.1)["assurance"] == "passkey");
+    let (path, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(page.raw.contains("id=\"passkey-needed\""), "{}", page.raw);
+    assert!(page.raw.contains("href=\"/account\""));
+    assert!(page.raw.contains("data-passkey-decision="));
+    // Options for an account without a passkey: refused, named.
+    let csrf = page.hidden("csrf").unwrap();
+    let view = page.hidden("view").unwrap();
+    let req = b
+        .http
+        .post(b.url(&format!("{path}/passkey")))
+        .form(&[("csrf", csrf.as_str()), ("view", view.as_str())]);
+    let options = b.page(req).await;
+    assert_eq!(
+        error_of(&options),
+        (403, "passkey_required".into()),
+        "{}",
+        options.raw
+    );
+    // Accept without an assertion (no script): refused, nothing signed.
+    let accepted = b.decide(&path, &page, "accept").await;
+    assert_eq!(accepted.status, 403, "{}", accepted.text);
+    assert!(accepted.text.contains("passkey"), "{}", accepted.text);
+    assert!(env.records("alice").is_empty());
+    // A made-up assertion for a credential that is not hers: refused.
+    let forged = b
+        .post(
+            &path,
+            &[
+                ("csrf", &csrf),
+                ("view", &view),
+                ("decision", "accept"),
+                ("passkey_id", "bm90LWhlcnM"),
+                ("passkey_client_data", "e30"),
+                ("passkey_authenticator_data", "AAAA"),
+                ("passkey_signature", "AAAA"),
+            ],
+        )
+        .await;
+    assert_eq!(forged.status, 403, "{}", forged.text);
+    assert!(env.records("alice").is_empty());
+
+    // The voice API cannot carry a passkey: accepting is refused, named.
+    let pack2 = env.invoke().await;
+    let gw = env.voice(&Gateway::new("voice-gw", GW_SECRET));
+    let token = gw.user_token("alice", PIN).await;
+    let created = gw.create(Some(&token), &pack2.resource_uri).await;
+    created.expect(201, "create");
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    let refused = gw
+        .decide(Some(&token), &id, &json!({"decision": "accept"}))
+        .await;
+    assert_eq!(refused.status, 403, "{}", refused.raw);
+    assert_eq!(refused.body["error"], "passkey_required", "{}", refused.raw);
+    // Rejecting needs no passkey.
+    let rejected = gw
+        .decide(Some(&token), &id, &json!({"decision": "reject"}))
+        .await;
+    assert_eq!(rejected.status, 200, "{}", rejected.raw);
+    env.stop().await;
+}

@@ -8,7 +8,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { continueIfAsked, freePort, launchChromium, pollResult, waitFor } from './support.mjs';
@@ -88,9 +88,37 @@ test('alice adds a passkey, signs in with it alone, confirms, and removing it en
   await page.goto(`${pack['confirmation uri']}?resource_uri=${encodeURIComponent(pack['resource uri'])}`);
   await continueIfAsked(page);
   assert.ok(new URL(page.url()).pathname.startsWith('/c/'), page.url());
+  // §14: the demo's RS asks for the passkey; Accept gets the assertion.
+  assert.ok(await page.isVisible('#passkey-asked'));
   await Promise.all([page.waitForNavigation(), page.click('button[name=decision][value=accept]')]);
   const result = await pollResult(pack['result uri'].replace(origin, direct));
   assert.equal(result.status, 'accepted', JSON.stringify(result));
+
+  // The evidence carries the assertion, and checks offline: with cheq verify
+  // (rule 6), and with an implementation cheq did not write (py_webauthn).
+  const evidenceHref = await page.getAttribute('a[href^="/history/"][download]', 'href');
+  const evidence = await (await page.request.get(`${origin}${evidenceHref}`)).text();
+  const header = JSON.parse(Buffer.from(JSON.parse(evidence).signatures[1].protected, 'base64url'));
+  assert.deepEqual(header.crit, ['cheq_decision', 'cheq_passkey']);
+  const file = join(dataDir, 'evidence.json');
+  writeFileSync(file, evidence);
+  const independent = JSON.parse(execFileSync('python3', [join(root, 'tests', 'passkeys', 'verify_evidence.py'), file], { encoding: 'utf8' }));
+  assert.equal(independent.verified, true, JSON.stringify(independent));
+  assert.equal(independent.rp_id, 'localhost');
+  const jwks = await (await fetch(`${direct}/.well-known/jwks.json`)).json();
+  const trust = join(dataDir, 'trust.json');
+  writeFileSync(trust, JSON.stringify({
+    resource_servers: [{ origin, keys: jwks }],
+    confirmation_servers: [{ origin, keys: jwks }],
+  }));
+  const verified = JSON.parse(execFileSync(cheq, ['verify', '--trust', trust, '--expect', 'accept', file], { encoding: 'utf8' }));
+  assert.equal(verified.decision, 'accept', JSON.stringify(verified));
+  // One character of the assertion changed: cheq verify refuses the document.
+  const bent = JSON.parse(evidence);
+  const h = { ...header, cheq_passkey: { ...header.cheq_passkey, client_data: header.cheq_passkey.client_data.replace(/.$/, (c) => (c === 'A' ? 'B' : 'A')) } };
+  bent.signatures[1].protected = Buffer.from(JSON.stringify(h)).toString('base64url');
+  writeFileSync(file, JSON.stringify(bent));
+  assert.throws(() => execFileSync(cheq, ['verify', '--trust', trust, file], { stdio: 'pipe' }));
 
   // Removing the passkey (a recent sign-in: the passkey's) ends the session
   // it signed in.

@@ -458,6 +458,8 @@ pub struct Options {
     pub cs_toml_tables: String,
     /// Keys added to the CS's `[[resource_servers]]` entry of the RS.
     pub rs_entry_keys: String,
+    /// Tables put last in the RS configuration (`[policy]`).
+    pub rs_toml_tables: String,
     /// The CHEQ subject the agent acts for ("alice" when `None`).
     pub agent_subject: Option<String>,
     /// Each server trusts the other's published keys (`jwks_uri`) rather
@@ -544,6 +546,7 @@ impl Env {
         if let Some(subject) = &opts.agent_subject {
             rs_toml = rs_toml.replace("subject = \"alice\"", &format!("subject = {subject:?}"));
         }
+        rs_toml.push_str(&opts.rs_toml_tables);
         let mut cs_toml = pair.cs_toml().unwrap();
         cs_toml.push_str(&opts.rs_entry_keys);
         for extra in &opts.extra {

@@ -574,10 +574,12 @@ pub(super) async fn decision_passkey(
         let (status, code) = crate::confirm::status::of(&e);
         crate::httpkit::JsonError::new(status, code, super::pages::message(&e))
     };
-    let form = DecisionForm::parse(&body).map_err(json_error)?;
+    let mut form = DecisionForm::parse(&body).map_err(json_error)?;
     check_csrf(&state, &me.session_id, form.field("csrf")).map_err(json_error)?;
-    let mut request = form.request().map_err(json_error)?;
-    request.decision = Decision::Accept;
+    // Only an acceptance needs the passkey.
+    form.fields.retain(|(k, _)| k != "decision");
+    form.fields.push(("decision".into(), "accept".into()));
+    let request = form.request().map_err(json_error)?;
     match state.cs.passkey_options(&id, &me.who, &request).await {
         Ok(options) => Ok(HttpResponse::Ok().json(serde_json::json!({ "options": options }))),
         Err(DecideError::Other(e)) => Err(json_error(e)),
