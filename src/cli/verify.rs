@@ -20,7 +20,7 @@ use std::path::PathBuf;
 /// What the summary says about rule 5.
 pub const REPLAY_NOTE: &str = "rule 5 (replay: the nonce has not been decided before) needs a nonce store and is not checked offline";
 
-/// Verify a signed CHEQ offline (PROTOCOL.md §5 rules 1-4).
+/// Verify a signed CHEQ offline (PROTOCOL.md §5 rules 1-4, and 6 for a passkey-bound decision).
 ///
 /// Exit 0 and a JSON summary on stdout when every rule holds for the stage;
 /// exit 1 and the failed rule on stderr otherwise. Rule 5 (replay) is not
