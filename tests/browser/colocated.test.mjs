@@ -6,31 +6,20 @@
 // says accepted. A second booking is rejected in the same session.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { execFileSync } from 'node:child_process';
 import { join, resolve } from 'node:path';
-import { continueIfAsked, freePort, launchChromium, pollResult, waitFor } from './support.mjs';
+import { continueIfAsked, freePort, launchChromium, pollResult, startDemo, waitFor } from './support.mjs';
 
 const root = resolve(import.meta.dirname, '..', '..');
 const cheq = process.env.CHEQ_BIN || join(root, 'target', 'debug', 'cheq');
 const password = 'correct horse battery staple';
 
-const dataDir = mkdtempSync(join(tmpdir(), 'cheq-colocated-'));
 const rsPort = await freePort();
-const demo = spawn(cheq, ['demo', '--colocated', '--data-dir', dataDir, '--rs-port', String(rsPort)], {
-  env: { ...process.env, CHEQ_DEMO_PASSWORD: password },
-  stdio: ['ignore', 'pipe', 'pipe'],
-});
-let demoLog = '';
-demo.stdout.on('data', (d) => { demoLog += d; });
-demo.stderr.on('data', (d) => { demoLog += d; });
 const browser = await launchChromium();
-
-after(async () => {
-  await browser.close();
-  demo.kill('SIGTERM');
-  rmSync(dataDir, { recursive: true, force: true });
+const demo = startDemo({
+  cheq, after, browser, prefix: 'cheq-colocated-',
+  args: ['--colocated', '--rs-port', String(rsPort)],
+  env: { CHEQ_DEMO_PASSWORD: password },
 });
 
 const rs = `http://127.0.0.1:${rsPort}`;
@@ -47,7 +36,7 @@ function book(price) {
 }
 
 test('alice confirms at the resource server itself, in Chromium', async () => {
-  await waitFor(`${rs}/healthz`).catch((e) => { throw new Error(`${e.message}\n${demoLog}`); });
+  await waitFor(`${rs}/healthz`).catch((e) => { throw new Error(`${e.message}\n${demo.log()}`); });
   const { pack, link } = book(1200);
   assert.equal(pack['confirmation uri'], `${rs}/confirm`);
   assert.ok(link && link.startsWith(`${rs}/confirm?resource_uri=`), link);

@@ -7,39 +7,30 @@
 // removes the passkey, which ends the session it signed in.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { execFileSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { continueIfAsked, freePort, launchChromium, pollResult, waitFor } from './support.mjs';
+import { continueIfAsked, freePort, launchChromium, pollResult, startDemo, waitFor } from './support.mjs';
 
 const root = resolve(import.meta.dirname, '..', '..');
 const cheq = process.env.CHEQ_BIN || join(root, 'target', 'debug', 'cheq');
 const password = 'correct horse battery staple';
 
-const dataDir = mkdtempSync(join(tmpdir(), 'cheq-passkeys-'));
 const port = await freePort();
-const demo = spawn(cheq, ['demo', '--colocated', '--passkeys', '--data-dir', dataDir, '--rs-port', String(port)], {
-  env: { ...process.env, CHEQ_DEMO_PASSWORD: password },
-  stdio: ['ignore', 'pipe', 'pipe'],
-});
-let demoLog = '';
-demo.stdout.on('data', (d) => { demoLog += d; });
-demo.stderr.on('data', (d) => { demoLog += d; });
 const browser = await launchChromium();
-
-after(async () => {
-  await browser.close();
-  demo.kill('SIGTERM');
-  rmSync(dataDir, { recursive: true, force: true });
+const demo = startDemo({
+  cheq, after, browser, prefix: 'cheq-passkeys-',
+  args: ['--colocated', '--passkeys', '--rs-port', String(port)],
+  env: { CHEQ_DEMO_PASSWORD: password },
 });
+const { dataDir } = demo;
 
 // The browser's origin; node reaches the same server on 127.0.0.1.
 const origin = `http://localhost:${port}`;
 const direct = `http://127.0.0.1:${port}`;
 
 test('alice adds a passkey, signs in with it alone, confirms, and removing it ends that session', async () => {
-  await waitFor(`${direct}/healthz`).catch((e) => { throw new Error(`${e.message}\n${demoLog}`); });
+  await waitFor(`${direct}/healthz`).catch((e) => { throw new Error(`${e.message}\n${demo.log()}`); });
   const context = await browser.newContext();
   const page = await context.newPage();
   const problems = [];

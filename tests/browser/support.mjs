@@ -1,6 +1,10 @@
 // What the browser tests share: a free loopback port, waiting for a server,
 // polling the agent's result URI, and Debian's headless Chromium.
 import net from 'node:net';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 
 export function freePort() {
@@ -53,4 +57,24 @@ export async function continueIfAsked(page) {
     if (!asker) throw new Error('the start page does not say who asks');
     await Promise.all([page.waitForNavigation(), page.click('form#start button[type=submit]')]);
   }
+}
+
+/** Runs `cheq demo ARGS…` in a new data directory and closes `browser`,
+ * stops the demo and removes the directory after the tests (node:test's
+ * `after`). Returns the directory and the demo's output so far. */
+export function startDemo({ cheq, args, env, after, browser, prefix }) {
+  const dataDir = mkdtempSync(join(tmpdir(), prefix || 'cheq-browser-'));
+  const demo = spawn(cheq, ['demo', '--data-dir', dataDir, ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let log = '';
+  demo.stdout.on('data', (d) => { log += d; });
+  demo.stderr.on('data', (d) => { log += d; });
+  after(async () => {
+    await browser.close();
+    demo.kill('SIGTERM');
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+  return { dataDir, log: () => log };
 }
