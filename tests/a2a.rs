@@ -15,9 +15,7 @@ mod common;
 
 use common::*;
 use serde_json::{json, Map, Value};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
 const EXT: &str = "https://cheq.dev/a2a/cheq/v1";
@@ -61,68 +59,33 @@ async fn start_bridge(env: &Env, dir: &std::path::Path, extra: &[&str]) -> Bridg
     panic!("the bridge did not start:\n{}", proc.log());
 }
 
-/// The Python SDK client, one JSON command in and one JSON event out a line.
+/// The A2A Python SDK client (`tests/a2a/client.py`), one JSON command in
+/// and one JSON event out a line; `card` is the Agent Card it read.
 struct Py {
-    child: Child,
-    stdin: ChildStdin,
-    events: mpsc::Receiver<String>,
-    /// Every line the client printed: all it received from the bridge.
-    seen: Vec<String>,
+    client: LineClient,
     card: Value,
+}
+
+impl std::ops::Deref for Py {
+    type Target = LineClient;
+    fn deref(&self) -> &LineClient {
+        &self.client
+    }
+}
+
+impl std::ops::DerefMut for Py {
+    fn deref_mut(&mut self) -> &mut LineClient {
+        &mut self.client
+    }
 }
 
 impl Py {
     fn connect(url: &str, token: Option<&str>) -> Py {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/a2a/client.py");
-        let mut cmd = Command::new("python3");
-        cmd.arg(script)
-            .arg(url)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        if let Some(t) = token {
-            cmd.env("CHEQ_A2A_TOKEN", t);
-        }
-        let mut child = cmd.spawn().expect("python3");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let mut py = Py {
-            child,
-            stdin,
-            events: rx,
-            seen: Vec::new(),
-            card: Value::Null,
-        };
-        py.card = py.next("ready")["card"].clone();
-        py
-    }
-
-    fn send(&mut self, cmd: Value) {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        self.stdin.flush().unwrap();
-    }
-
-    fn next_any(&mut self) -> Value {
-        let line = self
-            .events
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("no event from the client; seen: {:#?}", self.seen));
-        self.seen.push(line.clone());
-        serde_json::from_str(&line).unwrap()
-    }
-
-    fn next(&mut self, kind: &str) -> Value {
-        let event = self.next_any();
-        assert_eq!(event["event"], kind, "{event}");
-        event
+        let envs: Vec<(&str, &str)> = token.map(|t| ("CHEQ_A2A_TOKEN", t)).into_iter().collect();
+        let mut client = LineClient::python(script, &[url], &envs, &[]);
+        let card = client.next("ready")["card"].clone();
+        Py { client, card }
     }
 
     /// Stream items until one whose task state is `state`; returns it.
@@ -154,21 +117,6 @@ impl Py {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         panic!("task {id} never reached {state}: {:#?}", self.seen);
-    }
-
-    fn everything(&mut self) -> String {
-        while let Ok(line) = self.events.try_recv() {
-            self.seen.push(line);
-        }
-        self.seen.join("\n")
-    }
-}
-
-impl Drop for Py {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "{}", json!({"op": "quit"}));
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -15,9 +15,7 @@ mod common;
 
 use common::*;
 use serde_json::{json, Map, Value};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const LEGACY: &str = "legacy";
@@ -72,12 +70,21 @@ async fn start_bridge_to(rs_url: &str, dir: &std::path::Path, extra: &[&str]) ->
 }
 
 /// The Python SDK client, one JSON command in and one JSON event out a line.
-struct Py {
-    child: Child,
-    stdin: ChildStdin,
-    events: mpsc::Receiver<String>,
-    /// Every line the client printed: all it received from the bridge.
-    seen: Vec<String>,
+/// The MCP Python SDK client (`tests/mcp/client.py`); notifications are
+/// kept in `seen` and passed over when waiting for an answer.
+struct Py(LineClient);
+
+impl std::ops::Deref for Py {
+    type Target = LineClient;
+    fn deref(&self) -> &LineClient {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Py {
+    fn deref_mut(&mut self) -> &mut LineClient {
+        &mut self.0
+    }
 }
 
 impl Py {
@@ -87,33 +94,12 @@ impl Py {
 
     fn start_with(args: &[&str], envs: &[(&str, &str)]) -> Py {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py");
-        let mut child = Command::new("python3")
-            .arg(script)
-            .args(args)
-            .env("CHEQ_AGENT_ID", "agent")
-            .env("CHEQ_AGENT_SECRET", AGENT_SECRET)
-            .envs(envs.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let mut py = Py {
-            child,
-            stdin,
-            events: rx,
-            seen: Vec::new(),
-        };
+        let mut all = vec![
+            ("CHEQ_AGENT_ID", "agent"),
+            ("CHEQ_AGENT_SECRET", AGENT_SECRET),
+        ];
+        all.extend_from_slice(envs);
+        let mut py = Py(LineClient::python(script, args, &all, &["message"]));
         let ready = py.next("ready");
         assert!(ready["protocol_version"].is_string(), "{ready}");
         py
@@ -121,18 +107,6 @@ impl Py {
 
     fn connect(url: &str, mode: &str) -> Py {
         Py::start(&[url, mode])
-    }
-
-    fn send(&mut self, cmd: Value) {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        self.stdin.flush().unwrap();
-    }
-
-    /// The next event that is not a notification, which must be `kind`.
-    fn next(&mut self, kind: &str) -> Value {
-        let event = self.next_any();
-        assert_eq!(event["event"], kind, "{event}");
-        event
     }
 
     /// 2026-07-28: retries with `state` until the outcome (the RS reports
@@ -149,36 +123,6 @@ impl Py {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("no outcome for {tool}: {:#?}", self.seen);
-    }
-
-    /// The next event that is not a notification, whatever it is.
-    fn next_any(&mut self) -> Value {
-        loop {
-            let line = self
-                .events
-                .recv_timeout(Duration::from_secs(60))
-                .unwrap_or_else(|_| panic!("no event from the client; seen: {:#?}", self.seen));
-            self.seen.push(line.clone());
-            let event: Value = serde_json::from_str(&line).unwrap();
-            if event["event"] != "message" {
-                return event;
-            }
-        }
-    }
-
-    fn everything(&mut self) -> String {
-        while let Ok(line) = self.events.try_recv() {
-            self.seen.push(line);
-        }
-        self.seen.join("\n")
-    }
-}
-
-impl Drop for Py {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "{}", json!({"op": "quit"}));
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

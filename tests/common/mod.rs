@@ -1409,3 +1409,105 @@ pub fn assert_no_file_holds(dir: &Path, values: &[&str]) -> usize {
     }
     files.len()
 }
+
+// ---------------------------------------------------------------------------
+// Clients the tests drive over JSON lines (the Python SDKs' clients)
+// ---------------------------------------------------------------------------
+
+/// A client process driven over JSON lines: one command a line on its
+/// standard input, one event a line on its standard output. Every line it
+/// printed is kept (`seen`): all it received from the server it talks to.
+pub struct LineClient {
+    pub child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    events: std::sync::mpsc::Receiver<String>,
+    pub seen: Vec<String>,
+    /// Events passed over by [`LineClient::next_any`] (notifications).
+    skip: &'static [&'static str],
+}
+
+impl LineClient {
+    /// Starts `python3 SCRIPT ARGS…` with more environment variables.
+    pub fn python(
+        script: &str,
+        args: &[&str],
+        envs: &[(&str, &str)],
+        skip: &'static [&'static str],
+    ) -> LineClient {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("python3")
+            .arg(script)
+            .args(args)
+            .envs(envs.iter().copied())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("python3");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        LineClient {
+            child,
+            stdin,
+            events: rx,
+            seen: Vec::new(),
+            skip,
+        }
+    }
+
+    pub fn send(&mut self, cmd: Value) {
+        use std::io::Write;
+        writeln!(self.stdin, "{cmd}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// The next event that is not one to pass over, whatever it is.
+    pub fn next_any(&mut self) -> Value {
+        loop {
+            let line = self
+                .events
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("no event from the client; seen: {:#?}", self.seen));
+            self.seen.push(line.clone());
+            let event: Value = serde_json::from_str(&line).unwrap();
+            if !self.skip.iter().any(|s| event["event"] == *s) {
+                return event;
+            }
+        }
+    }
+
+    /// The next event, which must be `kind`.
+    pub fn next(&mut self, kind: &str) -> Value {
+        let event = self.next_any();
+        assert_eq!(event["event"], kind, "{event}");
+        event
+    }
+
+    /// Every line the client printed so far.
+    pub fn everything(&mut self) -> String {
+        while let Ok(line) = self.events.try_recv() {
+            self.seen.push(line);
+        }
+        self.seen.join("\n")
+    }
+}
+
+impl Drop for LineClient {
+    fn drop(&mut self) {
+        use std::io::Write;
+        let _ = writeln!(self.stdin, "{}", json!({"op": "quit"}));
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
