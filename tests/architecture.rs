@@ -49,6 +49,7 @@ fn rules() -> Vec<Rule> {
                 "confirm/registry.rs",
                 "confirm/config.rs",
                 "confirm/link.rs",
+                "confirm/passkeys.rs",
             ],
             except: &[],
             forbidden: &[
