@@ -28,35 +28,8 @@ struct BridgeProc {
 }
 
 async fn start_bridge(env: &Env, dir: &std::path::Path, extra: &[&str]) -> BridgeProc {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let log = dir.join(format!("a2a-{port}.log"));
-    let mut args = vec![
-        "a2a",
-        "--rs",
-        &env.rs_url,
-        "--listen",
-        &listen,
-        "--client-id",
-        "agent",
-    ];
-    args.extend_from_slice(extra);
-    let proc = Proc::spawn_with(
-        "cheq a2a",
-        &args,
-        &[("CHEQ_AGENT_SECRET", AGENT_SECRET)],
-        &log,
-    );
-    let base = format!("http://{listen}");
-    let http = http_client();
-    for _ in 0..200 {
-        if let Ok(res) = http.get(format!("{base}/healthz")).send().await {
-            assert_eq!(res.status(), 200);
-            return BridgeProc { proc, base };
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the bridge did not start:\n{}", proc.log());
+    let (proc, base) = spawn_bridge("a2a", &env.rs_url, dir, extra, "/healthz", 200).await;
+    BridgeProc { proc, base }
 }
 
 /// The A2A Python SDK client (`tests/a2a/client.py`), one JSON command in

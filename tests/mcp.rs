@@ -38,38 +38,13 @@ async fn start_bridge_with(env: &Env, dir: &std::path::Path, extra: &[&str]) -> 
 
 /// The bridge in front of the RS at `rs_url`.
 async fn start_bridge_to(rs_url: &str, dir: &std::path::Path, extra: &[&str]) -> BridgeProc {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let log = dir.join(format!("mcp-{port}.log"));
-    let mut args = vec![
-        "mcp",
-        "--rs",
-        rs_url,
-        "--listen",
-        &listen,
-        "--client-id",
-        "agent",
-    ];
-    args.extend_from_slice(extra);
-    let proc = Proc::spawn_with(
-        "cheq mcp",
-        &args,
-        &[("CHEQ_AGENT_SECRET", AGENT_SECRET)],
-        &log,
-    );
-    let url = format!("http://{listen}/mcp");
-    let http = http_client();
-    for _ in 0..200 {
-        if let Ok(res) = http.get(format!("http://{listen}/nothing")).send().await {
-            assert_eq!(res.status(), 404);
-            return BridgeProc { _proc: proc, url };
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let (proc, base) = spawn_bridge("mcp", rs_url, dir, extra, "/nothing", 404).await;
+    BridgeProc {
+        _proc: proc,
+        url: format!("{base}/mcp"),
     }
-    panic!("the bridge did not start:\n{}", proc.log());
 }
 
-/// The Python SDK client, one JSON command in and one JSON event out a line.
 /// The MCP Python SDK client (`tests/mcp/client.py`); notifications are
 /// kept in `seen` and passed over when waiting for an answer.
 struct Py(LineClient);

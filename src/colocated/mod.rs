@@ -110,7 +110,6 @@ pub async fn build_state(
 ) -> Result<Colocated, ColocatedError> {
     let cs_config = cs_config(config)?;
     let cs_keys = crate::confirm::server::open_keys(&cs_config, clock.clone())?;
-    check_keys_apart(config, &cs_keys, clock.clone())?;
     let rs = crate::resource::server::build_state_with(
         config,
         clock.clone(),
@@ -118,6 +117,7 @@ pub async fn build_state(
         Some(cs_keys.clone()),
     )
     .await?;
+    check_keys_apart(rs.cheq.keys(), &cs_keys)?;
     let hosted = HostedRs {
         origin: config.base_url(),
         path_prefix: CONFIRMATIONS_PATH.to_owned(),
@@ -136,9 +136,8 @@ pub async fn build_state(
 /// under key ids of their own: one published set holds both, and a set
 /// with one kid twice is refused by whoever reads it.
 fn check_keys_apart(
-    config: &RsConfig,
+    rs_keys: &crate::keyring::KeyRing,
     cs_keys: &crate::keyring::KeyRing,
-    clock: Arc<dyn Clock>,
 ) -> Result<(), ColocatedError> {
     let apart = |message: String| {
         ColocatedError::Config(crate::configfile::invalid(
@@ -146,9 +145,6 @@ fn check_keys_apart(
             message,
         ))
     };
-    let rs_keys =
-        crate::keyring::KeyRing::open(&config.signing_key, config.key_id.as_deref(), "rs", clock)
-            .map_err(|e| ColocatedError::Rs(e.into()))?;
     if rs_keys.manifest_path() == cs_keys.manifest_path() {
         return Err(apart(
             "is the resource server's own signing_key: the confirmation signs with a key of its own".into(),

@@ -1511,3 +1511,41 @@ impl Drop for LineClient {
         let _ = self.child.wait();
     }
 }
+
+/// Starts a bridge (`cheq mcp` or `cheq a2a`) in front of the RS at
+/// `rs_url` on a free loopback port, as the test agent, and waits (bounded)
+/// until `GET <probe>` answers `status`. Returns it and its base URL.
+pub async fn spawn_bridge(
+    command: &str,
+    rs_url: &str,
+    dir: &Path,
+    extra: &[&str],
+    probe: &str,
+    status: u16,
+) -> (Proc, String) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let log = dir.join(format!("{command}-{port}.log"));
+    let mut args = vec![
+        command,
+        "--rs",
+        rs_url,
+        "--listen",
+        &listen,
+        "--client-id",
+        "agent",
+    ];
+    args.extend_from_slice(extra);
+    let name = format!("cheq {command}");
+    let proc = Proc::spawn_with(&name, &args, &[("CHEQ_AGENT_SECRET", AGENT_SECRET)], &log);
+    let base = format!("http://{listen}");
+    let http = http_client();
+    for _ in 0..200 {
+        if let Ok(res) = http.get(format!("{base}{probe}")).send().await {
+            assert_eq!(res.status().as_u16(), status);
+            return (proc, base);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the bridge did not start:\n{}", proc.log());
+}

@@ -459,12 +459,12 @@ pub(super) async fn confirmation(
 
 /// The decision form: `csrf`, `decision`, `view` (the digest of what was
 /// shown), `input:<index>` per value typed, `acknowledge_warnings`.
-struct DecisionForm {
-    fields: Vec<(String, String)>,
+pub(super) struct DecisionForm {
+    pub(super) fields: Vec<(String, String)>,
 }
 
 impl DecisionForm {
-    fn parse(body: &[u8]) -> Result<Self, CsError> {
+    pub(super) fn parse(body: &[u8]) -> Result<Self, CsError> {
         if body.len() > MAX_FORM {
             return Err(CsError::PayloadTooLarge);
         }
@@ -473,7 +473,7 @@ impl DecisionForm {
         Ok(DecisionForm { fields })
     }
 
-    fn field(&self, k: &str) -> Option<&str> {
+    pub(super) fn field(&self, k: &str) -> Option<&str> {
         self.fields
             .iter()
             .find(|(n, _)| n == k)
@@ -482,7 +482,7 @@ impl DecisionForm {
 
     /// The decision the form asks for; with the fields of a passkey
     /// assertion (`passkey_*`, base64url) when the page's script got one.
-    fn request(&self) -> Result<DecisionRequest, CsError> {
+    pub(super) fn request(&self) -> Result<DecisionRequest, CsError> {
         let decision = self
             .field("decision")
             .and_then(Decision::parse)
@@ -558,36 +558,6 @@ pub(super) async fn decide(
                 &entered,
             )
         }
-    }
-}
-
-/// `POST /c/{id}/passkey`: the request options of an acceptance with the
-/// user's passkey (§14), for the decision form as filled in (JSON; the
-/// page's script asks the authenticator with them, then posts the form).
-pub(super) async fn decision_passkey(
-    state: web::Data<CsState>,
-    me: SignedIn,
-    id: web::Path<String>,
-    body: web::Bytes,
-) -> Result<HttpResponse, crate::httpkit::JsonError> {
-    let json_error = |e: CsError| {
-        let (status, code) = crate::confirm::status::of(&e);
-        crate::httpkit::JsonError::new(status, code, super::pages::message(&e))
-    };
-    let mut form = DecisionForm::parse(&body).map_err(json_error)?;
-    check_csrf(&state, &me.session_id, form.field("csrf")).map_err(json_error)?;
-    // Only an acceptance needs the passkey.
-    form.fields.retain(|(k, _)| k != "decision");
-    form.fields.push(("decision".into(), "accept".into()));
-    let request = form.request().map_err(json_error)?;
-    match state.cs.passkey_options(&id, &me.who, &request).await {
-        Ok(options) => Ok(HttpResponse::Ok().json(serde_json::json!({ "options": options }))),
-        Err(DecideError::Other(e)) => Err(json_error(e)),
-        Err(DecideError::Input { .. }) => Err(crate::httpkit::JsonError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_input",
-            "some values are missing or not valid: submit the form to see which",
-        )),
     }
 }
 

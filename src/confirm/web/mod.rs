@@ -232,7 +232,7 @@ pub fn configure_confirmation(cfg: &mut web::ServiceConfig, state: web::Data<CsS
                 .route(web::get().to(confirmation))
                 .route(web::post().to(decide)),
         )
-        .service(resource("/c/{id}/passkey").route(web::post().to(decision_passkey)))
+        .service(resource("/c/{id}/passkey").route(web::post().to(passkeys::decision_passkey)))
         .service(resource("/history").route(web::get().to(history)))
         .service(resource("/history/{id}.json").route(web::get().to(evidence)))
         .service(resource("/static/style.css").route(web::get().to(style)))

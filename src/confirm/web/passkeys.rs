@@ -10,14 +10,15 @@
 //! | `POST /account/passkeys/begin`, `…/finish` | adding a passkey (JSON) |
 //! | `POST /account/passkeys/remove` | removing one (a form) |
 //! | `POST /login/passkey/begin`, `…/finish` | signing in with one (JSON) |
+//! | `POST /c/{id}/passkey` | the options of an acceptance with one (§14) |
 
-use super::handlers::after_sign_in;
+use super::handlers::{after_sign_in, DecisionForm};
 use super::pages::{render, when, AccountPage, PasskeyRow};
 use super::{
     check_csrf, see_other, session_cookie, set_cookie, CsState, SignedIn, Visitor, WebError,
 };
 use crate::confirm::auth::identity_of_passkey;
-use crate::confirm::flow::CsError;
+use crate::confirm::flow::{CsError, DecideError};
 use crate::confirm::passkeys::{AssertionAnswer, CeremonyError};
 use crate::httpkit::JsonError;
 use actix_web::http::StatusCode;
@@ -341,6 +342,36 @@ pub(super) async fn finish_sign_in(
         HttpResponse::Ok().json(json!({"next": after_sign_in(&state, Some(&old_id), &next)}));
     set_cookie(&mut res, &session_cookie(&state, &id)).map_err(internal)?;
     Ok(res)
+}
+
+/// `POST /c/{id}/passkey`: the request options of an acceptance with the
+/// user's passkey (§14), for the decision form as filled in (JSON; the
+/// page's script asks the authenticator with them, then posts the form).
+pub(super) async fn decision_passkey(
+    state: web::Data<CsState>,
+    me: SignedIn,
+    id: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, JsonError> {
+    let json_error = |e: CsError| {
+        let (status, code) = crate::confirm::status::of(&e);
+        JsonError::new(status, code, super::pages::message(&e))
+    };
+    let mut form = DecisionForm::parse(&body).map_err(json_error)?;
+    check_csrf(&state, &me.session_id, form.field("csrf")).map_err(json_error)?;
+    // Only an acceptance needs the passkey.
+    form.fields.retain(|(k, _)| k != "decision");
+    form.fields.push(("decision".into(), "accept".into()));
+    let request = form.request().map_err(json_error)?;
+    match state.cs.passkey_options(&id, &me.who, &request).await {
+        Ok(options) => Ok(HttpResponse::Ok().json(serde_json::json!({ "options": options }))),
+        Err(DecideError::Other(e)) => Err(json_error(e)),
+        Err(DecideError::Input { .. }) => Err(JsonError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+            "some values are missing or not valid: submit the form to see which",
+        )),
+    }
 }
 
 /// `GET /static/passkey.js`.

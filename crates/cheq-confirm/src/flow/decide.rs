@@ -409,19 +409,16 @@ fn decision_challenge(
     request: &DecisionRequest,
     collected: Option<&IndexMap<String, String>>,
 ) -> Result<[u8; 32], CsError> {
-    let digest = |s: &str| -> Option<[u8; 32]> { cheq_core::sign::b64::decode(s)?.try_into().ok() };
     let (_, view) = shown(&open.view, request.channel);
-    match (digest(open.verified().rs_sig_digest()), digest(view)) {
-        (Some(rs), Some(view)) => Ok(cheq_core::sign::passkey::challenge(
-            &rs,
-            &view,
-            request.decision,
-            collected,
-        )),
-        _ => Err(CsError::Internal(Internal::Missing(
-            "the digests of the decision",
-        ))),
-    }
+    cheq_core::sign::passkey::challenge_of(
+        open.verified().rs_sig_digest(),
+        view,
+        request.decision,
+        collected,
+    )
+    .ok_or(CsError::Internal(Internal::Missing(
+        "the digests of the decision",
+    )))
 }
 
 /// A passkey assertion ready for the header, and what to keep of it once
@@ -462,11 +459,7 @@ impl Cs {
             .iter()
             .position(|p| p.id == answer.id)
             .ok_or(CsError::Passkey(PasskeyProblem::NotYours))?;
-        let seen = answer
-            .authenticator_data
-            .get(33..37)
-            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-            .unwrap_or(0);
+        let seen = cheq_core::sign::passkey::sign_count(&answer.authenticator_data).unwrap_or(0);
         let kept = &account.passkeys[index];
         let sign_count = crate::passkeys::counter_after(kept.sign_count, seen)
             .map_err(|_| CsError::Passkey(PasskeyProblem::CounterWentBack))?;

@@ -123,6 +123,30 @@ pub fn challenge(
     h.finalize().into()
 }
 
+/// [`challenge`] from the header's base64url digests (`cheq_rs_sig`,
+/// `cheq_view`); `None` unless both are 32 bytes.
+pub fn challenge_of(
+    rs_sig: &str,
+    view: &str,
+    decision: Decision,
+    collected: Option<&IndexMap<String, String>>,
+) -> Option<[u8; 32]> {
+    let digest = |s: &str| -> Option<[u8; 32]> { b64::decode(s)?.try_into().ok() };
+    Some(challenge(
+        &digest(rs_sig)?,
+        &digest(view)?,
+        decision,
+        collected,
+    ))
+}
+
+/// The signature counter of authenticator data (bytes 33 to 36), if it
+/// is long enough to hold one.
+pub fn sign_count(authenticator_data: &[u8]) -> Option<u32> {
+    let b = authenticator_data.get(33..37)?;
+    Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
 /// A credential's public key, ready to verify an assertion.
 pub enum CredentialKey {
     Es256(Box<josekit::jws::alg::ecdsa::EcdsaJwsVerifier>),
@@ -327,11 +351,13 @@ pub fn check_member(
     confirmation_uri: &str,
 ) -> Result<BoundAssertion, PasskeyError> {
     let assertion = PasskeyAssertion::from_json(&Value::Object(member.clone()))?;
-    let digest32 = |s: &str| -> Option<[u8; 32]> { b64::decode(s)?.try_into().ok() };
-    let (Some(rs), Some(view)) = (digest32(&claims.rs_sig), digest32(&claims.view)) else {
-        return Err(PasskeyError::WrongChallenge);
-    };
-    let challenge = challenge(&rs, &view, claims.decision, claims.collected.as_ref());
+    let challenge = challenge_of(
+        &claims.rs_sig,
+        &claims.view,
+        claims.decision,
+        claims.collected.as_ref(),
+    )
+    .ok_or(PasskeyError::WrongChallenge)?;
     let url = url::Url::parse(confirmation_uri).map_err(|_| PasskeyError::WrongOrigin)?;
     let origin = url.origin().ascii_serialization();
     let rp_id = url.host_str().ok_or(PasskeyError::WrongRpId)?;
@@ -388,7 +414,7 @@ pub fn check_authenticator_data(data: &[u8], rp_id: &str) -> Result<u32, Passkey
     if flags & 0x04 == 0 {
         return Err(PasskeyError::UserNotVerified);
     }
-    Ok(u32::from_be_bytes([data[33], data[34], data[35], data[36]]))
+    sign_count(data).ok_or(PasskeyError::ShortAuthenticatorData)
 }
 
 /// The signature over `authenticator_data || SHA-256(client_data)`.
