@@ -10,7 +10,10 @@
 //!   their validation (§1, §4); the protocol words as types.
 //! - [`sign`]: keys and trust, JWS General JSON Serialization, signing,
 //!   countersigning and the verification pipeline (§5, §9).
+//! - [`tlog`]: the transparency log's entries, tree, tiles, checkpoints
+//!   and the auditor's checks (§15).
 #![forbid(unsafe_code)]
 
 pub mod cheq;
 pub mod sign;
+pub mod tlog;
