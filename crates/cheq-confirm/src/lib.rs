@@ -16,6 +16,8 @@
 //! - [`passkeys`]: adding passkeys and signing in with them (WebAuthn).
 //! - [`view`], [`voice`], [`warnings`]: what a person is shown or read.
 //! - [`seal`]: private data sealed until delivery is final (§8).
+//! - [`transparency`]: the public log of every countersignature and passkey
+//!   change: sequencing, checkpoints, tiles, inclusion proofs (§15).
 //! - [`config`]: the CS configuration, validated when read.
 #![forbid(unsafe_code)]
 
@@ -28,6 +30,7 @@ pub mod oidc;
 pub mod passkeys;
 pub mod registry;
 pub mod seal;
+pub mod transparency;
 pub mod view;
 pub mod voice;
 pub mod warnings;

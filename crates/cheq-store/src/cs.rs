@@ -152,9 +152,21 @@ pub struct DecisionRecord {
     /// Keyed digest (HMAC-SHA256, base64url) of each value the user typed (§8).
     #[serde(default)]
     pub collected_hmac: IndexMap<String, String>,
+    /// The SHA-256 (base64url) of the document's exact bytes as delivered:
+    /// its entry in the transparency log (§15), queued with the claim.
+    /// `None` where the log is off, and in records made before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_digest: Option<String>,
 }
 
 impl DecisionRecord {
+    /// The record's transparency-log entry, if it has one.
+    pub fn log_entry(&self) -> Option<Vec<u8>> {
+        self.log_digest.as_ref().map(|d| {
+            cheq_core::tlog::Entry::Decision { digest: d.clone() }.to_bytes()
+        })
+    }
+
     /// The record's key (§6).
     pub fn key(&self) -> RecordKey {
         RecordKey::new(&self.resource_origin, &self.nonce)
@@ -466,6 +478,8 @@ pub struct CsStore {
     pub accounts: std::sync::Arc<dyn Accounts>,
     pub sessions: std::sync::Arc<dyn Sessions>,
     pub limits: std::sync::Arc<dyn Limits>,
+    /// The transparency log (§15).
+    pub log: std::sync::Arc<dyn super::tlog::LogStore>,
     /// Whether the backend answers now.
     pub readiness: std::sync::Arc<dyn super::Readiness>,
     /// Flushes awaited without a thread (sled); `None` where a durable

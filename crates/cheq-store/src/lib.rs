@@ -42,6 +42,7 @@ mod sled_store;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod throttle;
+pub mod tlog;
 
 pub use self::async_flush::AsyncFlush;
 pub use self::sled_json::{

@@ -229,6 +229,11 @@ impl Cs {
             }
             e => CsError::BadRequest(crate::flow::BadRequest::Countersign(e)),
         })?;
+        // §15: the log names the document as delivered, before any sealing.
+        let log_digest = self
+            .log
+            .is_some()
+            .then(|| cheq_core::sign::b64::sha256(document.as_bytes()));
         // §8: a sensitive value is never written in clear, even before delivery.
         let sensitive = seals(verified, collected.as_ref());
         let collected_hmac = collected
@@ -245,6 +250,7 @@ impl Cs {
         let record = DecisionRecord {
             sealed: sensitive,
             collected_hmac,
+            log_digest,
             nonce: key.nonce,
             user: who.sub.clone(),
             resource_uri: resource_uri.to_owned(),

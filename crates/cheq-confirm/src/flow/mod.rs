@@ -172,6 +172,9 @@ pub struct Deps {
     pub sealer: Sealer,
     /// How long a decision is kept after it was made; `None`: for good.
     pub history: Option<HistoryWindow>,
+    /// The transparency log every countersignature goes into (§15);
+    /// `None` where it is turned off.
+    pub log: Option<Arc<crate::transparency::TransparencyLog>>,
 }
 
 /// The confirmation server's domain.
@@ -185,6 +188,7 @@ pub struct Cs {
     clock: Arc<dyn Clock>,
     sealer: Sealer,
     history: Option<HistoryWindow>,
+    log: Option<Arc<crate::transparency::TransparencyLog>>,
     verified: Recent<Arc<Open>>,
     /// Started confirmations, as stored (they do not change once started).
     entries: Recent<ConfirmationEntry>,
@@ -239,6 +243,7 @@ impl Cs {
             clock: deps.clock,
             sealer: deps.sealer,
             history: deps.history,
+            log: deps.log,
             verified: Recent::new(VERIFIED_CACHE),
             entries: Recent::new(ENTRY_CACHE),
             registered: Recent::new(ENTRY_CACHE),
@@ -250,6 +255,11 @@ impl Cs {
             metrics: cheq_support::metrics::CsMetrics::new(),
             oldest_pending_at: std::sync::atomic::AtomicI64::new(NO_PENDING),
         })
+    }
+
+    /// The transparency log (§15), when it is on.
+    pub fn transparency(&self) -> Option<&Arc<crate::transparency::TransparencyLog>> {
+        self.log.as_ref()
     }
 
     /// What this instance counted, and the outbox as the delivery worker
@@ -706,6 +716,7 @@ mod tests {
             clock,
             sealer: Sealer::new(&dir.path().join("sealed"), vec![7; 32]),
             history: None,
+            log: None,
         })
         .unwrap();
         for _ in 0..20 {

@@ -13,6 +13,7 @@
 //! | `cs.users` | user name | [`Account`] |
 //! | `cs.sessions` | SHA-256 of the cookie | [`Session`] |
 //! | `cs.limits` | limiter key | [`LimitState`] |
+//! | `log.*` | the transparency log's queue, entries, hashes and head | see [`log`] |
 //!
 //! No sled transaction (see `sled_store` for why): a decision's indexes are
 //! written first and the record is then swapped in only if absent, which is
@@ -38,6 +39,7 @@
 //! that a collection stopped half way is finished by the next one; a reader
 //! that finds the record and then not its document reads the record again.
 
+mod log;
 mod people;
 mod records;
 
@@ -53,12 +55,14 @@ use std::sync::Arc;
 /// Opens every CS store in `db`.
 pub fn open(db: &sled::Db) -> Result<CsStore, StoreError> {
     let durable = Durable::new(db.clone());
+    let log = Arc::new(log::SledLog::open(db, durable.clone())?);
     Ok(CsStore {
+        log: log.clone(),
         flusher: Some(durable.async_flush()),
         entries: Arc::new(SledEntries {
             tree: tree(db, "cs.confirmations")?,
         }),
-        records: Arc::new(SledRecords::open(db, durable)?),
+        records: Arc::new(SledRecords::open(db, durable, log)?),
         accounts: Arc::new(SledAccounts {
             users: tree(db, "cs.users")?,
         }),

@@ -21,6 +21,8 @@ pub(super) struct SledRecords {
     /// The ids of records collected as old history, with their decision
     /// time: never claimed again (§6).
     pub(super) collected: sled::Tree,
+    /// The transparency log, whose queue takes each claimed decision.
+    pub(super) log: std::sync::Arc<super::log::SledLog>,
 }
 
 fn user_key(user: &str, decided_at: i64, id: &str) -> Vec<u8> {
@@ -40,8 +42,13 @@ fn inverted(t: i64) -> u64 {
 }
 
 impl SledRecords {
-    pub(super) fn open(db: &sled::Db, durable: Durable) -> Result<Self, StoreError> {
+    pub(super) fn open(
+        db: &sled::Db,
+        durable: Durable,
+        log: std::sync::Arc<super::log::SledLog>,
+    ) -> Result<Self, StoreError> {
         Ok(SledRecords {
+            log,
             decisions: tree(db, "cs.decisions")?,
             documents: tree(db, "cs.documents")?,
             by_resource: tree(db, "cs.by_resource")?,
@@ -233,6 +240,22 @@ impl DecisionRecords for SledRecords {
         self.put_document(&doc_key, &record.document)?;
         let bytes = Self::stored_form(record, &doc_key)?;
         let err = |e| backend_error("claim", e);
+        // The log's entry is queued before the record is swapped in, and
+        // made durable by the same flush as the record (§15).
+        let queued = match record.log_entry() {
+            Some(entry) => {
+                let k = self.log.queue_key()?;
+                self.log.queue.insert(k, entry).map_err(err)?;
+                Some(k)
+            }
+            None => None,
+        };
+        let unqueue = || -> Result<(), StoreError> {
+            if let Some(k) = queued {
+                self.log.queue.remove(k).map_err(err)?;
+            }
+            Ok(())
+        };
         if record.delivery.is_pending() {
             self.pending.insert(key, &[]).map_err(err)?;
         }
@@ -251,10 +274,12 @@ impl DecisionRecords for SledRecords {
                 // The old record was collected while this claim ran (its key
                 // is put aside before the record goes): this one is undone.
                 self.decisions.remove(key).map_err(err)?;
+                unqueue()?;
                 Ok(Claim::Collected)
             }
             Ok(()) => Ok(Claim::Fresh),
             Err(e) => {
+                unqueue()?;
                 // The winner's document is another (its decision or its
                 // time differ); ours is named by no record.
                 let winner = match &e.current {

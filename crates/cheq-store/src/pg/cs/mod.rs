@@ -9,9 +9,11 @@
 //! | `cs_accounts` | user name | [`Account`], with case-folded name and e-mail |
 //! | `cs_sessions` | SHA-256 of the cookie | [`Session`] |
 //! | `cs_limits` | limiter key | [`LimitState`] |
+//! | `tlog_*` | the transparency log's queue, entries, hashes, head | see [`log`] |
 //!
 //! Values are JSON text, stored byte for byte.
 
+mod log;
 mod people;
 mod records;
 mod schema;
@@ -39,6 +41,7 @@ pub fn open_migrated(pg: &Pg) -> CsStore {
         accounts: Arc::new(PgAccounts(pg.clone())),
         sessions: Arc::new(PgSessions(pg.clone())),
         limits: Arc::new(PgLimits(pg.clone())),
+        log: Arc::new(log::PgLog(pg.clone())),
         readiness: Arc::new(super::SchemaReadiness::new(pg, "cs", MIGRATIONS)),
         flusher: None,
     }

@@ -142,40 +142,51 @@ impl PgRecords {
 impl DecisionRecords for PgRecords {
     fn claim(&self, record: &DecisionRecord) -> Result<Claim, StoreError> {
         let r = RecordRow::of(record)?;
+        let entry = record.log_entry();
         self.0.call("claim", move |pool| async move {
             let err = db_error("claim");
             let c = client(&pool, "claim").await?;
+            // With a log entry (§15), the entry is queued by the same
+            // statement, only when the record is inserted: one commit.
             let insert = c
-                .prepare_cached(
+                .prepare_cached(if entry.is_some() {
+                    "WITH claimed AS (
+                       INSERT INTO cs_records (origin, nonce, id, user_name, resource_uri,
+                           decided_at, pending, next_try, sealed, body, packed)
+                       SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::bigint,
+                              $7::boolean, $8::bigint, $9::boolean, $10::text, $11::bytea
+                       WHERE NOT EXISTS (SELECT 1 FROM cs_collected WHERE id = $3)
+                       ON CONFLICT DO NOTHING
+                       RETURNING 1)
+                     INSERT INTO tlog_queue (entry) SELECT $12::bytea FROM claimed"
+                } else {
                     "INSERT INTO cs_records (origin, nonce, id, user_name, resource_uri,
                         decided_at, pending, next_try, sealed, body, packed)
                      SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::bigint,
                             $7::boolean, $8::bigint, $9::boolean, $10::text, $11::bytea
                      WHERE NOT EXISTS (SELECT 1 FROM cs_collected WHERE id = $3)
-                     ON CONFLICT DO NOTHING",
-                )
+                     ON CONFLICT DO NOTHING"
+                })
                 .await
                 .map_err(&err)?;
+            let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+                &r.origin,
+                &r.nonce,
+                &r.id,
+                &r.user,
+                &r.resource_uri,
+                &r.decided_at,
+                &r.pending,
+                &r.next_try,
+                &r.sealed,
+                &r.body,
+                &r.packed,
+            ];
+            if let Some(e) = &entry {
+                params.push(e);
+            }
             // Committed with synchronous_commit on: durable when it returns.
-            let n = c
-                .execute(
-                    &insert,
-                    &[
-                        &r.origin,
-                        &r.nonce,
-                        &r.id,
-                        &r.user,
-                        &r.resource_uri,
-                        &r.decided_at,
-                        &r.pending,
-                        &r.next_try,
-                        &r.sealed,
-                        &r.body,
-                        &r.packed,
-                    ],
-                )
-                .await
-                .map_err(&err)?;
+            let n = c.execute(&insert, &params).await.map_err(&err)?;
             if n == 1 {
                 return Ok(Claim::Fresh);
             }

@@ -108,4 +108,30 @@ CREATE TABLE cs_collected (
 CREATE UNIQUE INDEX cs_accounts_user_handle ON cs_accounts ((body::jsonb ->> 'user_handle'));
 ",
     },
+    // The transparency log (§15): entries queued with the writes that
+    // make them, sequenced by whichever instance takes the head row's lock.
+    Migration {
+        version: 7,
+        name: "transparency log",
+        sql: "
+CREATE TABLE tlog_queue (
+    id bigserial PRIMARY KEY,
+    entry bytea NOT NULL);
+CREATE TABLE tlog_entries (
+    idx bigint PRIMARY KEY,
+    entry bytea NOT NULL);
+CREATE TABLE tlog_hashes (
+    idx bigint PRIMARY KEY,
+    hash bytea NOT NULL);
+CREATE TABLE tlog_index (
+    leaf bytea PRIMARY KEY,
+    idx bigint NOT NULL);
+CREATE TABLE tlog_head (
+    id integer PRIMARY KEY CHECK (id = 1),
+    vkey text NOT NULL,
+    size bigint,
+    root bytea,
+    checkpoint bytea);
+",
+    },
 ];
