@@ -26,6 +26,7 @@ pub mod store;
 pub mod unpack;
 pub mod user;
 pub mod verify;
+pub mod audit;
 
 use crate::cheq::CheqError;
 use crate::sign::{CountersignError, KeyError, SignError, TrustError, VerifyError};
@@ -85,6 +86,7 @@ pub enum Command {
     /// Move a server's durable state between stores (sled, PostgreSQL).
     Store(store::Args),
     Unpack(unpack::Args),
+    Audit(audit::Args),
 }
 
 /// Runs one parsed command, writing its result to `out`.
@@ -107,6 +109,7 @@ pub fn dispatch(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Mcp(args) => mcp::run(args, out),
         Command::A2a(args) => a2a::run(args, out),
         Command::Unpack(args) => unpack::run(args, out),
+        Command::Audit(args) => audit::run(args, out),
     }
 }
 
@@ -237,6 +240,9 @@ pub enum CliError {
     /// A server or network failure.
     #[error("{0}")]
     Server(String),
+    /// A transparency log that failed its audit.
+    #[error("log audit failed: {0}")]
+    Audit(String),
     #[error("export: {0}")]
     Export(#[from] crate::store::export::ExportError),
     #[error("import: {0}")]

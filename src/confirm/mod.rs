@@ -21,7 +21,8 @@
 //! jobs), [`admin`] (the local admin socket).
 
 pub use cheq_confirm::{
-    auth, config, fetch, flow, link, oidc, passkeys, registry, seal, view, voice, warnings,
+    auth, config, fetch, flow, link, oidc, passkeys, registry, seal, transparency, view, voice,
+    warnings,
 };
 
 pub mod admin;

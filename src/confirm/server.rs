@@ -129,6 +129,7 @@ pub async fn build_state_with(
         &config.data_dir.join("sealed"),
         load_or_create_secret(&config.data_dir.join("evidence.secret"))?,
     );
+    let log = open_log(config, &store)?;
     let clock_for_providers = clock.clone();
     let cs = Arc::new(
         Cs::new(Deps {
@@ -139,6 +140,7 @@ pub async fn build_state_with(
             clock,
             sealer,
             history: config.history_days,
+            log,
         })
         .map_err(|e| ServerError::Other(e.to_string()))?,
     );
@@ -183,6 +185,28 @@ pub async fn build_state_with(
         ceremonies,
     }))
 }
+
+/// The transparency log (§15), unless the configuration turns it off: its
+/// note key is read (or made) first, and a log begun with another key is
+/// refused.
+fn open_log(
+    config: &CsConfig,
+    store: &crate::store::cs::CsStore,
+) -> Result<Option<Arc<crate::confirm::transparency::TransparencyLog>>, ServerError> {
+    if !config.transparency_log.enabled {
+        return Ok(None);
+    }
+    let secret = load_or_create_secret(&config.log_key_file())?;
+    let (origin, _) = config.log_origin();
+    let key = crate::tlog::LogKey::from_secret(&secret, &origin)
+        .map_err(|e| ServerError::Other(format!("transparency log: {e}")))?;
+    let log = crate::confirm::transparency::TransparencyLog::open(store.log.clone(), key)
+        .map_err(|e| ServerError::Other(format!("transparency log: {e}")))?;
+    Ok(Some(Arc::new(log)))
+}
+
+/// How often queued log entries are sequenced into a new checkpoint.
+pub const SEQUENCE_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Opens the store the configuration names: PostgreSQL when `database_url`
 /// is set (its schema applied first), else sled in `data_dir`.
@@ -296,8 +320,27 @@ pub fn start_background(state: &web::Data<CsState>, data_dir: &std::path::Path) 
                 .map_err(|e| e.to_string())?
         }
     });
-    Background {
-        tasks: vec![deliveries, admin, collector],
+    let mut tasks = vec![deliveries, admin, collector];
+    if let Some(log) = state.cs.transparency().cloned() {
+        tasks.push(tokio::spawn(sequence(log)));
+    }
+    Background { tasks }
+}
+
+/// Sequences the log's queued entries every [`SEQUENCE_EVERY`], on a
+/// blocking thread (a step signs and writes durably). A failed step is
+/// logged and tried again: the entries stay queued.
+async fn sequence(log: Arc<crate::confirm::transparency::TransparencyLog>) {
+    let mut tick = tokio::time::interval(SEQUENCE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let l = log.clone();
+        match tokio::task::spawn_blocking(move || l.sequence_all(16)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => log::warn!("transparency log: sequencing: {e}"),
+            Err(e) => log::warn!("transparency log: sequencing: {e}"),
+        }
     }
 }
 

@@ -166,6 +166,35 @@ pub struct GatewayConfig {
     pub secret_hash: Secret,
 }
 
+/// The transparency log (§15): on unless turned off; its checkpoints are
+/// signed with a note key of its own, kept in `key_file` (default
+/// `tlog-note.secret` in `data_dir`; instances sharing a database must
+/// share it).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransparencyLogConfig {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for TransparencyLogConfig {
+    fn default() -> Self {
+        TransparencyLogConfig {
+            enabled: true,
+            key_file: None,
+        }
+    }
+}
+
+/// The file of the transparency log's note key when none is named.
+pub const LOG_KEY_FILE: &str = "tlog-note.secret";
+
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -217,6 +246,9 @@ pub struct CsConfig {
     /// stops a second countersignature until its CHEQ has expired, §6).
     #[serde(default)]
     pub history_days: Option<crate::flow::HistoryWindow>,
+    /// The public log of every countersignature (§15).
+    #[serde(default)]
+    pub transparency_log: TransparencyLogConfig,
     /// Served by a resource server itself (§12, [`CsConfig::embedded`]): its
     /// one resource server is registered in the process, not here.
     #[serde(skip)]
@@ -521,6 +553,35 @@ impl CsConfig {
             .map(|u| u.path().trim_end_matches('/').to_owned())
             .map(|p| if p.is_empty() { "/".to_owned() } else { p })
             .unwrap_or_else(|_| "/".to_owned())
+    }
+
+    /// The transparency log's origin line, `<host[:port] of public_url>/cheq-log`
+    /// (the log's prefix, `<public_url>/log/`, without its scheme), and
+    /// the path its resources are served under (`<start path>/log`).
+    pub fn log_origin(&self) -> (String, String) {
+        let host = url::Url::parse(&self.public_url)
+            .ok()
+            .and_then(|u| {
+                let host = u.host_str()?.to_owned();
+                Some(match u.port() {
+                    Some(p) => format!("{host}:{p}"),
+                    None => host,
+                })
+            })
+            .unwrap_or_default();
+        let path = match self.start_path().as_str() {
+            "/" => "/log".to_owned(),
+            p => format!("{p}/log"),
+        };
+        (format!("{host}/cheq-log"), path)
+    }
+
+    /// The file of the transparency log's note key.
+    pub fn log_key_file(&self) -> PathBuf {
+        self.transparency_log
+            .key_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join(LOG_KEY_FILE))
     }
 
     /// The CS origin (scheme://host[:port]), for links.

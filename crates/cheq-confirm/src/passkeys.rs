@@ -87,6 +87,8 @@ pub enum CeremonyError {
     Store(#[from] StoreError),
     #[error("{0}")]
     Account(#[from] AccountPutError),
+    #[error("{0}")]
+    Log(#[from] crate::transparency::LogError),
 }
 
 /// Equal when of the same kind (and, for an assertion, the same step); a
@@ -421,6 +423,7 @@ impl Ceremonies {
     pub fn finish_registration(
         &self,
         accounts: &dyn Accounts,
+        log: Option<&crate::transparency::TransparencyLog>,
         token: &str,
         binding: &str,
         now: i64,
@@ -441,6 +444,15 @@ impl Ceremonies {
         let mut account = accounts.get(&username)?.ok_or(CeremonyError::NoAccount)?;
         if account.passkeys.iter().any(|k| k.id == new.id) {
             return Err(CeremonyError::AlreadyRegistered);
+        }
+        // Named in the log before it is added (§15): a passkey the log does
+        // not name is never one of the account's.
+        if let Some(log) = log {
+            log.credential(
+                &account.username,
+                &new.key,
+                cheq_core::tlog::CredentialChange::Added,
+            )?;
         }
         account.passkeys.push(Passkey {
             id: new.id,

@@ -265,7 +265,7 @@ fn ceremonies_add_a_passkey_and_sign_in_with_it_once_bound_and_in_time() {
     ));
     let id = b64::encode(ID);
     let finish = |binding: &str, now: i64, token: &str| {
-        c.finish_registration(accounts, token, binding, now, &id, &cd, &att)
+        c.finish_registration(accounts, None, token, binding, now, &id, &cd, &att)
     };
     assert!(matches!(
         finish("session-2", 1000, &token),

@@ -193,6 +193,15 @@ impl TransparencyLog {
         }))
     }
 
+    /// The index of the decision whose document digest is `digest`, once
+    /// sequenced.
+    pub fn index_of_decision(&self, digest: &str) -> Result<Option<u64>, LogError> {
+        let entry = Entry::Decision {
+            digest: digest.to_owned(),
+        };
+        Ok(self.store.index_of(&tree::leaf_hash(&entry.to_bytes()).0)?)
+    }
+
     /// Where the decision whose document digest is `digest` is in the log,
     /// with its proof in the current tree; `None` while it is queued.
     pub fn inclusion(&self, digest: &str) -> Result<Option<Inclusion>, LogError> {

@@ -579,11 +579,13 @@ fn reauthenticate(me: &SignedIn, next: &str, max_age_secs: i64) -> HttpResponse 
 }
 
 pub(super) async fn history(state: web::Data<CsState>, me: SignedIn) -> Page {
-    let rows = state
-        .cs
-        .history(&me.who)?
+    let st = state.clone();
+    let who = me.who.clone();
+    let rows = web::block(move || st.cs.history_logged(&who))
+        .await
+        .map_err(|_| CsError::Internal(crate::confirm::flow::Internal::Task("history")))??
         .into_iter()
-        .map(HistoryRow::of)
+        .map(|(r, logged)| HistoryRow::of(r, logged))
         .collect();
     let page = HistoryPage {
         user: &me.who.display_name(),

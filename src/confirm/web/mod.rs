@@ -13,10 +13,12 @@
 //! | `POST /c/{id}` | the decision (§5, §6) |
 //! | `GET /history`, `GET /history/{id}.json` | past decisions and their signed CHEQs |
 //! | `GET /account`, `/account/passkeys/…`, `/login/passkey/…` | passkeys ([`passkeys`]) |
+//! | `GET <start path>/log/…`, `GET /history/{id}/inclusion.json` | the transparency log ([`tlog`]) |
 //! | `GET /.well-known/jwks.json`, `GET /healthz`, `GET /static/style.css` | |
 
 pub mod extract;
 mod handlers;
+pub mod tlog;
 pub mod oidc;
 pub mod pages;
 mod passkeys;
@@ -192,6 +194,7 @@ pub fn configure_confirmation(cfg: &mut web::ServiceConfig, state: web::Data<CsS
     use handlers::*;
     let start = state.start_path.clone();
     crate::confirm::api::configure(cfg, state.api.clone());
+    tlog::configure(cfg, &start);
     cfg.app_data(state)
         .app_data(
             web::FormConfig::default()

@@ -140,11 +140,17 @@ pub struct HistoryRow {
     pub decision: String,
     pub when: String,
     pub delivery: String,
+    /// Its place in the transparency log (§15), once sequenced.
+    pub logged: Option<crate::confirm::flow::Logged>,
+    /// Whether it has an entry waiting to be sequenced.
+    pub queued: bool,
 }
 
 impl HistoryRow {
-    pub fn of(r: DecisionRecord) -> Self {
+    pub fn of(r: DecisionRecord, logged: Option<crate::confirm::flow::Logged>) -> Self {
         HistoryRow {
+            queued: logged.is_none() && r.log_digest.is_some(),
+            logged,
             id: r.key().id(),
             when: when(r.decided_at),
             delivery: r.delivery.label().to_owned(),

@@ -39,7 +39,7 @@ fn recent(state: &CsState, me: &SignedIn) -> bool {
 /// The one mapping of a passkey route's failure to its JSON answer.
 fn json_error(e: CeremonyError) -> JsonError {
     match e {
-        CeremonyError::Store(_) | CeremonyError::Account(_) => {
+        CeremonyError::Store(_) | CeremonyError::Account(_) | CeremonyError::Log(_) => {
             log::error!("passkeys: {e}");
             JsonError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -201,6 +201,7 @@ pub(super) async fn finish_add(
         .ceremonies
         .finish_registration(
             &*state.accounts,
+            state.cs.transparency().map(|l| &**l),
             &body.ceremony,
             &me.session_id,
             now,
@@ -235,13 +236,20 @@ pub(super) async fn remove(
     let Some(mut account) = state.accounts.get(&me.who.sub).map_err(CsError::from)? else {
         return Ok(see_other("/login"));
     };
-    let before = account.passkeys.len();
-    account
+    let Some(gone) = account
         .passkeys
-        .retain(|p| Some(p.id.as_str()) != form.id.as_deref());
-    if account.passkeys.len() == before {
+        .iter()
+        .position(|p| Some(p.id.as_str()) == form.id.as_deref())
+    else {
         return Ok(see_other("/account"));
-    }
+    };
+    // Named in the log before it goes (§15).
+    state.cs.log_credential(
+        &account.username,
+        &account.passkeys[gone].key,
+        crate::tlog::CredentialChange::Removed,
+    )?;
+    account.passkeys.remove(gone);
     state.accounts.put(&account, true).map_err(|e| {
         CsError::from(crate::store::StoreError::Backend {
             op: "remove passkey",

@@ -31,6 +31,8 @@ pub enum Internal {
     Cookie(String),
     #[error("{0} is missing")]
     Missing(&'static str),
+    #[error("the transparency log: {0}")]
+    Log(Arc<crate::transparency::LogError>),
 }
 
 /// What is wrong with a request as sent (400).

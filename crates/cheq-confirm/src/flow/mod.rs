@@ -24,6 +24,8 @@ pub mod decide;
 pub mod deliver;
 pub mod error;
 pub mod inputs;
+mod logged;
+pub use logged::Logged;
 
 pub use decide::{DecideError, Decided, DecisionRequest};
 pub use error::{BadRequest, CsError, Internal, PasskeyProblem};
@@ -255,11 +257,6 @@ impl Cs {
             metrics: cheq_support::metrics::CsMetrics::new(),
             oldest_pending_at: std::sync::atomic::AtomicI64::new(NO_PENDING),
         })
-    }
-
-    /// The transparency log (§15), when it is on.
-    pub fn transparency(&self) -> Option<&Arc<crate::transparency::TransparencyLog>> {
-        self.log.as_ref()
     }
 
     /// What this instance counted, and the outbox as the delivery worker

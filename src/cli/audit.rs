@@ -1,0 +1,167 @@
+//! `cheq audit`: checks a confirmation server's transparency log from the
+//! outside (PROTOCOL.md §15.6), with nothing but its public tiles and the
+//! verifier key the auditor got out of band.
+//!
+//! The checks are the core's ([`crate::tlog::audit`]): the checkpoint's
+//! signature, its consistency with the checkpoint kept in `--state` (a log
+//! rewritten, truncated or forked since is caught), and the inclusion of
+//! each `--document`. On success the new checkpoint is kept and a JSON
+//! summary printed; on any failure, one line naming it and exit 1, and the
+//! kept checkpoint stays as it was.
+
+use super::{display_path, read_input, write_out, CliError};
+use crate::tlog::audit::{audit, AuditError, TileSource, Wanted};
+use crate::tlog::LogVerifier;
+use serde_json::json;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Audit a confirmation server's public transparency log (PROTOCOL.md §15).
+///
+/// Exit 0 and a JSON summary when the log's checkpoint is signed by KEY,
+/// extends the one kept in FILE, and holds every DOCUMENT; exit 1 naming
+/// what failed otherwise.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The log's URL prefix, `<public_url>/log/`.
+    #[arg(long, value_name = "URL")]
+    pub log: String,
+    /// The log's verifier key (`<name>+<hex>+<base64>`, as `GET <log>/key`
+    /// answers it), or a file holding it. Get it out of band: a log cannot
+    /// vouch for its own key.
+    #[arg(long, value_name = "VKEY")]
+    pub key: String,
+    /// The checkpoint kept from the last audit: read if present, replaced by
+    /// the new one when this audit passes.
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+    /// A decided document (its exact bytes) that must be in the log.
+    #[arg(long = "document", value_name = "FILE")]
+    pub documents: Vec<PathBuf>,
+}
+
+/// The most bytes read from the log per resource: a full tile is 8 KiB, a
+/// bundle of 256 entries under 64 KiB, a checkpoint a few hundred bytes.
+const MAX_RESOURCE: usize = 1024 * 1024;
+/// How long one resource may take.
+const TIMEOUT: Duration = Duration::from_secs(15);
+
+struct Http {
+    prefix: url::Url,
+    client: reqwest::Client,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl TileSource for Http {
+    fn fetch(&self, path: &str) -> Result<Vec<u8>, String> {
+        let url = self.prefix.join(path).map_err(|e| e.to_string())?;
+        self.runtime.block_on(async {
+            let mut res = self
+                .client
+                .get(url)
+                .send()
+                .await
+                .map_err(|e| crate::text::one_line(&e.without_url().to_string()))?;
+            if !res.status().is_success() {
+                return Err(format!("the log answered {}", res.status()));
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = res.chunk().await.map_err(|e| e.without_url().to_string())? {
+                if body.len() + chunk.len() > MAX_RESOURCE {
+                    return Err(format!("the answer is larger than {MAX_RESOURCE} bytes"));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(body)
+        })
+    }
+}
+
+fn source(log: &str) -> Result<Http, CliError> {
+    let mut prefix = url::Url::parse(log)
+        .map_err(|e| CliError::Usage(format!("--log {log:?} is not a URL: {e}")))?;
+    if !matches!(prefix.scheme(), "http" | "https") || prefix.query().is_some() {
+        return Err(CliError::Usage(
+            "--log must be an http(s) URL prefix with no query, such as https://cs.example/log/"
+                .into(),
+        ));
+    }
+    if !prefix.path().ends_with('/') {
+        let path = format!("{}/", prefix.path());
+        prefix.set_path(&path);
+    }
+    let client = reqwest::Client::builder()
+        .timeout(TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| CliError::Internal(e.to_string()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Internal(e.to_string()))?;
+    Ok(Http {
+        prefix,
+        client,
+        runtime,
+    })
+}
+
+fn verifier(key: &str) -> Result<LogVerifier, CliError> {
+    let path = std::path::Path::new(key);
+    let text = if !key.contains('+') && path.exists() {
+        let bytes = read_input(path)?;
+        String::from_utf8(bytes).map_err(|_| CliError::Usage(format!("{key}: not text")))?
+    } else {
+        key.to_owned()
+    };
+    LogVerifier::new(text.trim()).map_err(|e| CliError::Usage(format!("--key: {e}")))
+}
+
+pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
+    let verifier = verifier(&args.key)?;
+    let kept = match &args.state {
+        Some(p) if p.exists() => Some(read_input(p)?),
+        _ => None,
+    };
+    let mut wanted = Vec::new();
+    for d in &args.documents {
+        wanted.push(Wanted::document(&display_path(d), &read_input(d)?));
+    }
+    let http = source(&args.log)?;
+    let report = audit(&http, &verifier, kept.as_deref(), &wanted).map_err(|e| match e {
+        e @ AuditError::Fetch { .. } => CliError::Server(format!("log audit failed: {e}")),
+        e => CliError::Audit(e.to_string()),
+    })?;
+    if let Some(p) = &args.state {
+        keep(p, &report.checkpoint.note)?;
+    }
+    let documents: Vec<_> = report
+        .included
+        .iter()
+        .map(|(file, index)| json!({"file": file, "index": index}))
+        .collect();
+    let summary = json!({
+        "ok": true,
+        "origin": verifier.origin(),
+        "tree_size": report.checkpoint.size,
+        "root_hash": report.checkpoint.root.to_string(),
+        "consistent_with_kept": report.extends,
+        "documents": documents,
+    });
+    write_out(out, &format!("{summary:#}\n"))
+}
+
+/// Replaces the kept checkpoint: written beside it, synced, then renamed
+/// over it, so that a crash leaves the old one or the new one whole.
+fn keep(path: &std::path::Path, note: &[u8]) -> Result<(), CliError> {
+    let write_err = |source| CliError::Write {
+        path: display_path(path),
+        source,
+    };
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(write_err)?;
+    f.write_all(note).map_err(write_err)?;
+    f.sync_all().map_err(write_err)?;
+    std::fs::rename(&tmp, path).map_err(write_err)
+}
