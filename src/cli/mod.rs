@@ -12,6 +12,7 @@
 
 pub mod a2a;
 pub mod agent;
+pub mod audit;
 pub mod countersign;
 pub mod demo;
 pub mod inspect;
@@ -26,7 +27,6 @@ pub mod store;
 pub mod unpack;
 pub mod user;
 pub mod verify;
-pub mod audit;
 
 use crate::cheq::CheqError;
 use crate::sign::{CountersignError, KeyError, SignError, TrustError, VerifyError};

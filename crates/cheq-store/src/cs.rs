@@ -162,9 +162,9 @@ pub struct DecisionRecord {
 impl DecisionRecord {
     /// The record's transparency-log entry, if it has one.
     pub fn log_entry(&self) -> Option<Vec<u8>> {
-        self.log_digest.as_ref().map(|d| {
-            cheq_core::tlog::Entry::Decision { digest: d.clone() }.to_bytes()
-        })
+        self.log_digest
+            .as_ref()
+            .map(|d| cheq_core::tlog::Entry::Decision { digest: d.clone() }.to_bytes())
     }
 
     /// The record's key (§6).

@@ -18,10 +18,10 @@
 
 pub mod extract;
 mod handlers;
-pub mod tlog;
 pub mod oidc;
 pub mod pages;
 mod passkeys;
+pub mod tlog;
 
 pub use extract::{SignedIn, Visitor};
 

@@ -35,9 +35,7 @@ pub(super) fn configure(cfg: &mut web::ServiceConfig, start_path: &str) {
     cfg.service(web::resource(format!("{at}/checkpoint")).route(web::get().to(checkpoint)))
         .service(web::resource(format!("{at}/key")).route(web::get().to(key)))
         .service(web::resource(format!("{at}/tile/{{path:.*}}")).route(web::get().to(tile)))
-        .service(
-            web::resource("/history/{id}/inclusion.json").route(web::get().to(inclusion)),
-        );
+        .service(web::resource("/history/{id}/inclusion.json").route(web::get().to(inclusion)));
 }
 
 fn the_log(state: &CsState) -> Result<Arc<TransparencyLog>, JsonError> {

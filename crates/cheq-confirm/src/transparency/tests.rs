@@ -33,9 +33,12 @@ impl TileSource for Served<'_> {
 #[test]
 fn queued_entries_are_sequenced_served_and_proven() {
     let (_dir, store) = sled_log();
-    let log = TransparencyLog::open(store.clone(), key(b"0123456789abcdef0123456789abcdef")).unwrap();
+    let log =
+        TransparencyLog::open(store.clone(), key(b"0123456789abcdef0123456789abcdef")).unwrap();
     let verifier = LogVerifier::new(&log.verifier_key()).unwrap();
-    let empty = verifier.verify(&log.checkpoint().unwrap().unwrap().checkpoint).unwrap();
+    let empty = verifier
+        .verify(&log.checkpoint().unwrap().unwrap().checkpoint)
+        .unwrap();
     assert_eq!(empty.size, 0);
 
     let docs: Vec<Vec<u8>> = (0..300).map(|i| format!("doc {i}").into_bytes()).collect();
@@ -43,7 +46,10 @@ fn queued_entries_are_sequenced_served_and_proven() {
         store.queue(&Entry::decision(d).to_bytes()).unwrap();
     }
     let digest = cheq_core::sign::b64::sha256(&docs[2]);
-    assert!(log.inclusion(&digest).unwrap().is_none(), "queued, not yet in the tree");
+    assert!(
+        log.inclusion(&digest).unwrap().is_none(),
+        "queued, not yet in the tree"
+    );
     assert_eq!(log.sequence().unwrap(), 5);
     assert_eq!(log.sequence().unwrap(), 0, "nothing left");
     let first = log.checkpoint().unwrap().unwrap().checkpoint;
@@ -54,7 +60,8 @@ fn queued_entries_are_sequenced_served_and_proven() {
         r#"{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}"#,
     )
     .unwrap();
-    log.credential("alice", &jwk, CredentialChange::Added).unwrap();
+    log.credential("alice", &jwk, CredentialChange::Added)
+        .unwrap();
     assert_eq!(log.sequence_all(10).unwrap(), 296);
 
     let inc = log.inclusion(&digest).unwrap().unwrap();
@@ -70,8 +77,19 @@ fn queued_entries_are_sequenced_served_and_proven() {
     assert_eq!(report.extends, Some(5));
     assert_eq!(report.included, vec![("doc 299".to_owned(), 299)]);
     // The full tile and the partial one past it; none beyond.
-    assert_eq!(log.tile(&TilePath::hashes(0, 0, 256)).unwrap().unwrap().len(), 256 * 32);
-    assert_eq!(log.tile(&TilePath::entries(1, 45)).unwrap().map(|b| b.is_empty()), Some(false));
+    assert_eq!(
+        log.tile(&TilePath::hashes(0, 0, 256))
+            .unwrap()
+            .unwrap()
+            .len(),
+        256 * 32
+    );
+    assert_eq!(
+        log.tile(&TilePath::entries(1, 45))
+            .unwrap()
+            .map(|b| b.is_empty()),
+        Some(false)
+    );
     assert!(log.tile(&TilePath::entries(1, 46)).unwrap().is_none());
     assert!(log.tile(&TilePath::hashes(0, 1, 256)).unwrap().is_none());
 }

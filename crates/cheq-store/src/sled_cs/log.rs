@@ -79,8 +79,7 @@ impl SledLog {
         let Some(bytes) = self.head.get(b"head").map_err(err("log head"))? else {
             return Ok(None);
         };
-        let s: StoredHead =
-            serde_json::from_slice(&bytes).map_err(|e| corrupt(b"log.head", e))?;
+        let s: StoredHead = serde_json::from_slice(&bytes).map_err(|e| corrupt(b"log.head", e))?;
         let root = cheq_core::sign::b64::decode(&s.root)
             .ok_or_else(|| corrupt(b"log.head", "the root is not base64url"))?;
         Ok(Some(LogHead {
