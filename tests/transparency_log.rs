@@ -336,3 +336,123 @@ fn a_log_rewritten_behind_the_auditors_back_is_caught() {
         assert!(err.contains("is not in the log"), "{err}");
     });
 }
+
+/// Decides `n` bookings through the CS instance at `cs` (signed in there);
+/// the decided documents as the history serves them.
+async fn decide_many(setup: &Setup, cs: &str, n: usize) -> Vec<String> {
+    let mut b = Browser::new(cs);
+    let mut docs = Vec::new();
+    for _ in 0..n {
+        let pack = invoke_flight(&setup.rs_url).await;
+        let (path, page) = b.open("/", &pack.resource_uri, "alice", ALICE_PW).await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        let outcome = b.decide(&path, &page, "accept").await;
+        assert_eq!(outcome.status, 200, "{}", outcome.text);
+    }
+    let history = b.get("/history").await;
+    let mut rest = history.raw.as_str();
+    while let Some(at) = rest.find("href=\"/history/") {
+        rest = &rest[at + 6..];
+        let link = &rest[..rest.find('"').unwrap()];
+        if link.ends_with(".json") && !link.ends_with("/inclusion.json") {
+            docs.push(b.get(link).await.text);
+        }
+    }
+    docs
+}
+
+#[test]
+fn two_instances_on_one_database_make_one_log() {
+    if !cheq::store::testing::can_run(
+        "the transparency log on PostgreSQL",
+        &[cheq::store::testing::Outside::Postgres],
+    ) {
+        return;
+    }
+    let setup = Setup::new();
+    let db = cheq::store::pg::test_database("tlog").unwrap();
+    let cs_config = setup.path("cs.toml");
+    let (ok, out) = user_add_with(
+        "alice",
+        ALICE_PW,
+        &["--config", &cs_config],
+        &[("CHEQ_DATABASE_URL", &db)],
+    );
+    assert!(ok, "{out}");
+    let port = free_port();
+    let (cs2, listen2) = (
+        format!("http://127.0.0.1:{port}"),
+        format!("127.0.0.1:{port}"),
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let _rs = setup.start_rs().await;
+        let envs = [("CHEQ_DATABASE_URL", db.as_str())];
+        let cs1 = start_server_with(
+            "cs1",
+            &["serve", "--config", &cs_config],
+            &envs,
+            &setup.dir.path().join("cs1.log"),
+            &setup.cs_url,
+        )
+        .await;
+        let cs2_proc = start_server_with(
+            "cs2",
+            &["serve", "--config", &cs_config],
+            &[
+                ("CHEQ_DATABASE_URL", db.as_str()),
+                ("CHEQ_LISTEN", &listen2),
+            ],
+            &setup.dir.path().join("cs2.log"),
+            &cs2,
+        )
+        .await;
+        let key = log_key(&setup.cs_url).await;
+        assert_eq!(log_key(&cs2).await, key, "one key");
+        // Both instances decide at once; each sequences.
+        let (a, b) = tokio::join!(
+            decide_many(&setup, &setup.cs_url, 12),
+            decide_many(&setup, &cs2, 12)
+        );
+        // Each browser's history is alice's: every decision, whichever
+        // instance signed it.
+        assert_eq!(a.len(), 24, "{}", cs1.log());
+        assert_eq!(b.len(), 24, "{}", cs2_proc.log());
+        wait_for_size(&setup.cs_url, 24).await;
+        wait_for_size(&cs2, 24).await;
+        let one = get(&format!("{}/log/checkpoint", setup.cs_url))
+            .await
+            .text()
+            .await
+            .unwrap();
+        let two = get(&format!("{cs2}/log/checkpoint"))
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(one, two, "one tree, one checkpoint");
+        assert!(one.lines().nth(1) == Some("24"), "{one}");
+        let dir = tempfile::tempdir().unwrap();
+        let mut paths = Vec::new();
+        for (i, d) in a.iter().enumerate() {
+            let p = dir.path().join(format!("{i}.json"));
+            std::fs::write(&p, d).unwrap();
+            paths.push(p);
+        }
+        let refs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
+        let state = dir.path().join("kept");
+        for base in [&setup.cs_url, &cs2] {
+            let (ok, out, err) = audit(base, &key, &state, &refs);
+            assert!(ok, "{out}{err}");
+            let summary: Value = serde_json::from_str(&out).unwrap();
+            let mut indexes: Vec<u64> = summary["documents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["index"].as_u64().unwrap())
+                .collect();
+            indexes.sort();
+            assert_eq!(indexes, (0..24).collect::<Vec<_>>(), "each decision once");
+        }
+    });
+}
