@@ -95,6 +95,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 },
                 sealed: false,
                 collected_hmac: Default::default(),
+                log_digest: None,
             };
             store.records.claim_with(&record, Durability::Deferred)?;
         }

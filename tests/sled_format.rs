@@ -110,6 +110,7 @@ fn decision(i: u32) -> DecisionRecord {
         },
         sealed: false,
         collected_hmac: Default::default(),
+        log_digest: None,
     }
 }
 

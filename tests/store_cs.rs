@@ -37,6 +37,7 @@ fn record(origin: &str, nonce: &str, user: &str, at: i64) -> DecisionRecord {
         },
         sealed: false,
         collected_hmac: Default::default(),
+        log_digest: None,
     }
 }
 

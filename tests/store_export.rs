@@ -171,6 +171,7 @@ fn decision(origin: &str, nonce: &str, user: &str, at: i64, delivery: Delivery) 
         delivery,
         sealed: false,
         collected_hmac: Default::default(),
+        log_digest: None,
     }
 }
 

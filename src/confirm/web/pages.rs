@@ -406,6 +406,7 @@ mod tests {
             },
             sealed: false,
             collected_hmac: Default::default(),
+            log_digest: None,
         }
     }
 

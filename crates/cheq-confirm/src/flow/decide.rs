@@ -99,7 +99,7 @@ impl Cs {
         request: DecisionRequest,
     ) -> Result<Decided, DecideError> {
         let (entry, open, collected) = match self.prepare(id, who, &request).await? {
-            Prepared::Earlier(decided) => return Ok(decided),
+            Prepared::Earlier(decided) => return Ok(*decided),
             Prepared::Ready {
                 entry,
                 open,
@@ -305,7 +305,7 @@ impl Cs {
 /// A decision checked against what was shown, before it is signed.
 enum Prepared {
     /// Decided before: nothing to sign.
-    Earlier(Decided),
+    Earlier(Box<Decided>),
     Ready {
         entry: cheq_store::cs::ConfirmationEntry,
         open: Arc<Open>,
@@ -332,7 +332,7 @@ impl Cs {
         let kept = self.kept(id, &entry);
         if kept.is_none() {
             if let Some(record) = self.earlier(&entry.resource_uri)? {
-                return Ok(Prepared::Earlier(earlier(record, who)?));
+                return Ok(Prepared::Earlier(Box::new(earlier(record, who)?)));
             }
         }
         self.check_fresh(&entry.resource_uri, who)?;
