@@ -79,7 +79,7 @@ impl TransparencyLog {
         }
         let log = TransparencyLog { store, key };
         if log.store.head()?.is_none() {
-            let empty = log.key.sign(0, &tlog_tiles_empty())?;
+            let empty = log.key.sign(0, &cheq_core::tlog::audit::EMPTY_ROOT)?;
             let step = Integration {
                 from: 0,
                 taken: Vec::new(),
@@ -241,10 +241,6 @@ impl TransparencyLog {
             checkpoint: String::from_utf8_lossy(&head.checkpoint).into_owned(),
         }))
     }
-}
-
-fn tlog_tiles_empty() -> Hash {
-    cheq_core::tlog::audit::EMPTY_ROOT
 }
 
 #[cfg(test)]
