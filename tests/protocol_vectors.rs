@@ -6,7 +6,8 @@
 //! A vector is a fenced code block whose info string names it:
 //! ```` ```json vector:NAME ````. Its value is the text between the fences,
 //! lines joined by LF; the LF that ends the last line belongs to the value
-//! only for `view-text` (every line of a view text ends with one).
+//! only for `view-text` (every line of a view text ends with one) and
+//! `log-checkpoint` (a signed note ends with one).
 //!
 //! When a vector no longer matches, the failure prints what the code
 //! computes: paste it into the document if the change was meant.
@@ -42,6 +43,11 @@ const NAMES: &[&str] = &[
     "decided-accept",
     "confirmation-header-reject",
     "decided-reject",
+    "log-secret",
+    "log-entry-accept",
+    "log-leaf-accept",
+    "log-vkey",
+    "log-checkpoint",
 ];
 
 /// RFC 8032 §7.1, TEST 2: the secret key and public key (hex).
@@ -90,7 +96,7 @@ impl Doc {
                 Some((name, lines)) => {
                     if line.trim_end() == "```" {
                         let mut value = lines.join("\n");
-                        if name == "view-text" {
+                        if name == "view-text" || name == "log-checkpoint" {
                             value.push('\n');
                         }
                         let name = name.clone();
@@ -419,4 +425,43 @@ fn the_vector_reader_reads_blocks_as_the_appendix_says() {
     assert_eq!(doc.vectors.len(), 2);
     assert_eq!(doc.get("one"), "{\"a\": 1,\n \"b\": 2}");
     assert_eq!(doc.get("view-text"), "line 1\nline 2\n");
+}
+
+/// The log's origin line for the documented CS (§15.4).
+const LOG_ORIGIN: &str = "confirm.example/cheq-log";
+
+/// §15: the two decided documents, accept then reject, are the log's
+/// entries 0 and 1; the checkpoint of that tree, signed by the note key of
+/// the documented secret.
+#[test]
+fn the_log_vectors_match_the_document_byte_for_byte() {
+    use cheq::tlog::{tree, Entry, LogKey, LogVerifier};
+    let doc = Doc::read();
+    let accept = Entry::decision(doc.get("decided-accept").as_bytes()).to_bytes();
+    let reject = Entry::decision(doc.get("decided-reject").as_bytes()).to_bytes();
+    let line = std::str::from_utf8(&accept).unwrap();
+    doc.check("log-entry-accept", line.strip_suffix('\n').unwrap());
+    let leaf: String = tree::leaf_hash(&accept)
+        .0
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    doc.check("log-leaf-accept", &leaf);
+    let appended = tree::append(0, tree::Hashes::default(), &[&accept, &reject]).unwrap();
+    assert_eq!(appended.size, 2);
+    let key = LogKey::from_secret(doc.get("log-secret").as_bytes(), LOG_ORIGIN).unwrap();
+    doc.check("log-vkey", &key.verifier_key());
+    let signed = key.sign(2, &appended.root).unwrap();
+    doc.check("log-checkpoint", std::str::from_utf8(&signed.note).unwrap());
+
+    // The documented checkpoint verifies under the documented key; one
+    // character changed in it does not.
+    let verifier = LogVerifier::new(doc.get("log-vkey")).unwrap();
+    let note = doc.get("log-checkpoint").as_bytes();
+    let read = verifier.verify(note).unwrap();
+    assert_eq!((read.size, read.root), (2, appended.root));
+    let mut bent = note.to_vec();
+    let at = LOG_ORIGIN.len() + 1; // the tree size's first digit
+    bent[at] = b'3';
+    assert!(verifier.verify(&bent).is_err());
 }

@@ -143,6 +143,23 @@ async fn every_decision_is_in_the_log_and_a_foreign_client_rebuilds_it() {
         );
         check_inclusion(&proof, &key);
     }
+    // Another account gets neither alice's evidence nor her proofs, and
+    // cannot tell them from records that do not exist.
+    env.add_user("bob", "bob's long password");
+    let mut bob = env.browser();
+    bob.sign_in("bob", "bob's long password").await;
+    let id = records[0].key().id();
+    for path in [
+        format!("/history/{id}/inclusion.json"),
+        format!("/history/{id}.json"),
+    ] {
+        let theirs = bob.get(&path).await;
+        assert_eq!(theirs.status, 404, "{path}: {}", theirs.text);
+        assert!(!theirs.text.contains("cheq-decision/v1"), "{}", theirs.text);
+        let none = bob.get(&path.replace(&id, "no-such-record")).await;
+        assert_eq!(none.status, 404);
+        assert_eq!(none.text, theirs.text, "the same answer as for no record");
+    }
     let state = dir.path().join("kept.checkpoint");
     let doc_refs: Vec<&Path> = docs.iter().map(|d| d.as_path()).collect();
     let (ok, out, err) = audit(&base, &key, &state, &doc_refs);
@@ -174,7 +191,37 @@ async fn every_decision_is_in_the_log_and_a_foreign_client_rebuilds_it() {
         .to_str()
         .unwrap()
         .contains("immutable"));
+    assert!(tile.headers().get("content-encoding").is_none());
     assert_eq!(tile.bytes().await.unwrap().len(), 3 * 32);
+    // Entry bundles: gzip for a client that takes it (as the auditor and
+    // aics-tlog do), plain for one that does not.
+    let bundle_at = format!("{base}/log/tile/entries/000.p/3");
+    let plain = get(&bundle_at).await;
+    assert_eq!(plain.status(), 200);
+    assert!(plain.headers().get("content-encoding").is_none());
+    assert_eq!(plain.headers()["vary"].to_str().unwrap(), "Accept-Encoding");
+    let plain = plain.bytes().await.unwrap();
+    let entries = cheq::tlog::tiles::unbundle(&plain, 3).unwrap();
+    assert!(entries[0].starts_with(b"cheq-decision/v1 "));
+    let gzipped = http_client()
+        .get(&bundle_at)
+        .header("accept-encoding", "gzip, identity")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        gzipped.headers()["content-encoding"].to_str().unwrap(),
+        "gzip"
+    );
+    let gzipped = gzipped.bytes().await.unwrap();
+    assert_ne!(gzipped, plain);
+    let mut inflated = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(&gzipped[..]),
+        &mut inflated,
+    )
+    .unwrap();
+    assert_eq!(inflated, plain);
     for missing in [
         "tile/0/000.p/4",
         "tile/0/000",
@@ -262,16 +309,36 @@ fn check_inclusion(proof: &Value, key: &str) {
 
 /// Signs in and accepts one new booking at the CS of `setup` (real
 /// processes); the decided document as the history serves it.
-async fn decide_one(setup: &Setup, b: &mut Browser) -> String {
-    let pack = invoke_flight(&setup.rs_url).await;
-    let (path, page) = b.open("/", &pack.resource_uri, "alice", ALICE_PW).await;
-    assert_eq!(page.status, 200, "{}", page.text);
-    let outcome = b.decide(&path, &page, "accept").await;
-    assert_eq!(outcome.status, 200, "{}", outcome.text);
+/// Decides `n` bookings in `b`, each accepted on its page.
+async fn decide(setup: &Setup, b: &mut Browser, n: usize) {
+    for _ in 0..n {
+        let pack = invoke_flight(&setup.rs_url).await;
+        let (path, page) = b.open("/", &pack.resource_uri, "alice", ALICE_PW).await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        let outcome = b.decide(&path, &page, "accept").await;
+        assert_eq!(outcome.status, 200, "{}", outcome.text);
+    }
+}
+
+/// Every decided document of `b`'s history, newest first.
+async fn evidence(b: &mut Browser) -> Vec<String> {
     let history = b.get("/history").await;
-    let link = history.link("/history/").unwrap();
-    let link = link.split('"').next().unwrap().to_owned();
-    b.get(&link).await.text
+    let mut docs = Vec::new();
+    let mut rest = history.raw.as_str();
+    while let Some(at) = rest.find("href=\"/history/") {
+        rest = &rest[at + 6..];
+        let link = &rest[..rest.find('"').unwrap()];
+        if link.ends_with(".json") && !link.ends_with("/inclusion.json") {
+            docs.push(b.get(link).await.text);
+        }
+    }
+    docs
+}
+
+/// Decides one booking in `b`; its document.
+async fn decide_one(setup: &Setup, b: &mut Browser) -> String {
+    decide(setup, b, 1).await;
+    evidence(b).await.swap_remove(0)
 }
 
 #[test]
@@ -339,28 +406,6 @@ fn a_log_rewritten_behind_the_auditors_back_is_caught() {
 
 /// Decides `n` bookings through the CS instance at `cs` (signed in there);
 /// the decided documents as the history serves them.
-async fn decide_many(setup: &Setup, cs: &str, n: usize) -> Vec<String> {
-    let mut b = Browser::new(cs);
-    let mut docs = Vec::new();
-    for _ in 0..n {
-        let pack = invoke_flight(&setup.rs_url).await;
-        let (path, page) = b.open("/", &pack.resource_uri, "alice", ALICE_PW).await;
-        assert_eq!(page.status, 200, "{}", page.text);
-        let outcome = b.decide(&path, &page, "accept").await;
-        assert_eq!(outcome.status, 200, "{}", outcome.text);
-    }
-    let history = b.get("/history").await;
-    let mut rest = history.raw.as_str();
-    while let Some(at) = rest.find("href=\"/history/") {
-        rest = &rest[at + 6..];
-        let link = &rest[..rest.find('"').unwrap()];
-        if link.ends_with(".json") && !link.ends_with("/inclusion.json") {
-            docs.push(b.get(link).await.text);
-        }
-    }
-    docs
-}
-
 #[test]
 fn two_instances_on_one_database_make_one_log() {
     if !cheq::store::testing::can_run(
@@ -410,12 +455,15 @@ fn two_instances_on_one_database_make_one_log() {
         let key = log_key(&setup.cs_url).await;
         assert_eq!(log_key(&cs2).await, key, "one key");
         // Both instances decide at once; each sequences.
-        let (a, b) = tokio::join!(
-            decide_many(&setup, &setup.cs_url, 12),
-            decide_many(&setup, &cs2, 12)
+        let (mut one_browser, mut two_browser) = (Browser::new(&setup.cs_url), Browser::new(&cs2));
+        tokio::join!(
+            decide(&setup, &mut one_browser, 12),
+            decide(&setup, &mut two_browser, 12)
         );
-        // Each browser's history is alice's: every decision, whichever
-        // instance signed it.
+        // Read only once both sides are done: each browser's history is
+        // alice's, every decision whichever instance signed it.
+        let a = evidence(&mut one_browser).await;
+        let b = evidence(&mut two_browser).await;
         assert_eq!(a.len(), 24, "{}", cs1.log());
         assert_eq!(b.len(), 24, "{}", cs2_proc.log());
         wait_for_size(&setup.cs_url, 24).await;

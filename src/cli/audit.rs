@@ -60,6 +60,7 @@ impl TileSource for Http {
             let mut res = self
                 .client
                 .get(url)
+                .header(reqwest::header::ACCEPT_ENCODING, "gzip, identity")
                 .send()
                 .await
                 .map_err(|e| crate::text::one_line(&e.without_url().to_string()))?;
@@ -73,9 +74,36 @@ impl TileSource for Http {
                 }
                 body.extend_from_slice(&chunk);
             }
-            Ok(body)
+            let encoding = res
+                .headers()
+                .get(reqwest::header::CONTENT_ENCODING)
+                .map(|v| v.to_str().unwrap_or("?").to_ascii_lowercase());
+            match encoding.as_deref() {
+                None | Some("identity") => Ok(body),
+                Some("gzip") => gunzip(&body),
+                Some(other) => Err(format!(
+                    "the log answered in an encoding not asked for: {other:?}"
+                )),
+            }
         })
     }
+}
+
+/// A gzip body's bytes, at most [`MAX_RESOURCE`] of them (a small body may
+/// inflate to far more).
+fn gunzip(body: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(body)
+        .take(MAX_RESOURCE as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("the log's gzip body does not inflate: {e}"))?;
+    if out.len() > MAX_RESOURCE {
+        return Err(format!(
+            "the answer inflates to more than {MAX_RESOURCE} bytes"
+        ));
+    }
+    Ok(out)
 }
 
 fn source(log: &str) -> Result<Http, CliError> {
@@ -164,4 +192,29 @@ fn keep(path: &std::path::Path, note: &[u8]) -> Result<(), CliError> {
     f.write_all(note).map_err(write_err)?;
     f.sync_all().map_err(write_err)?;
     std::fs::rename(&tmp, path).map_err(write_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gz(bytes: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        e.write_all(bytes).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn a_gzip_body_inflates_within_the_bound_and_no_further() {
+        assert_eq!(gunzip(&gz(b"\x00\x05entry")).unwrap(), b"\x00\x05entry");
+        let full = vec![0u8; MAX_RESOURCE];
+        assert_eq!(gunzip(&gz(&full)).unwrap().len(), MAX_RESOURCE);
+        // A few kilobytes that would inflate past the bound.
+        let bomb = gz(&vec![0u8; MAX_RESOURCE + 1]);
+        assert!(bomb.len() < 8192);
+        assert!(gunzip(&bomb).unwrap_err().contains("more than"));
+        assert!(gunzip(b"not gzip")
+            .unwrap_err()
+            .contains("does not inflate"));
+    }
 }

@@ -29,6 +29,8 @@ pub enum LogError {
     Tree(#[from] tree::TreeError),
     #[error("the checkpoint: {0}")]
     Checkpoint(#[from] cheq_core::tlog::checkpoint::CheckpointError),
+    #[error("an entry bundle: {0}")]
+    Bundle(#[from] cheq_core::tlog::tiles::EntryTooLong),
     #[error("the passkey has no thumbprint: {0}")]
     Credential(#[from] cheq_core::tlog::entry::ThumbprintError),
 }
@@ -188,7 +190,7 @@ impl TransparencyLog {
             Some(_) => self.store.hashes(&positions)?.concat(),
             None => {
                 let (start, count) = tile.span();
-                bundle(&self.store.entries(start, count)?)
+                bundle(&self.store.entries(start, count)?)?
             }
         }))
     }

@@ -7,10 +7,13 @@
 //! | `GET <log>/checkpoint` | the signed checkpoint (`text/plain; charset=utf-8`) | `no-store`: it moves |
 //! | `GET <log>/key` | the note key's verifier key (signed-note text form) | an hour |
 //! | `GET <log>/tile/<L>/<N>[.p/<W>]` | hash tiles | immutable |
-//! | `GET <log>/tile/entries/<N>[.p/<W>]` | entry bundles | immutable |
+//! | `GET <log>/tile/entries/<N>[.p/<W>]` | entry bundles, gzip-compressed for a client that accepts it | immutable |
 //! | `GET /history/{id}/inclusion.json` | the inclusion proof of one of the user's decisions | private |
 //!
-//! A tile the tree does not hold yet is `404`, never a shorter one.
+//! A tile the tree does not hold yet is `404`, never a shorter one. Entry
+//! bundles are compressed at the HTTP layer, as C2SP `tlog-tiles` asks,
+//! when the request's `Accept-Encoding` takes gzip (`Vary` says so to
+//! caches); hash tiles are hashes, which do not compress.
 
 use super::{CsState, SignedIn, WebError};
 use crate::confirm::flow::CsError;
@@ -18,7 +21,8 @@ use crate::confirm::transparency::TransparencyLog;
 use crate::httpkit::JsonError;
 use crate::tlog::tiles::TilePath;
 use actix_web::http::{header, StatusCode};
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
+use std::io::Write as _;
 use std::sync::Arc;
 
 /// Where the log's resources are served: `<start path>/log`.
@@ -80,6 +84,7 @@ async fn key(state: web::Data<CsState>) -> Result<HttpResponse, JsonError> {
 
 async fn tile(
     state: web::Data<CsState>,
+    req: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, JsonError> {
     let log = the_log(&state)?;
@@ -90,10 +95,57 @@ async fn tile(
         .map_err(unavailable)?
         .map_err(unavailable)?
         .ok_or_else(not_found)?;
-    Ok(HttpResponse::Ok()
-        .content_type("application/octet-stream")
-        .insert_header((header::CACHE_CONTROL, "public, max-age=31536000, immutable"))
-        .body(bytes))
+    let mut res = HttpResponse::Ok();
+    res.content_type("application/octet-stream")
+        .insert_header((header::CACHE_CONTROL, "public, max-age=31536000, immutable"));
+    if tile.level.is_some() {
+        return Ok(res.body(bytes));
+    }
+    res.insert_header((header::VARY, "Accept-Encoding"));
+    if !accepts_gzip(&req) {
+        return Ok(res.body(bytes));
+    }
+    let gzipped = web::block(move || gzip(&bytes))
+        .await
+        .map_err(unavailable)?
+        .map_err(unavailable)?;
+    Ok(res
+        .insert_header((header::CONTENT_ENCODING, "gzip"))
+        .body(gzipped))
+}
+
+/// Whether the request's `Accept-Encoding` takes gzip (RFC 9110 §12.5.3:
+/// gzip named with a weight above zero, or else `*` so).
+fn accepts_gzip(req: &HttpRequest) -> bool {
+    let mut named = None;
+    let mut any = None;
+    for coding in req
+        .headers()
+        .get_all(header::ACCEPT_ENCODING)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+    {
+        let mut parts = coding.split(';').map(str::trim);
+        let name = parts.next().unwrap_or_default();
+        let taken = !parts.any(|p| {
+            p.strip_prefix("q=")
+                .or_else(|| p.strip_prefix("Q="))
+                .and_then(|q| q.parse::<f32>().ok())
+                .is_some_and(|q| q <= 0.0)
+        });
+        if name.eq_ignore_ascii_case("gzip") {
+            named = Some(taken);
+        } else if name == "*" {
+            any = Some(taken);
+        }
+    }
+    named.or(any).unwrap_or(false)
+}
+
+fn gzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    enc.write_all(bytes)?;
+    enc.finish()
 }
 
 async fn inclusion(
@@ -115,4 +167,31 @@ async fn inclusion(
             "attachment; filename=\"cheq-inclusion.json\"",
         ))
         .json(proof))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::test::TestRequest;
+
+    fn with(value: &str) -> bool {
+        accepts_gzip(
+            &TestRequest::default()
+                .insert_header((header::ACCEPT_ENCODING, value))
+                .to_http_request(),
+        )
+    }
+
+    #[test]
+    fn gzip_is_sent_only_where_it_is_accepted() {
+        assert!(with("gzip"));
+        assert!(with("identity, GZIP;q=0.5"));
+        assert!(with("*"));
+        assert!(!with("identity"));
+        assert!(!with("gzip;q=0"));
+        assert!(!with("br, gzip; q=0.0"));
+        assert!(!with("x-gzip-like"));
+        assert!(!with("gzip;q=0, *"));
+        assert!(!accepts_gzip(&TestRequest::default().to_http_request()));
+    }
 }

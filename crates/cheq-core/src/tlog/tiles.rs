@@ -179,18 +179,29 @@ fn canonical_number(s: &str, max: u64) -> Result<u64, BadTilePath> {
     Ok(v)
 }
 
-/// An entry bundle's bytes.
-pub fn bundle<E: AsRef<[u8]>>(entries: &[E]) -> Vec<u8> {
+/// Why entries cannot be bundled: one is longer than a bundle's uint16
+/// length prefix can say.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("entry {index} is {len} bytes; an entry bundle holds entries of at most 65,535 bytes")]
+pub struct EntryTooLong {
+    pub index: usize,
+    pub len: usize,
+}
+
+/// An entry bundle's bytes. An entry too long for its length prefix is
+/// refused rather than cut: a cut entry would hash to another leaf.
+pub fn bundle<E: AsRef<[u8]>>(entries: &[E]) -> Result<Vec<u8>, EntryTooLong> {
     let mut out = Vec::new();
-    for e in entries {
+    for (index, e) in entries.iter().enumerate() {
         let e = e.as_ref();
-        // Entries are short lines; a longer one is cut nowhere but refused
-        // where it is made (`Entry::to_bytes` is under 200 bytes).
-        let len = u16::try_from(e.len()).unwrap_or(u16::MAX);
+        let len = u16::try_from(e.len()).map_err(|_| EntryTooLong {
+            index,
+            len: e.len(),
+        })?;
         out.extend_from_slice(&len.to_be_bytes());
-        out.extend_from_slice(&e[..usize::from(len)]);
+        out.extend_from_slice(e);
     }
-    out
+    Ok(out)
 }
 
 /// Why bundle bytes are not `width` entries.
@@ -279,9 +290,24 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_too_long_for_its_length_prefix_is_refused_not_cut() {
+        let longest = vec![b'a'; 65_535];
+        let b = bundle(&[&longest[..]]).unwrap();
+        assert_eq!(unbundle(&b, 1).unwrap(), vec![longest.clone()]);
+        let over = vec![b'a'; 65_536];
+        assert_eq!(
+            bundle(&[&b"short"[..], &over[..]]),
+            Err(EntryTooLong {
+                index: 1,
+                len: 65_536
+            })
+        );
+    }
+
+    #[test]
     fn bundles_round_trip_and_refuse_another_count() {
         let entries = [b"a\n".to_vec(), Vec::new(), vec![7; 300]];
-        let b = bundle(&entries);
+        let b = bundle(&entries).unwrap();
         assert_eq!(unbundle(&b, 3).unwrap(), entries);
         assert_eq!(unbundle(&b, 2), Err(BadBundle));
         assert_eq!(unbundle(&b, 4), Err(BadBundle));

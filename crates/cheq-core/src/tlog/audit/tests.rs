@@ -61,7 +61,8 @@ impl TileSource for Log {
                     .iter()
                     .map(|&i| self.entries[i as usize].clone())
                     .collect::<Vec<_>>(),
-            ),
+            )
+            .map_err(|e| e.to_string())?,
         })
     }
 }
@@ -172,7 +173,8 @@ fn tiles_bundles_and_documents_that_do_not_match_are_named() {
     // A bundle whose entry is not the one the tree holds.
     let mut bent = entries(&d[..256]);
     bent[3] = Entry::decision(b"swapped").to_bytes();
-    log.bent.insert("tile/entries/000".into(), bundle(&bent));
+    log.bent
+        .insert("tile/entries/000".into(), bundle(&bent).unwrap());
     assert!(matches!(
         audit(
             &log,
