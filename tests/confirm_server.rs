@@ -59,6 +59,19 @@ async fn accept_runs_the_operation_once() {
         "the RS origin is shown: {}",
         page.text
     );
+    // A person reads the operation's name; its address is for programs,
+    // shown smaller beneath it.
+    let operation = payload_of(&env.fetch_cheq(&pack.resource_uri).await.1)["operation"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        page.raw.contains(&format!(
+            "<dt>Operation</dt><dd>Book a flight<span class=\"for-programs\">address, for programs: <code>{operation}</code></span></dd>"
+        )),
+        "{}",
+        page.raw
+    );
     assert!(page.raw.contains("<html lang=\"en\">"), "{}", page.raw);
     assert!(
         page.text.contains(&format!(

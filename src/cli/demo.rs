@@ -7,6 +7,8 @@
 //! (password from `CHEQ_DEMO_PASSWORD`, or generated and printed), and says
 //! what to do next.
 
+mod evidence;
+
 use super::agent::DEMO_AGENT_ID;
 use super::{write_out, CliError};
 use crate::configfile::ServerConfig as _;
@@ -253,7 +255,9 @@ fn demo_user(
             "the password from CHEQ_DEMO_PASSWORD".to_owned()
         }
         Err(_) => match cs_state.accounts.get("alice").map_err(server)? {
-            Some(_) => "her password from the first run (unchanged)".to_owned(),
+            Some(_) => "her password from the first run (unchanged; forgotten it? start \
+                        the demo again with CHEQ_DEMO_PASSWORD set to a new one)"
+                .to_owned(),
             None => {
                 let p = crate::sign::b64::encode(rand::random::<[u8; 9]>());
                 let account = new_account("alice", None, &p).map_err(server)?;
@@ -379,6 +383,22 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         let cs_listener = std::net::TcpListener::bind(&cs_config.listen).map_err(|e| {
             server(format!("cannot listen on {}: {e}", cs_config.listen))
         })?;
+        let command = evidence::command_name();
+        let watch = evidence::Watch {
+            cs: Arc::clone(&cs_state.cs),
+            accounts: Arc::clone(&cs_state.accounts),
+            rs_jwks: {
+                let cheq = Arc::clone(&rs_state.cheq);
+                Box::new(move || cheq.jwks())
+            },
+            rs_origin: rs_url.clone(),
+            cs_origin: cs_url.clone(),
+            log_url: cs_state.cs.transparency().map(|_| format!("{cs_url}/log/")),
+            dir: dir.clone(),
+            command: command.clone(),
+        };
+        let evidence_lines = told_evidence(&watch)?;
+        let _watching = tokio::spawn(watch.run());
         let rs_server = crate::resource::serve(rs_listener, rs_state).map_err(server)?;
         let _background = crate::confirm::server::start_background(&cs_state, &cs_config.data_dir);
         let cs_server = crate::confirm::serve(cs_listener, cs_state).map_err(server)?;
@@ -392,16 +412,17 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
                  \n  user                 alice, {password_line}; voice {pin_line}\
                  \n  voice gateway        voice-gw, {gateway_line} (raw API: {cs_url}/api/v1/)\
                  \n\nIn another terminal, play the agent:\n\
-                 \n  cheq agent --rs {rs_url} --tool book_flight --param flight_number=UA23 \\\
+                 \n  {command} agent --rs {rs_url} --tool book_flight --param flight_number=UA23 \\\
                  \n      --param flight_date=2026-12-08 --param cabin_class=BUSINESS --param price_usd=1200\n\
                  \nIt prints the URI pack and a link; open the link in a browser, sign in as alice,\
                  \nand accept or reject. The agent then prints the outcome. Past decisions: {cs_url}/history\
                  \n\nOr let an MCP client be the agent (PROTOCOL.md §11): run the bridge\
-                 \n\n  cheq mcp --rs {rs_url} --listen 127.0.0.1:8090\
+                 \n\n  {command} mcp --rs {rs_url} --listen 127.0.0.1:8090\
                  \n\nand connect the client to http://127.0.0.1:8090/mcp (Streamable HTTP), or give\
-                 \na desktop client the command `cheq mcp --rs {rs_url} --stdio` (see docs/mcp.md).\
+                 \na desktop client the command `{absolute} mcp --rs {rs_url} --stdio` (see docs/mcp.md).\
                  \nA call that needs confirmation opens the confirmation server in your browser.\
-                 \nStop the demo with Ctrl-C.\n",
+                 {evidence_lines}\nStop the demo with Ctrl-C.\n",
+                absolute = evidence::absolute_command(),
                 cs_cfg = dir.join("cs.toml").display(),
                 rs_cfg = dir.join("rs.toml").display(),
             ),
@@ -414,6 +435,32 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         drop(idp);
         rs.and(cs).map_err(server)
     })
+}
+
+/// Writes the TRUST file of both servers' keys; what the banner says of
+/// the public log and of the evidence each decision leaves.
+fn told_evidence(watch: &evidence::Watch) -> Result<String, CliError> {
+    watch.write_trust().map_err(|source| CliError::Write {
+        path: watch.trust_path().display().to_string(),
+        source,
+    })?;
+    let mut text = String::new();
+    if let (Some(url), Some(log)) = (&watch.log_url, watch.cs.transparency()) {
+        text.push_str(&format!(
+            "\n\nEvery decision goes into the public log at {url}\
+             \n  its key: {key}",
+            key = log.verifier_key()
+        ));
+    }
+    text.push_str(&format!(
+        "\n\nAfter each decision the demo writes its evidence to {evidence}/ and prints\
+         \nthe commands that check it: `{cmd} verify` with {trust} (both servers' keys),\
+         \nand `{cmd} audit` against the public log.\n",
+        evidence = watch.dir.join("evidence").display(),
+        trust = watch.trust_path().display(),
+        cmd = watch.command,
+    ));
+    Ok(text)
 }
 
 /// `--passkeys`: the RS asks for the user's passkey on its two tools (§14).
@@ -476,6 +523,27 @@ fn run_colocated(
         let _background =
             crate::confirm::server::start_background(&state.cs, &state.cs_config.data_dir);
         let collector = crate::resource::server::start_collector(&state.rs);
+        let command = evidence::command_name();
+        let watch = evidence::Watch {
+            cs: Arc::clone(&state.cs.cs),
+            accounts: Arc::clone(&state.cs.accounts),
+            rs_jwks: {
+                let cheq = Arc::clone(&state.rs.cheq);
+                Box::new(move || cheq.jwks())
+            },
+            rs_origin: rs_url.clone(),
+            cs_origin: rs_url.clone(),
+            // The confirmation's URI is `<rs>/confirm`; its log is under it.
+            log_url: state
+                .cs
+                .cs
+                .transparency()
+                .map(|_| format!("{rs_url}/confirm/log/")),
+            dir: dir.clone(),
+            command: command.clone(),
+        };
+        let evidence_lines = told_evidence(&watch)?;
+        let _watching = tokio::spawn(watch.run());
         let running = crate::colocated::serve(listener, &state).map_err(server)?;
         write_out(
             out,
@@ -486,11 +554,11 @@ fn run_colocated(
                  \n  user                 alice, {password_line}; voice {pin_line}\
                  \n  voice gateway        voice-gw, {gateway_line} (raw API: {rs_url}/api/v1/)\
                  \n\nIn another terminal, play the agent:\n\
-                 \n  cheq agent --rs {rs_url} --tool book_flight --param flight_number=UA23 \\\
+                 \n  {command} agent --rs {rs_url} --tool book_flight --param flight_number=UA23 \\\
                  \n      --param flight_date=2026-12-08 --param cabin_class=BUSINESS --param price_usd=1200\n\
                  \nIt prints the URI pack and a link to this same server; open it, sign in as alice,\
                  \nand accept or reject. Past decisions: {rs_url}/history\
-                 \nStop the demo with Ctrl-C.\n",
+                 {evidence_lines}\nStop the demo with Ctrl-C.\n",
                 rs_cfg = dir.join("rs.toml").display(),
                 gateway_line = gateway.line,
             ),
