@@ -345,6 +345,11 @@ struct SlowTokenRs {
 /// How long the fake token endpoint takes to answer: every page load of a
 /// wave arrives while the first token request is still in flight.
 const TOKEN_DELAY: Duration = Duration::from_millis(3000);
+/// The same for a failing answer, longer: a load that came after a failure
+/// was given would ask again (a failure is not kept), so on a loaded
+/// machine the whole wave must surely arrive while the request is held;
+/// yet shorter than the CS's bound on an RS's answer (6 s).
+const FAILING_TOKEN_DELAY: Duration = Duration::from_millis(5_000);
 
 impl SlowTokenRs {
     fn start() -> SlowTokenRs {
@@ -363,8 +368,14 @@ impl SlowTokenRs {
                         let (t, f) = (t.clone(), f.clone());
                         async move {
                             let n = t.fetch_add(1, Ordering::SeqCst) + 1;
-                            tokio::time::sleep(TOKEN_DELAY).await;
-                            if f.load(Ordering::SeqCst) {
+                            let failing = f.load(Ordering::SeqCst);
+                            tokio::time::sleep(if failing {
+                                FAILING_TOKEN_DELAY
+                            } else {
+                                TOKEN_DELAY
+                            })
+                            .await;
+                            if failing {
                                 HttpResponse::ServiceUnavailable()
                                     .json(json!({"error": "temporarily_unavailable"}))
                             } else {

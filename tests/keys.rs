@@ -78,10 +78,12 @@ async fn env_by_jwks_uri() -> Env {
     .await;
     // Both servers read each other's keys in the background at start-up:
     // let those first fetches land before the test counts any.
-    for _ in 0..100 {
-        if jwks_served(&env.rs_url).await >= 1 && jwks_served(&env.cs_origin).await >= 1 {
-            break;
-        }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while jwks_served(&env.rs_url).await < 1 || jwks_served(&env.cs_origin).await < 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the start-up key fetches never landed"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     env

@@ -473,30 +473,40 @@ fn two_instances_of_each_server_keep_every_guarantee_on_one_database() {
         // 5. The logs: JSON lines naming their instance; one confirmation
         //    followed by its id from its decision at CS 1 to its delivery by
         //    CS 2 and its recording at the RS.
+        //    A line is written once its step is done, which may be just
+        //    after the RS's answer is seen: read until all are there.
         let id = cheq::text::confirmation_id(&packs[0].resource_uri);
-        let mut seen = Vec::new();
-        for name in ["cs1", "cs2", "rs1", "rs2"] {
-            let text =
-                std::fs::read_to_string(c.setup.dir.path().join(format!("{name}.log"))).unwrap();
-            let mut about = 0;
-            for line in text.lines().filter(|l| l.starts_with('{')) {
-                let v: Value =
-                    serde_json::from_str(line).unwrap_or_else(|e| panic!("{name}: {e}: {line}"));
-                assert_eq!(v["instance"], name, "{line}");
-                if line.contains(&format!("\"confirmation_id\":\"{id}\"")) {
-                    about += 1;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut seen = Vec::new();
+            for name in ["cs1", "cs2", "rs1", "rs2"] {
+                let text = std::fs::read_to_string(c.setup.dir.path().join(format!("{name}.log")))
+                    .unwrap();
+                let mut about = 0;
+                for line in text.lines().filter(|l| l.starts_with('{')) {
+                    let v: Value = serde_json::from_str(line)
+                        .unwrap_or_else(|e| panic!("{name}: {e}: {line}"));
+                    assert_eq!(v["instance"], name, "{line}");
+                    if line.contains(&format!("\"confirmation_id\":\"{id}\"")) {
+                        about += 1;
+                    }
+                }
+                if about > 0 {
+                    seen.push(name);
                 }
             }
-            if about > 0 {
-                seen.push(name);
-            }
-        }
-        assert!(
-            seen.contains(&"cs1")
+            if seen.contains(&"cs1")
                 && seen.contains(&"cs2")
-                && (seen.contains(&"rs1") || seen.contains(&"rs2")),
-            "confirmation {id} logged by {seen:?}"
-        );
+                && (seen.contains(&"rs1") || seen.contains(&"rs2"))
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "confirmation {id} logged by {seen:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     });
 }
 

@@ -1011,8 +1011,10 @@ async fn max_auth_age_sends_people_back_to_sign_in() {
     if !oidc_provider() {
         return;
     }
-    // Top level one hour; this RS four seconds (it replaces the default).
-    let w = world("max_auth_age_secs = 3600", "max_auth_age_secs = 4\n").await;
+    // Top level one hour; this RS ten seconds (it replaces the default):
+    // long enough for a sign-in at the provider, the page and the decision
+    // on a loaded machine, short enough to wait out.
+    let w = world("max_auth_age_secs = 3600", "max_auth_age_secs = 10\n").await;
     let env = &w.env;
     let pack = env.invoke().await;
     let web = Web::new(&env.cs_origin);
@@ -1020,7 +1022,7 @@ async fn max_auth_age_sends_people_back_to_sign_in() {
         .sign_in_with_idp("carol", CAROL_IDP_PW, "/history")
         .await;
     assert_eq!(page.status, 200);
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    tokio::time::sleep(Duration::from_secs(12)).await;
     // Too old now: the page sends carol to the provider, asking for a new
     // authentication (max_age, prompt=login).
     let start = web
@@ -1032,13 +1034,13 @@ async fn max_auth_age_sends_people_back_to_sign_in() {
     assert_eq!(reauth.status, 303);
     let again = reauth.location.clone().unwrap();
     assert!(
-        again.starts_with("/oidc/login/example?") && again.contains("max_age=4"),
+        again.starts_with("/oidc/login/example?") && again.contains("max_age=10"),
         "{again}"
     );
     let to_idp = web.get(&again).await;
     let authorize = to_idp.location.clone().unwrap();
     assert!(
-        authorize.contains("max_age=4") && authorize.contains("prompt=login"),
+        authorize.contains("max_age=10") && authorize.contains("prompt=login"),
         "{authorize}"
     );
     // The provider asks for the password again (its session is not enough).
@@ -1069,7 +1071,7 @@ async fn max_auth_age_sends_people_back_to_sign_in() {
         w.rogue_mode(mode).await;
         let web = Web::new(&env.cs_origin);
         let (a, _) = web
-            .follow("/oidc/login/rogue?next=%2Fhistory&max_age=4")
+            .follow("/oidc/login/rogue?next=%2Fhistory&max_age=10")
             .await;
         assert_eq!(a.status, 401, "{mode}: {}", a.text);
         assert!(a.text.contains("not fresh enough"), "{mode}: {}", a.text);
@@ -1085,7 +1087,7 @@ async fn max_auth_age_sends_people_back_to_sign_in() {
     // A local account is sent back to the local form.
     let mut b = env.browser();
     b.sign_in("alice", ALICE_PW).await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    tokio::time::sleep(Duration::from_secs(12)).await;
     let pack2 = invoke_tool(&env.rs_url, "book_flight", &flight_params()).await;
     let res = b
         .post(START, &[("resource_uri", &pack2.resource_uri)])
@@ -1095,7 +1097,7 @@ async fn max_auth_age_sends_people_back_to_sign_in() {
     assert_eq!(res.status, 303);
     let loc = res.location();
     assert!(
-        loc.starts_with("/login?") && loc.contains("reauth=4"),
+        loc.starts_with("/login?") && loc.contains("reauth=10"),
         "{loc}"
     );
     let form = b.get(&loc).await;

@@ -1179,15 +1179,19 @@ async fn run_from_a_toml_file_under_plain_tokio() {
     let loaded = RsConfig::load(&toml_path).unwrap();
     let task = tokio::spawn(cheq::resource::run(loaded));
     let base = format!("http://127.0.0.1:{port}");
-    let mut up = false;
-    for _ in 0..50 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
         if let Ok(res) = reqwest::get(format!("{base}/healthz")).await {
-            up = res.status() == 200;
-            break;
+            if res.status() == 200 {
+                break;
+            }
         }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server did not come up"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    assert!(up, "the server did not come up");
     let params = json!({"flight_number": "UA23", "flight_date": "2026-12-01", "cabin_class": "FIRST", "price_usd": 300});
     let out = agent::invoke(
         &base,

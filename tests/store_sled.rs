@@ -578,11 +578,15 @@ fn splits_under_racing_writers_keep_every_key() {
         let reader = {
             let (db, stop) = (db.clone(), stop.clone());
             std::thread::spawn(move || {
+                // At least one scan, however late this thread is scheduled.
                 let mut scans = 0;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                loop {
                     let keys: Vec<_> = db.iter().keys().map(|k| k.unwrap()).collect();
                     assert!(keys.windows(2).all(|w| w[0] < w[1]), "a scan out of order");
                     scans += 1;
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
                 }
                 scans
             })

@@ -661,10 +661,12 @@ mod tests {
         )
         .unwrap();
         // The server's goodbye reaches the socket a moment later.
-        for _ in 0..100 {
-            if !pool.idle()[0].alive() {
-                break;
-            }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pool.idle()[0].alive() {
+            assert!(
+                Instant::now() < deadline,
+                "the closed connection looks alive"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
         // The call is not failed by the closed connection: another is opened.
@@ -736,18 +738,23 @@ mod tests {
         // Through `Pg`, a call past the bound goes through the runtime's pool.
         let pg = Pg::new(&url, 1).unwrap();
         let barrier = std::sync::Barrier::new(2);
+        // Each call holds its connection until both are inside one: two at
+        // once, however the threads are scheduled (were they served one
+        // after the other, the first would wait past the call's bound).
+        let both_in = std::sync::Arc::new(tokio::sync::Barrier::new(2));
         let pids: Vec<i32> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..2)
                 .map(|_| {
-                    let (pg, barrier) = (&pg, &barrier);
+                    let (pg, barrier, both_in) = (&pg, &barrier, both_in.clone());
                     scope.spawn(move || {
                         barrier.wait();
                         pg.call("pid", |source| async move {
                             let c = client(&source, "pid").await?;
                             let row = c
-                                .query_one("SELECT pg_backend_pid() FROM pg_sleep(0.3)", &[])
+                                .query_one("SELECT pg_backend_pid()", &[])
                                 .await
                                 .map_err(db_error("pid"))?;
+                            both_in.wait().await;
                             Ok(row.get::<_, i32>(0))
                         })
                         .unwrap()
