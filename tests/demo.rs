@@ -88,19 +88,7 @@ fn assert_commands_run_as_printed(log: &str) {
 /// Decides one booking for the demo at `rs`, at the confirmation server
 /// `cs` whose start path is `start`, and accepts it.
 async fn book_and_accept(rs: &str, cs: &str, start: &str, demo: &Proc) {
-    let pack = match cheq::resource::agent::invoke(
-        rs,
-        cheq::cli::agent::DEMO_AGENT_ID,
-        cheq::cli::agent::DEMO_AGENT_SECRET,
-        "book_flight",
-        &flight_params(),
-    )
-    .await
-    .unwrap()
-    {
-        cheq::resource::agent::InvokeOutcome::NeedsConfirmation(pack) => pack,
-        other => panic!("expected a URI pack: {other:?}\n{}", demo.log()),
-    };
+    let pack = invoke_demo_flight(rs, || demo.log()).await;
     let mut b = Browser::new(cs);
     let (path, page) = b.open(start, &pack.resource_uri, "alice", ALICE_PW).await;
     assert_eq!(page.status, 200, "{}\n{}", page.text, demo.log());

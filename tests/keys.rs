@@ -694,19 +694,7 @@ async fn the_demo_starts_without_a_warning() {
         &cs_url,
     )
     .await;
-    let pack = match cheq::resource::agent::invoke(
-        &rs_url,
-        cheq::cli::agent::DEMO_AGENT_ID,
-        cheq::cli::agent::DEMO_AGENT_SECRET,
-        "book_flight",
-        &flight_params(),
-    )
-    .await
-    .unwrap()
-    {
-        cheq::resource::agent::InvokeOutcome::NeedsConfirmation(pack) => pack,
-        other => panic!("expected a URI pack: {other:?}\n{}", demo.log()),
-    };
+    let pack = invoke_demo_flight(&rs_url, || demo.log()).await;
     let mut b = Browser::new(&cs_url);
     let (path, page) = b.open("/", &pack.resource_uri, "alice", ALICE_PW).await;
     let done = b.decide(&path, &page, "accept").await;

@@ -121,6 +121,24 @@ pub async fn invoke_flight(rs_url: &str) -> UriPack {
     }
 }
 
+/// Invokes `book_flight` as the demo's agent (`cheq demo`): 202 and a URI
+/// pack; `log` says what the demo printed when it is not.
+pub async fn invoke_demo_flight(rs_url: &str, log: impl Fn() -> String) -> UriPack {
+    match agent::invoke(
+        rs_url,
+        cheq::cli::agent::DEMO_AGENT_ID,
+        cheq::cli::agent::DEMO_AGENT_SECRET,
+        "book_flight",
+        &flight_params(),
+    )
+    .await
+    .unwrap()
+    {
+        InvokeOutcome::NeedsConfirmation(pack) => pack,
+        other => panic!("expected a URI pack: {other:?}\n{}", log()),
+    }
+}
+
 /// Invokes any tool as the agent: 202 and a URI pack (§1).
 pub async fn invoke_tool(rs_url: &str, tool: &str, params: &Map<String, Value>) -> UriPack {
     match agent::invoke(rs_url, "agent", AGENT_SECRET, tool, params)

@@ -109,15 +109,7 @@ impl Watch {
             return out;
         };
         for account in accounts {
-            let who = Identity {
-                sub: account.username.clone(),
-                also_known_as: Vec::new(),
-                auth_time: None,
-                amr: Vec::new(),
-                provider: None,
-                id_token: None,
-                credential: None,
-            };
+            let who = identity(&account.username);
             if let Ok(records) = self.cs.history(&who) {
                 out.extend(records);
             }
@@ -186,15 +178,7 @@ impl Watch {
     }
 
     fn write_evidence(&self, record: &DecisionRecord) -> Result<PathBuf, String> {
-        let who = Identity {
-            sub: record.user.clone(),
-            also_known_as: Vec::new(),
-            auth_time: None,
-            amr: Vec::new(),
-            provider: None,
-            id_token: None,
-            credential: None,
-        };
+        let who = identity(&record.user);
         let document = self
             .cs
             .evidence(&record.key().id(), &who)
@@ -238,6 +222,19 @@ impl Watch {
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(text.as_bytes());
         let _ = out.flush();
+    }
+}
+
+/// The account `sub` as the flow's per-user reads take it.
+fn identity(sub: &str) -> Identity {
+    Identity {
+        sub: sub.to_owned(),
+        also_known_as: Vec::new(),
+        auth_time: None,
+        amr: Vec::new(),
+        provider: None,
+        id_token: None,
+        credential: None,
     }
 }
 
