@@ -5,7 +5,9 @@
 //! The checks are the core's ([`crate::tlog::audit`]): the checkpoint's
 //! signature, its consistency with the checkpoint kept in `--state` (a log
 //! rewritten, truncated or forked since is caught), and the inclusion of
-//! each `--document`. On success the new checkpoint is kept and a JSON
+//! each `--document`: a signed CHEQ by the digest of its exact bytes,
+//! redacted evidence (§8.1) by the log digest the confirmation service kept
+//! of the document as delivered, which the evidence carries. On success the new checkpoint is kept and a JSON
 //! summary printed; on any failure, one line naming it and exit 1, and the
 //! kept checkpoint stays as it was.
 
@@ -36,7 +38,9 @@ pub struct Args {
     /// the new one when this audit passes.
     #[arg(long, value_name = "FILE")]
     pub state: Option<PathBuf>,
-    /// A decided document (its exact bytes) that must be in the log.
+    /// A decided document that must be in the log: a signed CHEQ (its
+    /// exact bytes), or redacted evidence (PROTOCOL.md §8.1: the entry
+    /// named by the log digest it carries).
     #[arg(long = "document", value_name = "FILE")]
     pub documents: Vec<PathBuf>,
 }
@@ -153,8 +157,11 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         _ => None,
     };
     let mut wanted = Vec::new();
+    let mut redacted = Vec::new();
     for d in &args.documents {
-        wanted.push(Wanted::document(&display_path(d), &read_input(d)?));
+        let (w, r) = wanted_document(d)?;
+        wanted.push(w);
+        redacted.push(r);
     }
     let http = source(&args.log)?;
     let report = audit(&http, &verifier, kept.as_deref(), &wanted).map_err(|e| match e {
@@ -167,7 +174,17 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let documents: Vec<_> = report
         .included
         .iter()
-        .map(|(file, index)| json!({"file": file, "index": index}))
+        .zip(&redacted)
+        .map(|((file, index), redacted)| match redacted {
+            Some(entry) => json!({
+                "file": file,
+                "index": index,
+                "redacted_evidence": true,
+                "entry": entry,
+                "checked": REDACTED_ENTRY,
+            }),
+            None => json!({"file": file, "index": index}),
+        })
         .collect();
     let summary = json!({
         "ok": true,
@@ -178,6 +195,26 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         "documents": documents,
     });
     write_out(out, &format!("{summary:#}\n"))
+}
+
+/// What the summary says of the entry checked for redacted evidence.
+const REDACTED_ENTRY: &str = "the entry named by the digest the confirmation service kept of the delivered document (the evidence's log_digest); the document itself is withheld with the private values it signed";
+
+/// The entry to look for of `path`: a decided document's by its exact
+/// bytes; redacted evidence's (§8.1) by the log digest it carries, with
+/// that entry's text to report.
+fn wanted_document(path: &std::path::Path) -> Result<(Wanted, Option<String>), CliError> {
+    let name = display_path(path);
+    let bytes = read_input(path)?;
+    if !crate::evidence::is_redacted(&bytes) {
+        return Ok((Wanted::document(&name, &bytes), None));
+    }
+    let entry = crate::evidence::RedactedEvidence::parse(&bytes)
+        .and_then(|e| e.log_entry())
+        .map_err(|e| CliError::from(e).in_file(path))?
+        .to_bytes();
+    let text = String::from_utf8_lossy(&entry).trim_end().to_owned();
+    Ok((Wanted { name, entry }, Some(text)))
 }
 
 /// Replaces the kept checkpoint: written beside it, synced, then renamed

@@ -232,6 +232,9 @@ pub enum CliError {
     Sign(#[from] SignError),
     #[error("refused: rule {rule}: {0}", rule = .0.rule())]
     Verify(#[from] VerifyError),
+    /// Redacted evidence (PROTOCOL.md §8.1) that fails a check.
+    #[error("refused: {0}")]
+    Evidence(#[from] crate::evidence::EvidenceError),
     #[error("refused: {0}")]
     Countersign(#[from] CountersignError),
     /// Input that is not a signed CHEQ at all (for `inspect`).

@@ -1,5 +1,5 @@
 //! `cheq verify`: offline verification of a signed CHEQ (PROTOCOL.md §5,
-//! rules 1–4).
+//! rules 1–4), or of redacted evidence of a decision (§8.1).
 //!
 //! The stage is `--expect resource|accept|reject`, or, without it, follows the
 //! number of signatures (1: resource-signed; 2: decided, either decision).
@@ -8,6 +8,13 @@
 //! on failure one line on stderr naming the rule. The TRUST file's keys may
 //! be inline, in a `jwks_file` or at a `jwks_uri` ([`super::read_trust`]). Rule 5 (the nonce has not been decided before) needs a
 //! nonce store and is not checked here; the summary says so.
+//!
+//! Redacted evidence (a file `crate::evidence::is_redacted` recognises) is
+//! checked by the core ([`crate::evidence`]): the resource server's
+//! signature under the same trust, its times at the decision time the file
+//! states, the collected names against the CHEQ. The summary names what
+//! was checked, what cannot be (the withheld confirmation signature), the
+//! decision, the collected values' digests and the log entry to audit.
 
 use super::{now_or_current, parse_now, read_input, read_trust, write_out, CliError};
 use crate::sign::jws::RawDocument;
@@ -24,7 +31,9 @@ pub const REPLAY_NOTE: &str = "rule 5 (replay: the nonce has not been decided be
 ///
 /// Exit 0 and a JSON summary on stdout when every rule holds for the stage;
 /// exit 1 and the failed rule on stderr otherwise. Rule 5 (replay) is not
-/// checked: it needs the nonce store.
+/// checked: it needs the nonce store. Redacted evidence (§8.1) is checked
+/// as far as it can be: the summary says what its withheld confirmation
+/// signature leaves unchecked.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The TRUST file: keys trusted per resource- and confirmation-server origin.
@@ -37,7 +46,9 @@ pub struct Args {
     /// Check expiry at this time (RFC 3339) instead of now.
     #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
     pub now: Option<DateTime<Utc>>,
-    /// The signed CHEQ; `-` reads standard input.
+    /// The signed CHEQ, or redacted evidence of a decision (PROTOCOL.md
+    /// §8.1: its times are checked at the decision time it states); `-`
+    /// reads standard input.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
 }
@@ -56,6 +67,9 @@ pub enum Stage {
 pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let trust = read_trust(&args.trust)?;
     let document = read_input(&args.file)?;
+    if crate::evidence::is_redacted(&document) {
+        return redacted(&args, &trust, &document, out);
+    }
     let now = now_or_current(args.now);
     let ctx = Context::at(now);
     let expect = match args.expect {
@@ -135,6 +149,77 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     );
     summary.insert("rules_checked".into(), json!([1, 2, 3, 4]));
     summary.insert("note".into(), json!(REPLAY_NOTE));
+    let text = serde_json::to_string_pretty(&Value::Object(summary))
+        .map_err(|e| CliError::Internal(e.to_string()))?;
+    write_out(out, &text)?;
+    write_out(out, "\n")
+}
+
+/// What a check of redacted evidence establishes, in the summary's words.
+const REDACTED_CHECKED: [&str; 3] = [
+    "the resource server's signature over the CHEQ, with a key the trust file gives for its origin (rules 1, 2)",
+    "the CHEQ's members, and that the decision time the evidence states is within the CHEQ's lifetime (rule 4; --now does not apply)",
+    "the collected values' names are inputs the CHEQ asks for, and an acceptance names every required one (rule 3, names only)",
+];
+
+/// Redacted evidence (§8.1): every check the core can make, then the summary.
+fn redacted(
+    args: &Args,
+    trust: &crate::sign::TrustStore,
+    bytes: &[u8],
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    use crate::evidence::{EvidenceError, RedactedEvidence, FORMAT, NOT_CHECKED};
+    let verified = RedactedEvidence::parse(bytes)?.verify(trust)?;
+    let verified = match args.expect {
+        None => verified,
+        Some(Stage::Resource) => return Err(EvidenceError::NotResourceSigned.into()),
+        Some(Stage::Accept) => verified.expect(Decision::Accept)?,
+        Some(Stage::Reject) => verified.expect(Decision::Reject)?,
+    };
+    let (v, e) = (verified.cheq(), verified.evidence());
+    let f = v.fields();
+    let decided_at = e.decided_at.to_rfc3339_opts(SecondsFormat::Secs, true);
+    let mut summary = Map::new();
+    summary.insert("valid".into(), json!(true));
+    summary.insert("stage".into(), json!("decided (redacted evidence)"));
+    summary.insert("format".into(), json!(FORMAT));
+    summary.insert("decision".into(), json!(e.decision.as_str()));
+    summary.insert("decided_at".into(), json!(decided_at));
+    summary.insert("kids".into(), json!({ "resource": v.resource_kid() }));
+    summary.insert(
+        "signed_by".into(),
+        json!({
+            "resource": signer(
+                v.resource_kid(),
+                trust.resource_key(&f.resource_uri, v.resource_kid()),
+            )
+        }),
+    );
+    common(
+        &mut summary,
+        &v.cheq().operation,
+        &v.cheq().operation_name,
+        f,
+    );
+    summary.insert("collected_hmac_sha256".into(), json!(e.collected));
+    summary.insert(
+        "collected_note".into(),
+        json!("keyed digests (HMAC-SHA256 under the confirmation service's evidence key): only that service can test a value against them"),
+    );
+    summary.insert("log_digest".into(), json!(e.log_digest));
+    summary.insert(
+        "log_entry".into(),
+        json!(e.log_entry().ok().map(|entry| {
+            String::from_utf8_lossy(&entry.to_bytes())
+                .trim_end()
+                .to_owned()
+        })),
+    );
+    summary.insert("checked".into(), json!(REDACTED_CHECKED));
+    summary.insert("not_checked".into(), json!([NOT_CHECKED, REPLAY_NOTE]));
+    summary.insert("checked_at".into(), json!(decided_at));
+    summary.insert("rules_checked".into(), json!([1, 2, 4]));
     let text = serde_json::to_string_pretty(&Value::Object(summary))
         .map_err(|e| CliError::Internal(e.to_string()))?;
     write_out(out, &text)?;

@@ -14,9 +14,11 @@
 
 use chacha20poly1305::aead::{Aead, KeyInit};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use cheq_core::evidence::{split_decided, EvidenceError, RedactedEvidence};
 use cheq_core::sign::b64;
+use cheq_store::cs::DecisionRecord;
 use indexmap::IndexMap;
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::Sha256;
 use std::path::{Path, PathBuf};
 
@@ -186,33 +188,191 @@ pub fn collected_digests(
         .collect()
 }
 
-/// Redacted evidence of a delivered decision document (see the module docs).
+/// Why redacted evidence could not be made or served.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RedactError {
+    #[error("the decided document: {0}")]
+    Document(EvidenceError),
+    #[error("the decision time {0} is out of range")]
+    Time(i64),
+    #[error("no evidence is kept: the sealed document could not be opened before its delivery was final")]
+    Lost,
+}
+
+/// What the stored document of a record is, as evidence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvidenceKind {
+    /// The signed document as delivered (both signatures).
+    Signed,
+    /// Redacted evidence (§8.1): sealed still, or redacted after delivery.
+    Redacted,
+    /// Nothing left to serve (a sealed document whose key was lost).
+    Lost,
+}
+
+/// The members that tell stored documents apart.
+#[derive(serde::Deserialize)]
+struct Shape {
+    signatures: Option<serde::de::IgnoredAny>,
+    resource_signed: Option<serde::de::IgnoredAny>,
+}
+
+/// What `record`'s stored document is, as evidence.
+pub fn evidence_kind(record: &DecisionRecord) -> EvidenceKind {
+    if record.sealed {
+        return EvidenceKind::Redacted;
+    }
+    match serde_json::from_str::<Shape>(&record.document) {
+        Ok(Shape {
+            signatures: Some(_),
+            ..
+        }) => EvidenceKind::Signed,
+        Ok(Shape {
+            resource_signed: Some(_),
+            ..
+        }) => EvidenceKind::Redacted,
+        _ => EvidenceKind::Lost,
+    }
+}
+
+fn decided_at(record: &DecisionRecord) -> Result<chrono::DateTime<chrono::Utc>, RedactError> {
+    chrono::DateTime::from_timestamp(record.decided_at, 0)
+        .ok_or(RedactError::Time(record.decided_at))
+}
+
+/// Redacted evidence (§8.1) of `record`'s decided `document`, in clear.
 /// Nothing in it lets a guess at a private value be checked without the
 /// evidence key: the confirmation signature (which would verify a guessed
 /// header) is left out, and the header is kept as a keyed digest.
-pub fn redact(key: &[u8], document: &str, collected_hmac: &IndexMap<String, String>) -> String {
-    let doc: Value = serde_json::from_str(document).unwrap_or(Value::Null);
-    let payload = doc.get("payload").cloned().unwrap_or(Value::Null);
-    let sigs = doc
-        .get("signatures")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let resource = sigs.first().cloned().unwrap_or(Value::Null);
-    let confirmation = sigs.get(1).cloned().unwrap_or(Value::Null);
-    let protected = confirmation["protected"].as_str().unwrap_or_default();
-    json!({
-        "redacted": "the confirmation signature carried values the user marked private; the confirmation service keeps only keyed digests (HMAC-SHA256) of them",
-        "resource_signed": {"payload": payload, "signatures": [resource]},
-        "confirmation_protected_hmac_sha256": keyed_digest(key, protected.as_bytes()),
-        "collected_hmac_sha256": collected_hmac,
-    })
-    .to_string()
+pub fn redact(key: &[u8], document: &str, record: &DecisionRecord) -> Result<String, RedactError> {
+    let split = split_decided(document.as_bytes()).map_err(RedactError::Document)?;
+    Ok(RedactedEvidence {
+        resource_signed: split.resource_signed,
+        decision: record.decision,
+        decided_at: decided_at(record)?,
+        collected: record.collected_hmac.clone(),
+        confirmation_protected: keyed_digest(key, split.confirmation_protected_b64.as_bytes()),
+        log_digest: record.log_digest.clone(),
+    }
+    .to_json())
+}
+
+/// The evidence a redacted record serves: as stored when it is in the
+/// current format; in the older, unversioned shape (a resource-signed CHEQ
+/// and digests, written before the format had a version) completed with
+/// what the record knows (the decision, its time and its log digest).
+pub fn served(record: &DecisionRecord) -> Result<String, RedactError> {
+    let stored: Value = serde_json::from_str(&record.document).map_err(|_| RedactError::Lost)?;
+    if stored.get("format").is_some() {
+        return Ok(record.document.clone());
+    }
+    let (Some(resource_signed), Some(Value::String(protected))) = (
+        stored.get("resource_signed"),
+        stored.get("confirmation_protected_hmac_sha256"),
+    ) else {
+        return Err(RedactError::Lost);
+    };
+    let collected = match stored.get("collected_hmac_sha256") {
+        Some(Value::Object(m)) => m
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+            .collect(),
+        _ => record.collected_hmac.clone(),
+    };
+    Ok(RedactedEvidence {
+        resource_signed: resource_signed.to_string(),
+        decision: record.decision,
+        decided_at: decided_at(record)?,
+        collected,
+        confirmation_protected: protected.clone(),
+        log_digest: record.log_digest.clone(),
+    }
+    .to_json())
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use cheq_core::cheq::{Channel, Decision};
+    use cheq_store::cs::Delivery;
+
+    pub(crate) fn record(document: &str, sealed: bool) -> DecisionRecord {
+        DecisionRecord {
+            nonce: "n".into(),
+            user: "alice".into(),
+            resource_uri: "https://rs.example/cheq/c/1".into(),
+            resource_origin: "https://rs.example".into(),
+            operation: "https://rs.example/tools/2b5e:invoke".into(),
+            operation_name: "Transfer funds".into(),
+            decision: Decision::Accept,
+            channel: Channel::Html,
+            decided_at: 1_796_637_600,
+            expires: 1_796_641_200,
+            document: document.into(),
+            delivery: Delivery::Delivered {
+                decision: Decision::Accept,
+                at: 1_796_637_601,
+            },
+            sealed,
+            collected_hmac: [("account".to_owned(), b64::sha256(b"A"))].into(),
+            log_digest: Some(b64::sha256(b"L")),
+        }
+    }
+
+    /// Evidence stored before the format had a version is served in the
+    /// current one, with what the record knows; the current one as stored.
+    #[test]
+    fn older_evidence_is_served_in_the_current_format() {
+        let resource_signed = serde_json::json!({"payload": "cA", "signatures": [{"protected": "cA", "signature": "cw"}]});
+        let old = serde_json::json!({
+            "redacted": "the confirmation signature carried values the user marked private",
+            "resource_signed": resource_signed,
+            "confirmation_protected_hmac_sha256": b64::sha256(b"C"),
+            "collected_hmac_sha256": {"account": b64::sha256(b"D")},
+        })
+        .to_string();
+        let r = record(&old, false);
+        assert_eq!(evidence_kind(&r), EvidenceKind::Redacted);
+        let text = served(&r).unwrap();
+        let read = RedactedEvidence::parse(text.as_bytes()).unwrap();
+        assert_eq!(read.decision, Decision::Accept);
+        assert_eq!(read.decided_at.timestamp(), r.decided_at);
+        assert_eq!(read.log_digest, r.log_digest);
+        assert_eq!(read.confirmation_protected, b64::sha256(b"C"));
+        assert_eq!(read.collected["account"], b64::sha256(b"D"));
+        assert_eq!(
+            serde_json::from_str::<Value>(&read.resource_signed).unwrap(),
+            resource_signed
+        );
+        // Served again from the current format: as stored.
+        let current = record(&text, false);
+        assert_eq!(served(&current).unwrap(), text);
+    }
+
+    #[test]
+    fn each_stored_document_is_told_apart() {
+        let lost = record(
+            "{\"redacted\":\"the sealed document could not be opened\"}",
+            false,
+        );
+        assert_eq!(evidence_kind(&lost), EvidenceKind::Lost);
+        assert!(matches!(served(&lost), Err(RedactError::Lost)));
+        let signed = record("{\"payload\":\"cA\",\"signatures\":[]}", false);
+        assert_eq!(evidence_kind(&signed), EvidenceKind::Signed);
+        assert_eq!(
+            evidence_kind(&record("sealed bytes", true)),
+            EvidenceKind::Redacted
+        );
+        assert_eq!(
+            evidence_kind(&record("not json", false)),
+            EvidenceKind::Lost
+        );
+        // A document that is not a decided one is not redacted.
+        assert!(matches!(
+            redact(&[7; 32], "{\"payload\":\"cA\"}", &signed),
+            Err(RedactError::Document(_))
+        ));
+    }
 
     #[test]
     fn sealed_documents_open_until_shredded() {

@@ -601,14 +601,20 @@ pub(super) async fn evidence(
     me: SignedIn,
     id: web::Path<String>,
 ) -> Page {
-    let document = state.cs.evidence(&id, &me.who)?;
+    let evidence = state.cs.evidence(&id, &me.who)?;
+    // The file name is ASCII letters, digits, `_`, `-` and `.` only
+    // (`evidence_filename`): nothing in it needs quoting or encoding.
     Ok(HttpResponse::Ok()
-        .content_type("application/jose+json")
+        .content_type(if evidence.redacted {
+            "application/json"
+        } else {
+            "application/jose+json"
+        })
         .insert_header((
             header::CONTENT_DISPOSITION,
-            "attachment; filename=\"cheq-decision.json\"",
+            format!("attachment; filename=\"{}\"", evidence.filename),
         ))
-        .body(document))
+        .body(evidence.body))
 }
 
 pub(super) async fn jwks(state: web::Data<CsState>) -> HttpResponse {

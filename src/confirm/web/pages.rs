@@ -144,11 +144,24 @@ pub struct HistoryRow {
     pub logged: Option<crate::confirm::flow::Logged>,
     /// Whether it has an entry waiting to be sequenced.
     pub queued: bool,
+    /// What its evidence link offers ("signed CHEQ", "redacted evidence"),
+    /// or `None` when no evidence is kept.
+    pub evidence: Option<&'static str>,
+    /// Whether the evidence is redacted (§8.1): its private values withheld.
+    pub redacted: bool,
 }
 
 impl HistoryRow {
     pub fn of(r: DecisionRecord, logged: Option<crate::confirm::flow::Logged>) -> Self {
+        use crate::confirm::seal::{evidence_kind, EvidenceKind};
+        let kind = evidence_kind(&r);
         HistoryRow {
+            evidence: match kind {
+                EvidenceKind::Signed => Some("signed CHEQ"),
+                EvidenceKind::Redacted => Some("redacted evidence"),
+                EvidenceKind::Lost => None,
+            },
+            redacted: kind == EvidenceKind::Redacted,
             queued: logged.is_none() && r.log_digest.is_some(),
             logged,
             id: r.key().id(),

@@ -11,8 +11,8 @@
 //! The worker leases due deliveries from the store (so that two workers, or
 //! the immediate delivery and the worker, never deliver one decision at
 //! once), and runs across restarts. When a sealed document's delivery is
-//! final, the record keeps redacted evidence only and the key is shredded
-//! (§8).
+//! final, the record keeps redacted evidence only (§8.1, in its current
+//! format) and the key is shredded (§8).
 
 use super::{stripe, Cs};
 use crate::fetch::RsAnswer;
@@ -24,6 +24,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
+/// What a sealed record keeps when its document could not be opened or
+/// redacted: no evidence ([`crate::seal::EvidenceKind::Lost`]).
+const LOST: &str = "{\"redacted\":\"the sealed document could not be opened\"}";
 /// Longest wait between two delivery attempts.
 pub const MAX_BACKOFF_SECS: i64 = 30;
 /// Deliveries the worker starts at once (the rest wait for the next round).
@@ -199,9 +202,14 @@ impl Cs {
             // The redacted record is made durable first, then the key goes;
             // a crash in between leaves a key whose record no longer needs
             // it, which `sweep_keys` deletes at the next start.
-            record.document = match clear {
-                Some(d) => redact(self.sealer.evidence_key(), d, &record.collected_hmac),
-                None => "{\"redacted\":\"the sealed document could not be opened\"}".to_owned(),
+            let redacted = clear.map(|d| redact(self.sealer.evidence_key(), d, &record));
+            record.document = match redacted {
+                Some(Ok(evidence)) => evidence,
+                Some(Err(e)) => {
+                    log::error!("cannot redact a delivered document: {e}");
+                    LOST.to_owned()
+                }
+                None => LOST.to_owned(),
             };
             record.sealed = false;
             if let Err(e) = self.store.records.update(&record, Durability::Now) {

@@ -33,6 +33,8 @@ pub enum Internal {
     Missing(&'static str),
     #[error("the transparency log: {0}")]
     Log(Arc<crate::transparency::LogError>),
+    #[error("a decision's evidence: {0}")]
+    Evidence(crate::seal::RedactError),
 }
 
 /// What is wrong with a request as sent (400).

@@ -34,7 +34,7 @@ pub use inputs::{Collected, InputProblems};
 use super::fetch::FetchError;
 use super::link::RsLink;
 use super::registry::Registry;
-use super::seal::{redact, Sealer};
+use super::seal::{evidence_kind, redact, served, EvidenceKind, RedactError, Sealer};
 use super::view::{origin_of, CheqView};
 use cheq_core::cheq::CountersignFields;
 use cheq_core::sign::{verify_resource, Context, TrustStore, VerifiedCheq, VerifyError};
@@ -597,25 +597,101 @@ impl Cs {
         Ok(self.store.records.for_user(&who.sub, 500)?)
     }
 
-    /// The signed document of one of the user's decisions (evidence), by
-    /// record id; redacted when it carries private values.
-    pub fn evidence(&self, record_id: &str, who: &Identity) -> Result<String, CsError> {
-        match self.store.records.by_id_for_user(&who.sub, record_id)? {
-            Some(r) if r.sealed => {
+    /// The evidence of one of the user's decisions, by record id: the
+    /// signed document as delivered, or redacted evidence (§8.1) when it
+    /// carried private values; [`CsError::NotFound`] when none is kept.
+    pub fn evidence(&self, record_id: &str, who: &Identity) -> Result<Evidence, CsError> {
+        let Some(r) = self.store.records.by_id_for_user(&who.sub, record_id)? else {
+            return Err(CsError::NotFound);
+        };
+        let kind = evidence_kind(&r);
+        let body = match kind {
+            EvidenceKind::Signed => r.document.clone(),
+            EvidenceKind::Redacted if r.sealed => {
                 let clear = self
                     .sealer
                     .open(record_id, &r.document)
                     .map_err(|e| CsError::Internal(Internal::Seal(Arc::new(e))))?;
-                Ok(redact(
-                    self.sealer.evidence_key(),
-                    &clear,
-                    &r.collected_hmac,
-                ))
+                redact(self.sealer.evidence_key(), &clear, &r).map_err(evidence_error)?
             }
-            Some(r) => Ok(r.document),
-            None => Err(CsError::NotFound),
+            EvidenceKind::Redacted => served(&r).map_err(evidence_error)?,
+            EvidenceKind::Lost => return Err(CsError::NotFound),
+        };
+        Ok(Evidence {
+            filename: evidence_filename(&r, kind == EvidenceKind::Redacted),
+            redacted: kind == EvidenceKind::Redacted,
+            body,
+        })
+    }
+}
+
+/// One decision's evidence, as downloaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evidence {
+    /// The file: the signed document, or redacted evidence.
+    pub body: String,
+    /// Whether it is redacted evidence (§8.1) rather than a signed CHEQ.
+    pub redacted: bool,
+    /// A file name safe anywhere: `cheq-<operation>-<date>-<decision>.json`,
+    /// `-redacted` before `.json` for redacted evidence.
+    pub filename: String,
+}
+
+fn evidence_error(e: RedactError) -> CsError {
+    match e {
+        RedactError::Lost => CsError::NotFound,
+        e => CsError::Internal(Internal::Evidence(e)),
+    }
+}
+
+/// The most characters of an operation's name in an evidence file's name.
+const FILENAME_OPERATION_CHARS: usize = 48;
+
+/// The evidence file's name of `record` (see [`Evidence::filename`]): the
+/// operation's name in lower-case ASCII letters and digits, every other run
+/// of characters one `_` (the operation's URI's last segment when its name
+/// has none of those, else `decision`), the decision's UTC date, the
+/// decision.
+pub fn evidence_filename(record: &DecisionRecord, redacted: bool) -> String {
+    let last_segment = record
+        .operation
+        .rsplit(['/', ':', '#', '?'])
+        .find(|s| !s.is_empty())
+        .unwrap_or_default();
+    let operation = [record.operation_name.as_str(), last_segment]
+        .into_iter()
+        .map(filename_word)
+        .find(|w| !w.is_empty())
+        .unwrap_or_else(|| "decision".to_owned());
+    let date = chrono::DateTime::from_timestamp(record.decided_at, 0)
+        .map(|t| t.format("%Y-%m-%d").to_string())
+        .unwrap_or_else(|| "undated".to_owned());
+    let suffix = if redacted { "-redacted" } else { "" };
+    format!(
+        "cheq-{operation}-{date}-{}{suffix}.json",
+        record.decision.as_str()
+    )
+}
+
+/// `text` as a file-name word: see [`evidence_filename`].
+fn filename_word(text: &str) -> String {
+    let mut out = String::new();
+    let mut gap = false;
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() {
+            if gap && !out.is_empty() {
+                out.push('_');
+            }
+            gap = false;
+            out.push(c.to_ascii_lowercase());
+            if out.len() >= FILENAME_OPERATION_CHARS {
+                break;
+            }
+        } else {
+            gap = true;
         }
     }
+    out
 }
 
 /// An earlier decision, if it is `who`'s.
@@ -692,6 +768,46 @@ mod tests {
         fn restore_collected(&self, id: &str, decided_at: i64) -> Result<(), StoreError> {
             self.0.restore_collected(id, decided_at)
         }
+    }
+
+    #[test]
+    fn evidence_files_are_named_by_operation_date_and_decision() {
+        let mut r = crate::seal::tests::record("{}", false);
+        assert_eq!(
+            evidence_filename(&r, false),
+            "cheq-transfer_funds-2026-12-07-accept.json"
+        );
+        assert_eq!(
+            evidence_filename(&r, true),
+            "cheq-transfer_funds-2026-12-07-accept-redacted.json"
+        );
+        r.decision = cheq_core::cheq::Decision::Reject;
+        r.operation_name = "  Book   a \"flight\"/../\r\n; x ".into();
+        assert_eq!(
+            evidence_filename(&r, false),
+            "cheq-book_a_flight_x-2026-12-07-reject.json"
+        );
+        // No letter or digit in the name: the URI's last segment, else a word.
+        r.operation_name = "Überweisung → ✓".into();
+        assert_eq!(
+            evidence_filename(&r, false),
+            "cheq-berweisung-2026-12-07-reject.json"
+        );
+        r.operation_name = "→ ✓".into();
+        assert_eq!(
+            evidence_filename(&r, false),
+            "cheq-invoke-2026-12-07-reject.json"
+        );
+        r.operation = "::".into();
+        assert_eq!(
+            evidence_filename(&r, false),
+            "cheq-decision-2026-12-07-reject.json"
+        );
+        r.operation_name = "x".repeat(500);
+        assert_eq!(
+            evidence_filename(&r, false).len(),
+            "cheq--2026-12-07-reject.json".len() + 48
+        );
     }
 
     /// `GET /metrics` reads no stored record, however often it comes: the
