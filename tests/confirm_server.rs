@@ -116,6 +116,8 @@ async fn accept_runs_the_operation_once() {
     );
     assert!(!outcome.text.contains("Already decided"));
     assert!(outcome.text.contains("delivered"), "{}", outcome.text);
+    assert!(outcome.text.contains("Download the signed decision"));
+    assert!(!outcome.text.contains("redacted evidence"));
     assert_eq!(env.rs.executions(), 1);
     // Once decided, the entry still finds the decision.
     let again = b.get(&path).await;

@@ -114,7 +114,7 @@ async fn the_printed_checks_pass(demo: &Proc, data: &Path) {
         .collect();
     assert_eq!(evidence.len(), 1, "{evidence:?}");
     assert!(
-        evidence[0].starts_with("book-a-flight-") && evidence[0].ends_with("-accept.json"),
+        evidence[0].starts_with("cheq-book_a_flight-") && evidence[0].ends_with("-accept.json"),
         "{evidence:?}"
     );
 }

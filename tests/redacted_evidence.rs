@@ -144,6 +144,15 @@ async fn redacted_evidence_verifies_and_is_found_in_the_log() {
     assert_eq!(page.status, 200, "{}", page.text);
     let outcome = b.accept_typing(&path, &page, [FROM, TO, AMOUNT]).await;
     assert_eq!(outcome.status, 200, "{}", outcome.text);
+    // The outcome page names its download as what it is.
+    assert!(
+        outcome
+            .text
+            .contains("Download the redacted evidence (your private values withheld)"),
+        "{}",
+        outcome.text
+    );
+    assert!(!outcome.text.contains("Download the signed decision"));
     let record = delivered(&env, &pack.resource_uri).await;
     let log_digest = record.log_digest.clone().expect("the log is on");
     log_covers(&base, 1).await;

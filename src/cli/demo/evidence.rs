@@ -61,25 +61,6 @@ pub fn absolute_command() -> String {
         .unwrap_or_else(|_| "cheq".into())
 }
 
-/// The file name of a decision's evidence in the demo's directory: its
-/// operation, when and the decision, in characters every file system takes.
-pub fn file_name(record: &DecisionRecord) -> String {
-    let mut slug = String::new();
-    for c in record.operation_name.chars() {
-        if c.is_ascii_alphanumeric() {
-            slug.push(c.to_ascii_lowercase());
-        } else if !slug.ends_with('-') {
-            slug.push('-');
-        }
-    }
-    let slug: String = slug.trim_matches('-').chars().take(40).collect();
-    let when = chrono::DateTime::from_timestamp(record.decided_at, 0)
-        .map(|t| t.format("%Y-%m-%dT%H%M%SZ").to_string())
-        .unwrap_or_default();
-    let slug = if slug.is_empty() { "decision" } else { &slug };
-    format!("{slug}-{when}-{}.json", record.decision.as_str())
-}
-
 impl Watch {
     /// The TRUST file `cheq verify` reads: both servers' key sets, inline,
     /// so that the evidence checks with the demo stopped.
@@ -179,14 +160,14 @@ impl Watch {
 
     fn write_evidence(&self, record: &DecisionRecord) -> Result<PathBuf, String> {
         let who = identity(&record.user);
-        let document = self
+        let evidence = self
             .cs
-            .evidence(&record.key().id(), &who)
+            .evidence(&record.key().id(), &identity(&record.user))
             .map_err(|e| e.to_string())?;
         let dir = self.dir.join("evidence");
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let path = dir.join(file_name(record));
-        write_file(&path, document.as_bytes()).map_err(|e| e.to_string())?;
+        let path = unused_name(&dir, &evidence.filename);
+        write_file(&path, evidence.body.as_bytes()).map_err(|e| e.to_string())?;
         self.write_trust().map_err(|e| e.to_string())?;
         Ok(path)
     }
@@ -236,6 +217,20 @@ fn identity(sub: &str) -> Identity {
         id_token: None,
         credential: None,
     }
+}
+
+/// `dir/name`, or with `-2`, `-3`… before its extension where a file of
+/// that name is there already (an earlier decision of the same day).
+fn unused_name(dir: &Path, name: &str) -> PathBuf {
+    let first = dir.join(name);
+    if !first.exists() {
+        return first;
+    }
+    let (stem, ext) = name.rsplit_once('.').unwrap_or((name, ""));
+    (2..)
+        .map(|n| dir.join(format!("{stem}-{n}.{ext}")))
+        .find(|p| !p.exists())
+        .unwrap_or(first)
 }
 
 /// Writes `bytes` to `path`, replacing it: written beside it, then renamed.

@@ -36,6 +36,7 @@ fn outcome(state: &CsState, me: &SignedIn, r: &DecisionRecord, earlier: bool) ->
         when: when(r.decided_at),
         status_line: status_line(r),
         evidence_id: r.key().id(),
+        evidence: crate::confirm::seal::evidence_kind(r),
     };
     Ok(html(StatusCode::OK, render(&page)?))
 }

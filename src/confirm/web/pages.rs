@@ -3,6 +3,7 @@
 //! delivery. Every page is rendered here; handlers only fill these structs.
 
 use crate::confirm::flow::{CsError, InputProblems, Internal};
+use crate::confirm::seal::EvidenceKind;
 use crate::confirm::view::CheqView;
 use crate::store::cs::{DecisionRecord, Delivery, Refusal};
 use askama::Template;
@@ -101,6 +102,8 @@ pub struct OutcomePage<'a> {
     pub status_line: String,
     /// The evidence link's name (the record id).
     pub evidence_id: String,
+    /// What that link gives: the signed document, or redacted evidence.
+    pub evidence: EvidenceKind,
 }
 
 #[derive(Template)]
