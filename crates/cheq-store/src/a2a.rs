@@ -94,9 +94,7 @@ pub struct MemoryTasks {
 
 #[cfg(any(test, feature = "test-support"))]
 impl MemoryTasks {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, TaskRecord>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, TaskRecord>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
