@@ -253,13 +253,16 @@ mod tests {
         });
         Front {
             bridge: Arc::new(
-                A2aBridge::new(A2aConfig {
-                    rs: "http://127.0.0.1:1".into(),
-                    client_id: "agent".into(),
-                    secret: "s".into(),
-                    endpoint: "http://127.0.0.1:9/".into(),
-                    bearer: token.is_some(),
-                })
+                A2aBridge::new(
+                    A2aConfig {
+                        rs: "http://127.0.0.1:1".into(),
+                        client_id: "agent".into(),
+                        secret: "s".into(),
+                        endpoint: "http://127.0.0.1:9/".into(),
+                        bearer: token.is_some(),
+                    },
+                    Arc::new(crate::store::a2a::MemoryTasks::default()),
+                )
                 .unwrap(),
             ),
             token,

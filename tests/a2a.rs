@@ -7,8 +7,13 @@
 //! that needs no confirmation; a confirmation seen by a streaming client
 //! and by `GetTask` polling until `COMPLETED` with the artifact; reject,
 //! expiry, cancel, a subscription; nothing a client sends on the task moves
-//! it; the result URI reaches no client. Without the SDK, the JSON-RPC
-//! errors and the bridge's guards are still checked with raw requests.
+//! it; the result URI reaches no client. A bridge killed (SIGKILL) and
+//! started again on the same store (sled in its data directory, or
+//! PostgreSQL) answers `GetTask` for its tasks, only to the credential that
+//! made them, and carries on with those waiting: a decision taken while it
+//! was down, or after, still completes the task. Without the SDK, the
+//! JSON-RPC errors and the bridge's guards are still checked with raw
+//! requests.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
@@ -28,8 +33,45 @@ struct BridgeProc {
 }
 
 async fn start_bridge(env: &Env, dir: &std::path::Path, extra: &[&str]) -> BridgeProc {
-    let (proc, base) = spawn_bridge("a2a", &env.rs_url, dir, extra, "/healthz", 200).await;
+    // Each bridge keeps its tasks in its test's directory (not in the
+    // default `data/a2a` of the working directory).
+    let data = dir.join("a2a-data");
+    let mut args = extra.to_vec();
+    args.extend(["--data-dir", data.to_str().unwrap()]);
+    let (proc, base) = spawn_bridge("a2a", &env.rs_url, dir, &args, "/healthz", 200).await;
     BridgeProc { proc, base }
+}
+
+/// A guarded bridge on `port` (the same after a restart), with the token of
+/// `token_file` and its tasks where `place` says, as a real process.
+async fn bridge_on(
+    env: &Env,
+    dir: &std::path::Path,
+    port: u16,
+    token_file: &std::path::Path,
+    place: &[String],
+) -> Proc {
+    let listen = format!("127.0.0.1:{port}");
+    let mut args: Vec<&str> = vec![
+        "a2a",
+        "--rs",
+        &env.rs_url,
+        "--listen",
+        &listen,
+        "--client-id",
+        "agent",
+        "--token-file",
+        token_file.to_str().unwrap(),
+    ];
+    args.extend(place.iter().map(String::as_str));
+    start_server_with(
+        "cheq a2a",
+        &args,
+        &[("CHEQ_AGENT_SECRET", AGENT_SECRET)],
+        &dir.join(format!("a2a-{port}.log")),
+        &format!("http://{listen}"),
+    )
+    .await
 }
 
 /// The A2A Python SDK client (`tests/a2a/client.py`), one JSON command in
@@ -610,5 +652,203 @@ async fn json_rpc_errors_and_the_guards() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--token-file"));
+    env.stop().await;
+}
+
+/// Where a restarted bridge keeps its tasks.
+enum Kept {
+    Sled,
+    Postgres(String),
+}
+
+/// The modes of `path` and everything under it that others may use.
+fn open_to_others(path: &std::path::Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut open = Vec::new();
+    let mut stack = vec![path.to_owned()];
+    let mut files = 0;
+    while let Some(p) = stack.pop() {
+        let meta = std::fs::metadata(&p).unwrap();
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            open.push(format!("{} {mode:o}", p.display()));
+        }
+        if meta.is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            files += 1;
+        }
+    }
+    assert!(files >= 2, "no database under {}", path.display());
+    open
+}
+
+/// The task id of a streamed or sent answer.
+fn sent_task(py: &mut Py, tool_args: Map<String, Value>) -> Value {
+    py.send(json!({"op": "send", "tool": "book_flight", "args": tool_args}));
+    py.next("sent")["response"]["task"].clone()
+}
+
+async fn tasks_survive_a_killed_bridge(kept: Kept) {
+    let env = Env::start(Options::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("a2a-data");
+    let place: Vec<String> = match &kept {
+        Kept::Sled => vec!["--data-dir".into(), data.to_str().unwrap().into()],
+        Kept::Postgres(url) => vec!["--database-url".into(), url.clone()],
+    };
+    let token_file = dir.path().join("a2a.token");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut bridge = bridge_on(&env, dir.path(), port, &token_file, &place).await;
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let token = token.trim();
+
+    let mut py = Py::connect(&base, Some(token));
+    // Two tasks wait for their user; one completed at once.
+    let waiting = sent_task(&mut py, flight_params());
+    let accepted_id = waiting["id"].as_str().unwrap().to_owned();
+    let accepted_link = link_of(&env, &waiting["status"]);
+    let waiting = sent_task(&mut py, flight_params());
+    let rejected_id = waiting["id"].as_str().unwrap().to_owned();
+    let rejected_link = link_of(&env, &waiting["status"]);
+    let done = sent_task(&mut py, cheap_flight());
+    let done_id = done["id"].as_str().unwrap().to_owned();
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    drop(py);
+
+    // Killed: no shutdown, no last write.
+    bridge.kill();
+    if let Kept::Sled = kept {
+        let open = open_to_others(&data);
+        assert!(open.is_empty(), "open to others: {open:?}");
+    }
+    // The user rejects one while the bridge is down.
+    decide_at_link(&env, &rejected_link, "reject").await;
+
+    let bridge = bridge_on(&env, dir.path(), port, &token_file, &place).await;
+    let mut py = Py::connect(&base, Some(token));
+    // GetTask answers each task as it stood.
+    let again = py.get(&accepted_id);
+    assert_eq!(link_of(&env, &again["status"]), accepted_link);
+    assert!(again["artifacts"].is_null(), "{again}");
+    let again = py.get(&done_id);
+    assert_eq!(again["status"]["state"], "TASK_STATE_COMPLETED", "{again}");
+    assert!(artifact_output(&again, "status").is_string(), "{again}");
+    // The decision taken while it was down reaches its task.
+    let rejected = py.poll_until(&rejected_id, "TASK_STATE_REJECTED").await;
+    assert!(rejected["artifacts"].is_null(), "{rejected}");
+    // A subscription to a task kept across the restart sees it complete
+    // when the user accepts now.
+    py.send(json!({"op": "subscribe", "id": accepted_id}));
+    let first = py.next("stream")["item"].clone();
+    assert_eq!(
+        first["task"]["status"]["state"], "TASK_STATE_AUTH_REQUIRED",
+        "{first}"
+    );
+    decide_at_link(&env, &accepted_link, "accept").await;
+    py.stream_until("TASK_STATE_COMPLETED");
+    py.next("stream_end");
+    let completed = py.get(&accepted_id);
+    assert_eq!(
+        artifact_output(&completed, "status"),
+        json!("CONFIRMED"),
+        "{completed}"
+    );
+    let log = bridge.log();
+    assert!(
+        log.contains("3 kept, 2 waiting for their user followed again, 0 interrupted"),
+        "{log}"
+    );
+    // The result URIs reached no client and no log line, before the
+    // restart or after (one log file: the same port).
+    let everything = py.everything();
+    assert!(!everything.contains("/cheq/results/"), "{everything}");
+    assert!(!log.contains("/cheq/results/"), "{log}");
+    drop(py);
+    drop(bridge);
+
+    // Started again under another token, the tasks are another client's:
+    // the new credential finds none of them, and the old one is refused.
+    let other_file = dir.path().join("other.token");
+    let bridge = bridge_on(&env, dir.path(), port, &other_file, &place).await;
+    let other = std::fs::read_to_string(&other_file).unwrap();
+    assert_ne!(other.trim(), token);
+    let mut py = Py::connect(&base, Some(other.trim()));
+    for id in [&accepted_id, &rejected_id, &done_id] {
+        py.send(json!({"op": "get", "id": id}));
+        let e = py.next("error");
+        assert!(e["type"].as_str().unwrap().contains("TaskNotFound"), "{e}");
+    }
+    let res = http_client()
+        .post(format!("{base}/"))
+        .header("A2A-Version", "1.0")
+        .header("Authorization", format!("Bearer {token}"))
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask",
+                      "params": {"id": accepted_id}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 401);
+    drop(bridge);
+    env.stop().await;
+}
+
+#[actix_web::test]
+async fn tasks_survive_a_killed_bridge_on_sled() {
+    if !python_sdk() {
+        return;
+    }
+    tasks_survive_a_killed_bridge(Kept::Sled).await;
+}
+
+#[actix_web::test]
+async fn tasks_survive_a_killed_bridge_on_postgres() {
+    if !python_sdk() {
+        return;
+    }
+    let Some(url) = cheq::store::pg::test_database_or_skip("a2a_restart") else {
+        return;
+    };
+    tasks_survive_a_killed_bridge(Kept::Postgres(url)).await;
+}
+
+#[actix_web::test]
+async fn a_second_bridge_on_one_data_dir_does_not_start() {
+    let env = Env::start(Options::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let first = start_bridge(&env, dir.path(), &[]).await;
+    let data = dir.path().join("a2a-data");
+    let out = Command::new(env!("CARGO_BIN_EXE_cheq"))
+        .args([
+            "a2a",
+            "--rs",
+            &env.rs_url,
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("another cheq a2a"), "{err}");
+    // Two places at once: refused before anything starts.
+    let out = Command::new(env!("CARGO_BIN_EXE_cheq"))
+        .args([
+            "a2a",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            "x",
+            "--database-url",
+            "postgres://u@h/db",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(!std::path::Path::new("x").exists());
+    drop(first);
     env.stop().await;
 }

@@ -33,7 +33,7 @@ fn rules() -> Vec<Rule> {
         },
         Rule {
             layer: "store traits (no backend)",
-            files: &["store/cs.rs", "store/rs.rs"],
+            files: &["store/cs.rs", "store/rs.rs", "store/a2a.rs"],
             except: &[],
             forbidden: &["sled::", "sled_"],
         },
@@ -169,13 +169,12 @@ fn rules() -> Vec<Rule> {
                 "askama",
                 "cheq_mcp",
                 "cheq_confirm",
-                "cheq_store",
                 "sled",
             ],
         },
         Rule {
             layer: "A2A front end",
-            files: &["a2a.rs", "cli/a2a.rs"],
+            files: &["a2a.rs"],
             except: &[],
             forbidden: &[
                 "crate::confirm",
@@ -183,6 +182,18 @@ fn rules() -> Vec<Rule> {
                 "crate::mcp",
                 "rmcp",
                 "sled",
+            ],
+        },
+        Rule {
+            layer: "A2A start-up (opens the tasks' backend)",
+            files: &["cli/a2a.rs"],
+            except: &[],
+            forbidden: &[
+                "crate::confirm",
+                "crate::mcp",
+                "rmcp",
+                "store::cs",
+                "store::rs",
             ],
         },
         Rule {
@@ -351,6 +362,50 @@ fn no_layer_imports_what_it_must_not() {
         "forbidden imports (see ARCHITECTURE.md):\n{}",
         violations.join("\n")
     );
+}
+
+/// What the A2A bridge may name of the store: the trait of its tasks
+/// (`cheq_store::a2a`) and the store's error, never a backend or another
+/// part (the front end's start-up opens the backend).
+fn a2a_store_uses(code: &[(usize, String)]) -> Vec<(usize, String)> {
+    const ALLOWED: &[&str] = &["cheq_store::a2a::", "cheq_store::StoreError"];
+    code.iter()
+        .filter(|(_, line)| {
+            line.match_indices("cheq_store")
+                .any(|(i, _)| !ALLOWED.iter().any(|a| line[i..].starts_with(a)))
+        })
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn the_a2a_bridge_uses_only_the_trait_of_its_tasks() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/cheq-a2a/src");
+    let mut files = Vec::new();
+    sources(&root, &mut files);
+    let mut seen = 0;
+    let mut violations = Vec::new();
+    for file in files {
+        let code = code_of(&std::fs::read_to_string(&file).unwrap());
+        seen += code
+            .iter()
+            .filter(|(_, l)| l.contains("cheq_store"))
+            .count();
+        for (n, line) in a2a_store_uses(&code) {
+            violations.push(format!("{}:{n}: {}", file.display(), line.trim()));
+        }
+    }
+    assert!(seen >= 2, "the bridge names the store {seen} times");
+    assert!(
+        violations.is_empty(),
+        "the A2A bridge names more of the store than its tasks' trait (ARCHITECTURE.md):\n{}",
+        violations.join("\n")
+    );
+    // The check sees what it must refuse.
+    let bad = code_of(
+        "use cheq_store::sled_a2a;\nuse cheq_store::{a2a, pg};\nuse cheq_store::a2a::TaskStore;\n",
+    );
+    assert_eq!(a2a_store_uses(&bad).len(), 2);
 }
 
 #[test]

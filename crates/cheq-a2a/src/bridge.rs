@@ -6,17 +6,24 @@
 //! bridge reads its result URI on the shared schedule
 //! ([`next_read_in`](cheq_resource::agent::next_read_in), never sooner
 //! than `Retry-After`) until the RS's final state, the client's cancel, or
-//! [`PENDING_TTL`]. The result URI lives only in that reading task: never
-//! in the table, a message, an error or a log line.
+//! [`PENDING_TTL`]. The result URI lives in that reading task and in the
+//! store's record of the waiting task (a bridge started again reads it
+//! there and carries on: [`A2aBridge::resume`]): never in the table, a
+//! message, an error or a log line.
 
-use crate::tasks::{is_terminal, state_of, Owner, Tasks, PENDING_TTL};
+use crate::tasks::{
+    is_terminal, state_of, InsertError, Owner, Resume, Tasks, MAX_TASKS, PENDING_TTL,
+};
 use crate::{A2aError, EXTENSION_URI};
 use a2a_types::{part, Artifact, Message, Part, Role, Task, TaskState, TaskStatus};
 use cheq_resource::agent::{
     error_backoff, next_read_in, start_link, Agent, AgentError, InvokeOutcome, ResultRead,
     ResultStatus, POLL_INTERVAL,
 };
+use cheq_store::a2a::TaskStore;
+use cheq_store::StoreError;
 use cheq_support::secret::Secret;
+use cheq_support::time::{Clock, SystemClock};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -42,6 +49,27 @@ pub struct A2aConfig {
     pub bearer: bool,
 }
 
+/// Why a bridge did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Its HTTP client for the RS could not be made.
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    /// Its tasks could not be read from the store.
+    #[error("the A2A tasks could not be read from the store: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// What a bridge started on its store carried on with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Resumed {
+    /// Tasks waiting for their user, whose result is read again.
+    pub following: usize,
+    /// Tasks whose RS call was under way when the bridge stopped, now
+    /// `FAILED` (whether the call was made is unknown).
+    pub interrupted: usize,
+}
+
 /// What the bridge and its reading tasks share.
 pub(crate) struct Shared {
     pub(crate) agent: Agent,
@@ -54,6 +82,8 @@ pub struct A2aBridge {
     pub(crate) config: A2aConfig,
     pub(crate) shared: Arc<Shared>,
     tools: tokio::sync::Mutex<Option<(Instant, Vec<Value>)>>,
+    /// What the store held that is still under way, until [`A2aBridge::resume`].
+    resume: std::sync::Mutex<Vec<Resume>>,
 }
 
 impl std::fmt::Debug for A2aBridge {
@@ -235,19 +265,75 @@ pub fn tool_call(message: &Message) -> Result<(String, Map<String, Value>), A2aE
 }
 
 impl A2aBridge {
-    /// A bridge to the RS of `config`, as its agent: one HTTP client and one
-    /// token for every call.
-    pub fn new(config: A2aConfig) -> Result<A2aBridge, AgentError> {
+    /// A bridge to the RS of `config`, as its agent (one HTTP client and one
+    /// token for every call), keeping its tasks in `store`: those it holds
+    /// are read now; [`A2aBridge::resume`] carries on with those under way.
+    pub fn new(config: A2aConfig, store: Arc<dyn TaskStore>) -> Result<A2aBridge, OpenError> {
+        Self::with_clock(config, store, Arc::new(SystemClock), MAX_TASKS)
+    }
+
+    /// [`A2aBridge::new`] with the clock that dates its tasks, keeping at
+    /// most `max_tasks`.
+    pub fn with_clock(
+        config: A2aConfig,
+        store: Arc<dyn TaskStore>,
+        clock: Arc<dyn Clock>,
+        max_tasks: usize,
+    ) -> Result<A2aBridge, OpenError> {
         let agent = Agent::new(&config.rs, &config.client_id, config.secret.expose())?;
+        let (tasks, resume) = Tasks::load(store, clock, max_tasks)?;
         Ok(A2aBridge {
             config,
             shared: Arc::new(Shared {
                 agent,
-                tasks: Tasks::default(),
+                tasks,
                 reads: Semaphore::new(READ_CONCURRENCY),
             }),
             tools: tokio::sync::Mutex::new(None),
+            resume: std::sync::Mutex::new(resume),
         })
+    }
+
+    /// Carries on with the tasks the store held under way (once; later
+    /// calls find nothing): a task waiting for its user has its result read
+    /// again, on a task of its own, until the RS's final state; one whose
+    /// RS call was under way when the bridge stopped fails, saying that
+    /// whether the call was made is unknown.
+    pub async fn resume(&self) -> Resumed {
+        let pending = std::mem::take(&mut *self.resume.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut resumed = Resumed::default();
+        for r in pending {
+            match r {
+                Resume::Follow {
+                    id,
+                    tool,
+                    result_uri,
+                    created,
+                } => {
+                    tracing::info!(task = %id, tool = %tool, "A2A task waits for confirmation (resumed)");
+                    tokio::spawn(follow(self.shared.clone(), id, tool, result_uri, created));
+                    resumed.following += 1;
+                }
+                Resume::Interrupted { id, tool } => {
+                    let text = format!(
+                        "The bridge stopped while it called '{tool}' at the resource server; \
+                         whether the call was made is unknown. If it needed its user's \
+                         confirmation, no link was given and it expires unconfirmed; a call \
+                         that needed none may have run."
+                    );
+                    let moved = self
+                        .shared
+                        .tasks
+                        .update(&id, None, |t| {
+                            set_status(t, TaskState::Failed, vec![text_part(text)]);
+                        })
+                        .await;
+                    tracing::info!(task = %id, tool = %tool, moved = moved.is_ok(), "A2A task interrupted by a restart");
+                    resumed.interrupted += 1;
+                }
+            }
+        }
+        resumed
     }
 
     /// How many tasks are kept.
@@ -281,7 +367,7 @@ impl A2aBridge {
     /// Starts the task for `message` (a new message naming a tool) for
     /// `owner`: in `WORKING`, its RS call under way on a task of its own,
     /// so that a client that goes away leaves no task stuck.
-    pub(crate) fn start(
+    pub(crate) async fn start(
         &self,
         owner: &Owner,
         mut message: Message,
@@ -311,8 +397,15 @@ impl A2aBridge {
         let rx = self
             .shared
             .tasks
-            .insert(owner, task)
-            .ok_or(A2aError::Busy)?;
+            .insert(owner, &tool, task)
+            .await
+            .map_err(|e| match e {
+                InsertError::Full => A2aError::Busy,
+                InsertError::Taken | InsertError::Store(_) => {
+                    tracing::warn!(task = %id, error = %e, "an A2A task could not be kept");
+                    A2aError::Unavailable
+                }
+            })?;
         tracing::info!(task = %id, tool = %tool, "A2A task started");
         tokio::spawn(run(self.shared.clone(), id, tool, args));
         Ok(rx)
@@ -320,7 +413,7 @@ impl A2aBridge {
 
     /// Cancels task `id` of `owner` when it is not terminal: `CANCELED`, and
     /// its reading task stops.
-    pub(crate) fn cancel(&self, owner: &Owner, id: &str) -> Result<Task, A2aError> {
+    pub(crate) async fn cancel(&self, owner: &Owner, id: &str) -> Result<Task, A2aError> {
         let task = self
             .shared
             .tasks
@@ -335,9 +428,10 @@ impl A2aBridge {
             .to_owned();
         self.shared
             .tasks
-            .update(id, |t| {
+            .update(id, None, |t| {
                 set_status(t, TaskState::Canceled, vec![text_part(text)]);
             })
+            .await
             .map_err(|_| A2aError::TaskNotCancelable)
     }
 }
@@ -346,16 +440,21 @@ impl A2aBridge {
 async fn run(shared: Arc<Shared>, id: String, tool: String, args: Map<String, Value>) {
     let outcome = shared.agent.invoke(&tool, &args).await;
     let moved = match outcome {
-        Ok(InvokeOutcome::Done(output)) => shared.tasks.update(&id, |t| {
-            t.artifacts.push(result_artifact(&tool, &output));
-            set_status(
-                t,
-                TaskState::Completed,
-                vec![text_part(format!(
-                    "The resource server ran '{tool}' (no confirmation needed)."
-                ))],
-            );
-        }),
+        Ok(InvokeOutcome::Done(output)) => {
+            shared
+                .tasks
+                .update(&id, None, |t| {
+                    t.artifacts.push(result_artifact(&tool, &output));
+                    set_status(
+                        t,
+                        TaskState::Completed,
+                        vec![text_part(format!(
+                            "The resource server ran '{tool}' (no confirmation needed)."
+                        ))],
+                    );
+                })
+                .await
+        }
         Ok(InvokeOutcome::NeedsConfirmation(pack)) => {
             let link = start_link(&pack.confirmation_uri, &pack.resource_uri);
             let text = format!(
@@ -365,32 +464,43 @@ async fn run(shared: Arc<Shared>, id: String, tool: String, args: Map<String, Va
                  decides it.",
                 origin_of(&pack.confirmation_uri)
             );
-            let moved = shared.tasks.update(&id, |t| {
-                set_status(
-                    t,
-                    TaskState::AuthRequired,
-                    vec![
-                        text_part(text),
-                        extension_part(json!({"confirmation_url": link})),
-                    ],
-                );
-            });
+            let result_uri = zeroize::Zeroizing::new(pack.result_uri);
+            let moved = shared
+                .tasks
+                .update(&id, Some(&result_uri), |t| {
+                    set_status(
+                        t,
+                        TaskState::AuthRequired,
+                        vec![
+                            text_part(text),
+                            extension_part(json!({"confirmation_url": link})),
+                        ],
+                    );
+                })
+                .await;
             if moved.is_ok() {
                 tracing::info!(task = %id, tool = %tool, "A2A task waits for confirmation");
-                follow(shared, id, tool, zeroize::Zeroizing::new(pack.result_uri)).await;
+                let created = shared
+                    .tasks
+                    .created(&id)
+                    .unwrap_or_else(|| shared.tasks.now());
+                follow(shared, id, tool, result_uri, created).await;
                 return;
             }
             moved
         }
         Err(e) => {
             tracing::info!(task = %id, tool = %tool, error = %e, "the RS call failed");
-            shared.tasks.update(&id, |t| {
-                set_status(
-                    t,
-                    TaskState::Failed,
-                    vec![text_part(format!("The resource server: {e}"))],
-                );
-            })
+            shared
+                .tasks
+                .update(&id, None, |t| {
+                    set_status(
+                        t,
+                        TaskState::Failed,
+                        vec![text_part(format!("The resource server: {e}"))],
+                    );
+                })
+                .await
         }
     };
     if moved.is_err() {
@@ -398,13 +508,15 @@ async fn run(shared: Arc<Shared>, id: String, tool: String, args: Map<String, Va
     }
 }
 
-/// Reads the result URI of task `id` until a final state moves the task,
-/// the task ends otherwise (canceled, forgotten), or [`PENDING_TTL`].
+/// Reads the result URI of task `id` (made at `created`, unix seconds)
+/// until a final state moves the task, the task ends otherwise (canceled,
+/// forgotten), or [`PENDING_TTL`].
 async fn follow(
     shared: Arc<Shared>,
     id: String,
     tool: String,
     result_uri: zeroize::Zeroizing<String>,
+    created: i64,
 ) {
     let Some(mut rx) = shared.tasks.subscribe_any(&id) else {
         return;
@@ -412,8 +524,7 @@ async fn follow(
     if is_terminal(state_of(&rx.borrow_and_update())) {
         return;
     }
-    let started = Instant::now();
-    let mut due = started + POLL_INTERVAL;
+    let mut due = Instant::now() + POLL_INTERVAL;
     let mut failures = 0u32;
     loop {
         tokio::select! {
@@ -426,18 +537,25 @@ async fn follow(
                 continue;
             }
         }
-        let age = started.elapsed();
+        // The task's age by the wall clock: a bridge started again goes on
+        // from where the task stands.
+        let age = Duration::from_secs(
+            u64::try_from(shared.tasks.now().saturating_sub(created)).unwrap_or(0),
+        );
         if age >= PENDING_TTL {
-            let _ = shared.tasks.update(&id, |t| {
-                set_status(
-                    t,
-                    TaskState::Failed,
-                    vec![text_part(format!(
-                        "No decision on '{tool}' reached the bridge within {} hours.",
-                        PENDING_TTL.as_secs() / 3600
-                    ))],
-                );
-            });
+            let _ = shared
+                .tasks
+                .update(&id, None, |t| {
+                    set_status(
+                        t,
+                        TaskState::Failed,
+                        vec![text_part(format!(
+                            "No decision on '{tool}' reached the bridge within {} hours.",
+                            PENDING_TTL.as_secs() / 3600
+                        ))],
+                    );
+                })
+                .await;
             return;
         }
         let read = {
@@ -447,16 +565,19 @@ async fn follow(
         match read {
             Ok(ResultRead::Final(status)) => {
                 let (state, text, word) = final_move(&tool, &status);
-                let moved = shared.tasks.update(&id, |t| {
-                    if let ResultStatus::Accepted(result) = &status {
-                        t.artifacts.push(result_artifact(&tool, result));
-                    }
-                    set_status(
-                        t,
-                        state,
-                        vec![text_part(text), extension_part(json!({"status": word}))],
-                    );
-                });
+                let moved = shared
+                    .tasks
+                    .update(&id, None, |t| {
+                        if let ResultStatus::Accepted(result) = &status {
+                            t.artifacts.push(result_artifact(&tool, result));
+                        }
+                        set_status(
+                            t,
+                            state,
+                            vec![text_part(text), extension_part(json!({"status": word}))],
+                        );
+                    })
+                    .await;
                 tracing::info!(task = %id, outcome = word, moved = moved.is_ok(), "A2A task final");
                 return;
             }
@@ -526,6 +647,74 @@ mod tests {
         assert_eq!(s(ResultStatus::Accepted(json!({}))), TaskState::Completed);
         assert_eq!(s(ResultStatus::Rejected), TaskState::Rejected);
         assert_eq!(s(ResultStatus::Expired), TaskState::Failed);
+    }
+
+    #[tokio::test]
+    async fn a_restart_fails_the_calls_under_way_and_follows_the_waiting() {
+        use cheq_store::a2a::{MemoryTasks, TaskRecord};
+        let store = Arc::new(MemoryTasks::default());
+        let owner = Owner::from_credential(Some(b"token"));
+        let stored = |id: &str, state: TaskState, uri: Option<&str>| {
+            let mut task = Task {
+                id: id.into(),
+                ..Default::default()
+            };
+            set_status(&mut task, state, vec![text_part("as it was".into())]);
+            // What the bridge wrote: the owner's digest, as its own records have it.
+            let owner = cheq_core::sign::b64::sha256(b"token");
+            store
+                .put(&TaskRecord {
+                    id: id.into(),
+                    owner,
+                    tool: "book_flight".into(),
+                    created_at: 1,
+                    finished_at: None,
+                    result_uri: uri.map(str::to_owned),
+                    task: serde_json::to_string(&task).unwrap(),
+                })
+                .unwrap();
+        };
+        stored("working", TaskState::Working, None);
+        stored(
+            "waiting",
+            TaskState::AuthRequired,
+            Some("http://127.0.0.1:1/cheq/results/r"),
+        );
+        let bridge = A2aBridge::new(
+            A2aConfig {
+                rs: "http://127.0.0.1:1".into(),
+                client_id: "agent".into(),
+                secret: "secret".into(),
+                endpoint: "http://127.0.0.1:9/".into(),
+                bearer: true,
+            },
+            store.clone(),
+        )
+        .unwrap();
+        assert_eq!(bridge.task_count(), 2);
+        let resumed = bridge.resume().await;
+        assert_eq!(
+            resumed,
+            Resumed {
+                following: 1,
+                interrupted: 1
+            }
+        );
+        let failed = bridge.shared.tasks.get(&owner, "working").unwrap();
+        assert_eq!(state_of(&failed), TaskState::Failed as i32);
+        let said = serde_json::to_string(&failed).unwrap();
+        assert!(
+            said.contains("whether the call was made is unknown"),
+            "{said}"
+        );
+        assert!(store.get("working").unwrap().unwrap().finished_at.is_some());
+        // The waiting task waits on (its RS cannot be reached: it is read
+        // again later), its result URI still kept for the next start.
+        let waiting = bridge.shared.tasks.get(&owner, "waiting").unwrap();
+        assert_eq!(state_of(&waiting), TaskState::AuthRequired as i32);
+        assert!(store.get("waiting").unwrap().unwrap().result_uri.is_some());
+        // Once only.
+        assert_eq!(bridge.resume().await, Resumed::default());
     }
 
     #[test]

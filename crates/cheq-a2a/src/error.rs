@@ -43,6 +43,10 @@ pub enum A2aError {
     /// Too many tasks are kept.
     #[error("too many tasks are pending at this bridge; try again later")]
     Busy,
+    /// The bridge could not keep a new task (its store failed); nothing
+    /// was called.
+    #[error("the bridge could not keep the task (its store is unavailable); nothing was called, try again later")]
+    Unavailable,
 }
 
 impl A2aError {
@@ -53,7 +57,7 @@ impl A2aError {
             A2aError::InvalidRequest(_) => (-32600, Some("INVALID_REQUEST")),
             A2aError::MethodNotFound(_) => (-32601, Some("METHOD_NOT_FOUND")),
             A2aError::InvalidParams(_) => (-32602, Some("INVALID_PARAMS")),
-            A2aError::Busy => (-32603, Some("INTERNAL")),
+            A2aError::Busy | A2aError::Unavailable => (-32603, Some("INTERNAL")),
             A2aError::TaskNotFound => (-32001, Some("TASK_NOT_FOUND")),
             A2aError::TaskNotCancelable => (-32002, Some("TASK_NOT_CANCELABLE")),
             A2aError::PushNotSupported => (-32003, Some("PUSH_NOTIFICATION_NOT_SUPPORTED")),
@@ -140,6 +144,11 @@ mod tests {
     #[test]
     fn busy_is_an_internal_error() {
         check(A2aError::Busy, -32603, Some("INTERNAL"));
+    }
+
+    #[test]
+    fn an_unavailable_store_is_an_internal_error() {
+        check(A2aError::Unavailable, -32603, Some("INTERNAL"));
     }
 
     #[test]

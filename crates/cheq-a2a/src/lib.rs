@@ -5,7 +5,10 @@
 //!
 //! - [`card`]: the Agent Card, one skill per A2T tool, the CHEQ extension
 //!   ([`EXTENSION_URI`], `required: false`).
-//! - [`tasks`]: the task table and the one state machine of a bridged call.
+//! - [`tasks`]: the task table and the one state machine of a bridged call,
+//!   kept in the store's `TaskStore` (sled or PostgreSQL, opened by the
+//!   front end) so that a bridge started again answers for its tasks and
+//!   carries on with those waiting for their user.
 //! - [`bridge`]: a message naming a tool (a data part `{"tool": …,
 //!   "arguments": {…}}`) becomes an RS call through the one
 //!   [`Agent`](cheq_resource::agent::Agent) of the bridge (one HTTP client,
@@ -28,7 +31,7 @@ pub mod rpc;
 pub mod tasks;
 
 pub use a2a_types as types;
-pub use bridge::{A2aBridge, A2aConfig};
+pub use bridge::{A2aBridge, A2aConfig, OpenError, Resumed};
 pub use error::A2aError;
 pub use rpc::{Reply, TaskEvents};
 pub use tasks::Owner;

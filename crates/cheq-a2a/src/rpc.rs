@@ -287,7 +287,7 @@ impl A2aBridge {
             "CancelTask" => {
                 let r: CancelTaskRequest = params(p)?;
                 no_tenant(&r.tenant)?;
-                let task = self.cancel(owner, task_id(&r.id)?)?;
+                let task = self.cancel(owner, task_id(&r.id)?).await?;
                 Ok(Reply::Single(response(&id, task)))
             }
             "SubscribeToTask" => {
@@ -342,7 +342,7 @@ impl A2aBridge {
             return Err(A2aError::PushNotSupported);
         }
         let mut rx = if message.task_id.is_empty() {
-            self.start(owner, message)?
+            self.start(owner, message).await?
         } else {
             // A message on an existing task: it does not move the task (only
             // the RS's final state does); the client gets the task as it is.
@@ -420,13 +420,16 @@ mod tests {
 
     fn bridge() -> A2aBridge {
         // Nothing listens on port 1 of loopback: every RS call fails at once.
-        A2aBridge::new(crate::A2aConfig {
-            rs: "http://127.0.0.1:1".into(),
-            client_id: "agent".into(),
-            secret: "secret".into(),
-            endpoint: "http://127.0.0.1:9/".into(),
-            bearer: true,
-        })
+        A2aBridge::new(
+            crate::A2aConfig {
+                rs: "http://127.0.0.1:1".into(),
+                client_id: "agent".into(),
+                secret: "secret".into(),
+                endpoint: "http://127.0.0.1:9/".into(),
+                bearer: true,
+            },
+            std::sync::Arc::new(cheq_store::a2a::MemoryTasks::default()),
+        )
         .unwrap()
     }
 

@@ -27,6 +27,7 @@
 //! §6) before the store is ever consulted; callers MUST check expiry first and
 //! collect only with `now` taken from the same clock.
 
+pub mod a2a;
 mod async_flush;
 pub mod cs;
 pub mod export;
@@ -34,6 +35,7 @@ pub mod group_commit;
 pub mod packed;
 pub mod pg;
 pub mod rs;
+pub mod sled_a2a;
 pub mod sled_cs;
 mod sled_json;
 pub mod sled_rs;

@@ -20,14 +20,16 @@
 //! - Connections use TLS as the URL's `sslmode` and `sslrootcert` say, with
 //!   libpq's meaning of each ([`tls`]).
 //! - [`migrate`] applies the versioned schema of one server ([`cs::MIGRATIONS`],
-//!   [`rs::MIGRATIONS`]) under a transaction-level advisory lock, so that
-//!   instances starting at once apply each step once; the tables of the CS
-//!   (`cs_*`) and of the RS (`rs_*`) can share one database.
+//!   [`rs::MIGRATIONS`]; the A2A bridge's [`a2a::MIGRATIONS`]) under a
+//!   transaction-level advisory lock, so that instances starting at once
+//!   apply each step once; the tables of the CS (`cs_*`), of the RS
+//!   (`rs_*`) and of the A2A bridge (`a2a_*`) can share one database.
 //! - The guarantees across instances come from the database, never from a
 //!   lock in one process: a claim is `INSERT … ON CONFLICT DO NOTHING`, a
 //!   compare-and-set is an `UPDATE … WHERE` the old value, and the delivery
 //!   outbox is leased with `FOR UPDATE SKIP LOCKED`.
 
+pub mod a2a;
 pub mod cs;
 mod local;
 mod nonce_batch;
