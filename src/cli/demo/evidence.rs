@@ -159,7 +159,6 @@ impl Watch {
     }
 
     fn write_evidence(&self, record: &DecisionRecord) -> Result<PathBuf, String> {
-        let who = identity(&record.user);
         let evidence = self
             .cs
             .evidence(&record.key().id(), &identity(&record.user))
