@@ -251,7 +251,7 @@ impl CsImport<'_> {
                     cause: LineError::Log(super::read::LogLineError::Tree(e)),
                 })?;
                 match part {
-                    Some(part) => self.restore(at, &part, index),
+                    Some(part) => self.restore(at, &part, format!("entries up to index {index}")),
                     None => Ok(()),
                 }
             }
@@ -262,7 +262,7 @@ impl CsImport<'_> {
                         queued: std::mem::take(&mut self.queued),
                         ..Default::default()
                     };
-                    self.restore(at, &part, 0)?;
+                    self.restore(at, &part, "(the queue)".into())?;
                 }
                 Ok(())
             }
@@ -270,11 +270,14 @@ impl CsImport<'_> {
         }
     }
 
-    fn restore(&self, at: At, part: &crate::tlog::Restored, index: u64) -> Result<(), ImportError> {
-        self.store
-            .log
-            .restore(part)
-            .map_err(at.failed(format!("at index {index}")))
+    /// Writes a part of the log; `what` names it in an error.
+    fn restore(
+        &self,
+        at: At,
+        part: &crate::tlog::Restored,
+        what: String,
+    ) -> Result<(), ImportError> {
+        self.store.log.restore(part).map_err(at.failed(what))
     }
 
     /// The rest of a stream's log: its last entries, its queue, then its
@@ -294,7 +297,8 @@ impl CsImport<'_> {
             cause: LineError::Log(super::read::LogLineError::Tree(e)),
         })?;
         part.queued = std::mem::take(&mut self.queued);
-        self.restore(at, &part, part.from)?;
+        let what = format!("entries from index {} and the queue", part.from);
+        self.restore(at, &part, what)?;
         if let Some((at, head)) = &self.head {
             self.store
                 .log
