@@ -419,9 +419,20 @@ async fn the_hosted_confirmations_state_moves_with_store_export_confirmation() {
         "{rs}"
     );
 
-    // Into an empty hosted RS elsewhere: alice and her decision come along.
+    // Into an empty hosted RS elsewhere: alice and her decision come along,
+    // and the public log, which moves under its key (the key file, copied)
+    // and its name (the public URL's host, kept).
     let dir2 = tempfile::tempdir().unwrap();
-    let config2 = self::config(dir2.path(), free_port(), "", "");
+    let port: u16 = h.base.rsplit(':').next().unwrap().parse().unwrap();
+    let config2 = self::config(dir2.path(), port, "", "");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let data2 = dir2.path().join("data");
+        std::fs::create_dir_all(&data2).unwrap();
+        std::fs::set_permissions(&data2, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let key = "transparency-log-key.secret";
+        std::fs::copy(h.dir.path().join("data").join(key), data2.join(key)).unwrap();
+    }
     let config2 = config2.to_str().unwrap();
     let file = dir2.path().join("cs.jsonl");
     std::fs::write(&file, &cs).unwrap();

@@ -134,7 +134,7 @@ fn items(stream: &str, server: &str) -> Vec<String> {
     let lines: Vec<&str> = stream.lines().collect();
     let header: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
     assert_eq!(header["format"], "cheq-store-export");
-    assert_eq!(header["version"], 1);
+    assert_eq!(header["version"], 2);
     assert_eq!(header["server"], server);
     assert!(header["exported_at"].as_str().unwrap().ends_with('Z'));
     let end: serde_json::Value = serde_json::from_str(lines[lines.len() - 1]).unwrap();
@@ -667,10 +667,13 @@ fn an_export_of_the_other_server_or_of_an_unknown_version_is_refused() {
         "{e}"
     );
     let rs = rs_toml(dir.path(), "rs", None);
-    let newer = stream.replacen("\"version\":1", "\"version\":2", 1);
+    let newer = stream.replacen("\"version\":2", "\"version\":3", 1);
     let e = refused(import(&rs, newer.as_bytes()));
     assert!(
-        e.contains("line 1: version 2 of the export format is unknown to this cheq"),
+        e.contains(
+            "line 1: version 3 of the export format is unknown to this cheq, which reads \
+             versions 1 to 2"
+        ),
         "{e}"
     );
     // A CS item in an RS stream, even with the right header.
@@ -710,4 +713,31 @@ fn an_export_never_overwrites_a_file() {
         "{e}"
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+}
+
+#[test]
+fn an_export_of_version_1_still_imports() {
+    // What cheq wrote before the transparency log moved with the store:
+    // the same lines under version 1.
+    let (dir, stream) = rs_export();
+    let old = stream.replacen("\"version\":2", "\"version\":1", 1);
+    let rs = rs_toml(dir.path(), "rs-v1", None);
+    let said = ok(import(&rs, old.as_bytes()));
+    assert!(said.starts_with("imported 8 items"), "{said}");
+    assert_eq!(items(&export(&rs), "rs"), items(&stream, "rs"));
+
+    let from = cs_toml(dir.path(), "cs-from", None);
+    fill_cs(&cs_store(&from));
+    let stream = export(&from);
+    let old = stream.replacen("\"version\":2", "\"version\":1", 1);
+    let cs = cs_toml(dir.path(), "cs-v1", None);
+    let out = import(&cs, old.as_bytes());
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let said = ok(out);
+    assert!(said.starts_with("imported 9 items"), "{said}");
+    assert!(
+        stderr.contains("an export of version 1 holds no transparency log"),
+        "{stderr}"
+    );
+    assert_eq!(items(&export(&cs), "cs"), items(&stream, "cs"));
 }

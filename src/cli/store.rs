@@ -6,10 +6,16 @@
 //! (`cheq serve`'s or `cheq resource-server`'s); the store is opened as the
 //! server opens it at start-up, so the server must not be running (sled
 //! locks its directory; a database server's state would move on meanwhile).
+//!
+//! What the stream does not hold travels beside it: export names on
+//! standard error every key and secret file of the host that a move must
+//! copy (the transparency log's key among them). Import refuses, before it
+//! writes anything, a transparency log that the target configuration would
+//! not sign with the key the log is bound to.
 
 use super::{display_path, CliError};
 use crate::configfile::ServerConfig as _;
-use crate::store::export::{self, Server};
+use crate::store::export::{self, Server, TargetLog};
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -169,6 +175,7 @@ fn export_cmd(args: ExportArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let opened = Opened::open(&config)?;
     let Some(path) = args.out else {
         export_to(&opened, out)?;
+        say_files(&config);
         return Ok(());
     };
     let name = display_path(&path);
@@ -181,10 +188,14 @@ fn export_cmd(args: ExportArgs, out: &mut dyn Write) -> Result<(), CliError> {
         Ok(counts)
     });
     match written {
-        Ok(counts) => super::write_out(
-            out,
-            &format!("exported {counts} from {} to {name}\n", opened.described()),
-        ),
+        Ok(counts) => {
+            super::write_out(
+                out,
+                &format!("exported {counts} from {} to {name}\n", opened.described()),
+            )?;
+            say_files(&config);
+            Ok(())
+        }
         Err(e) => {
             // A partial export is no export.
             drop(file);
@@ -192,6 +203,73 @@ fn export_cmd(args: ExportArgs, out: &mut dyn Write) -> Result<(), CliError> {
             Err(e.in_file(&path))
         }
     }
+}
+
+/// The files of a host that a move must copy beside its export (the
+/// stream holds none of them), those that exist, each with what it is.
+pub fn files_to_copy(config: &Configured) -> Vec<(PathBuf, &'static str)> {
+    let files = match config {
+        Configured::Cs(c) => crate::confirm::server::host_files(c),
+        Configured::Rs(c) => {
+            let d = &c.data_dir;
+            vec![
+                (c.signing_key.clone(), "the signing key"),
+                (
+                    crate::keyring::KeyRing::manifest_for(&c.signing_key),
+                    "its key set, with the key files it lists beside it",
+                ),
+                (d.join("token.secret"), "the key of issued access tokens"),
+                (
+                    d.join(crate::httpkit::METRICS_SECRET_FILE),
+                    "the /metrics token",
+                ),
+            ]
+        }
+    };
+    files.into_iter().filter(|(p, _)| p.exists()).collect()
+}
+
+/// Says on standard error which files must travel beside the export.
+fn say_files(config: &Configured) {
+    let mut text = String::from(
+        "cheq store export: copy these files to the new host (to the paths its configuration \
+         names) before its server first starts there; the export does not hold them:\n",
+    );
+    for (path, what) in files_to_copy(config) {
+        text.push_str(&format!("  {}  ({what})\n", path.display()));
+    }
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// The key the configuration's transparency log would sign with.
+fn target_log(config: &Configured) -> Result<TargetLog, CliError> {
+    let Configured::Cs(c) = config else {
+        return Ok(TargetLog::Off);
+    };
+    if !c.transparency_log.enabled {
+        return Ok(TargetLog::Off);
+    }
+    let path = c.log_key_file();
+    let secret = match std::fs::read(&path) {
+        Ok(secret) => zeroize::Zeroizing::new(secret),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(TargetLog::NoKeyFile(display_path(&path)))
+        }
+        Err(source) => {
+            return Err(CliError::Read {
+                path: display_path(&path),
+                source,
+            })
+        }
+    };
+    let (origin, _) = c.log_origin();
+    let key = crate::tlog::LogKey::from_secret(&secret, &origin).map_err(|e| {
+        CliError::Server(format!(
+            "the transparency log's key {}: {e}",
+            path.display()
+        ))
+    })?;
+    Ok(TargetLog::Key(key.verifier_key()))
 }
 
 /// A new file only its owner reads (an export holds password hashes and
@@ -216,17 +294,37 @@ fn create_private(path: &Path) -> Result<std::fs::File, CliError> {
     })
 }
 
-fn import_from(opened: &Opened, input: &mut dyn BufRead) -> Result<export::Counts, CliError> {
+/// What an import brought: its counts, and the stream's header for a CS.
+struct Imported {
+    counts: export::Counts,
+    header: Option<export::Header>,
+}
+
+fn import_from(
+    opened: &Opened,
+    input: &mut dyn BufRead,
+    target: &TargetLog,
+) -> Result<Imported, export::ImportError> {
     Ok(match opened {
-        Opened::Cs(store, _) => export::import_cs(store, input),
-        Opened::Rs(store, _) => export::import_rs(store, input),
-    }?)
+        Opened::Cs(store, _) => {
+            let done = export::import_cs(store, input, target)?;
+            Imported {
+                counts: done.counts,
+                header: Some(done.header),
+            }
+        }
+        Opened::Rs(store, _) => Imported {
+            counts: export::import_rs(store, input)?,
+            header: None,
+        },
+    })
 }
 
 fn import_cmd(args: ImportArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let config = Configured::load(&args.config)?.part(args.confirmation)?;
     let server = config.server();
-    let counts = match args.input.filter(|p| p != Path::new("-")) {
+    let target = target_log(&config)?;
+    let (imported, described) = match args.input.filter(|p| p != Path::new("-")) {
         Some(path) => {
             let open = || {
                 std::fs::File::open(&path)
@@ -238,19 +336,17 @@ fn import_cmd(args: ImportArgs, out: &mut dyn Write) -> Result<(), CliError> {
             };
             // Checked whole first: a stream found wrong part way would
             // leave the target holding part of it.
-            export::check(&mut open()?, server).map_err(|e| CliError::from(e).in_file(&path))?;
+            export::check(&mut open()?, server, &target)
+                .map_err(|e| CliError::from(e).in_file(&path))?;
             let opened = Opened::open(&config)?;
-            let counts = import_from(&opened, &mut open()?).map_err(|e| e.in_file(&path))?;
-            (counts, opened.described())
+            let imported = import_from(&opened, &mut open()?, &target)
+                .map_err(|e| CliError::from(e).in_file(&path))?;
+            (imported, opened.described())
         }
         None => {
             let opened = Opened::open(&config)?;
             let stdin = std::io::stdin();
-            let counts = match &opened {
-                Opened::Cs(store, _) => export::import_cs(store, &mut stdin.lock()),
-                Opened::Rs(store, _) => export::import_rs(store, &mut stdin.lock()),
-            }
-            .map_err(|e| {
+            let imported = import_from(&opened, &mut stdin.lock(), &target).map_err(|e| {
                 if e.wrote_some() {
                     CliError::PartialImport(e)
                 } else {
@@ -258,8 +354,33 @@ fn import_cmd(args: ImportArgs, out: &mut dyn Write) -> Result<(), CliError> {
                 }
                 .in_file(Path::new("-"))
             })?;
-            (counts, opened.described())
+            (imported, opened.described())
         }
     };
-    super::write_out(out, &format!("imported {} into {}\n", counts.0, counts.1))
+    super::write_out(
+        out,
+        &format!("imported {} into {described}\n", imported.counts),
+    )?;
+    if let Some(header) = &imported.header {
+        say_log(header, &target);
+    }
+    Ok(())
+}
+
+/// Says on standard error what became of the transparency log, where it
+/// is not the moved log under its own key.
+fn say_log(header: &export::Header, target: &TargetLog) {
+    let text = match (&header.log_key, target) {
+        (None, TargetLog::Key(_) | TargetLog::NoKeyFile(_)) if header.version == 1 => {
+            "cheq store import: an export of version 1 holds no transparency log: the decisions \
+             it holds are logged again, in a log that begins anew here, which an auditor's kept \
+             checkpoint of the old log will not match\n"
+        }
+        (Some(_), TargetLog::Off) => {
+            "cheq store import: the configuration turns the transparency log off: the moved log \
+             is kept, and grows again once it is turned on with the log's key\n"
+        }
+        _ => return,
+    };
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }

@@ -120,14 +120,14 @@ pub async fn build_state_with(
     let registry = Registry::new(registered);
     let secret = match &config.session_secret {
         Some(s) => s.expose().as_bytes().to_vec(),
-        None => load_or_create_secret(&config.data_dir.join("session.secret"))?,
+        None => load_or_create_secret(&config.data_dir.join(SESSION_SECRET_FILE))?,
     };
     let ceremonies = crate::confirm::passkeys::Ceremonies::new(&secret, &config.public_url)
         .ok_or_else(|| ServerError::Other("public_url has no host".into()))?;
     let (store, backend) = open_store(config)?;
     let sealer = super::seal::Sealer::new(
-        &config.data_dir.join("sealed"),
-        load_or_create_secret(&config.data_dir.join("evidence.secret"))?,
+        &config.data_dir.join(SEALED_DIR),
+        load_or_create_secret(&config.data_dir.join(EVIDENCE_SECRET_FILE))?,
     );
     let log = open_log(config, &store)?;
     let clock_for_providers = clock.clone();
@@ -157,7 +157,7 @@ pub async fn build_state_with(
             .into(),
     };
     let limiter = Limiter::new(store.limits.clone());
-    let log_key = load_or_create_secret(&config.data_dir.join("log.secret"))?;
+    let log_key = load_or_create_secret(&config.log_pseudonym_file())?;
     let mut api = super::api::Api::new(
         cs.clone(),
         login.clone(),
@@ -166,7 +166,7 @@ pub async fn build_state_with(
         limiter.clone(),
         log_key.clone(),
         // Shared by every instance on this data directory.
-        &load_or_create_secret(&config.data_dir.join("api-token.secret"))?,
+        &load_or_create_secret(&config.data_dir.join(API_TOKEN_SECRET_FILE))?,
     );
     api.trusted_proxies = config.trusted_proxies.clone();
     Ok(web::Data::new(CsState {
@@ -184,6 +184,55 @@ pub async fn build_state_with(
         metrics_token: crate::httpkit::MetricsToken::for_access(config.metrics, &config.data_dir)?,
         ceremonies,
     }))
+}
+
+/// The sealed documents' keys, a folder in the data directory.
+pub const SEALED_DIR: &str = "sealed";
+/// The key of the digests of values the user typed (§8).
+pub const EVIDENCE_SECRET_FILE: &str = "evidence.secret";
+/// The key sessions are sealed under, unless `session_secret` is given.
+pub const SESSION_SECRET_FILE: &str = "session.secret";
+/// The key of the raw API's user tokens (§10).
+pub const API_TOKEN_SECRET_FILE: &str = "api-token.secret";
+
+/// The files of a CS's host that its store does not hold, each with what
+/// it is: what a move to another host or store copies beside the export,
+/// and what instances sharing one database share.
+pub fn host_files(config: &CsConfig) -> Vec<(std::path::PathBuf, &'static str)> {
+    let d = &config.data_dir;
+    let mut files = vec![
+        (config.signing_key.clone(), "the signing key"),
+        (
+            KeyRing::manifest_for(&config.signing_key),
+            "its key set, with the key files it lists beside it",
+        ),
+        (
+            config.log_key_file(),
+            "the transparency log's key: without it the moved log cannot grow",
+        ),
+        (d.join(SEALED_DIR), "the sealed documents' keys"),
+        (
+            d.join(EVIDENCE_SECRET_FILE),
+            "the key of the digests of collected values",
+        ),
+        (
+            d.join(super::auth::PIN_PEPPER_FILE),
+            "the pepper of voice PINs",
+        ),
+        (d.join(API_TOKEN_SECRET_FILE), "the key of raw-API tokens"),
+        (
+            config.log_pseudonym_file(),
+            "the key of the pseudonyms of names in log lines",
+        ),
+        (
+            d.join(crate::httpkit::METRICS_SECRET_FILE),
+            "the /metrics token",
+        ),
+    ];
+    if config.session_secret.is_none() {
+        files.push((d.join(SESSION_SECRET_FILE), "the key of sessions"));
+    }
+    files
 }
 
 /// The transparency log (§15), unless the configuration turns it off: its

@@ -168,8 +168,8 @@ pub struct GatewayConfig {
 
 /// The transparency log (§15): on unless turned off; its checkpoints are
 /// signed with a note key of its own, kept in `key_file` (default
-/// `tlog-note.secret` in `data_dir`; instances sharing a database must
-/// share it).
+/// [`LOG_KEY_FILE`] in `data_dir`; instances sharing a database must
+/// share it, and a moved host must bring it).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TransparencyLogConfig {
@@ -193,7 +193,31 @@ impl Default for TransparencyLogConfig {
 }
 
 /// The file of the transparency log's note key when none is named.
-pub const LOG_KEY_FILE: &str = "tlog-note.secret";
+pub const LOG_KEY_FILE: &str = "transparency-log-key.secret";
+
+/// The name [`LOG_KEY_FILE`] had before: read when the file of that name
+/// is absent, so that a data directory made before keeps its log's key.
+pub const OLD_LOG_KEY_FILE: &str = "tlog-note.secret";
+
+/// The file of the key under which a name in a log line (a user name or a
+/// client id that failed) is written as a keyed digest, a pseudonym.
+pub const LOG_PSEUDONYM_FILE: &str = "log-pseudonym.secret";
+
+/// The name [`LOG_PSEUDONYM_FILE`] had before, read when it is absent.
+pub const OLD_LOG_PSEUDONYM_FILE: &str = "log.secret";
+
+/// The file `name` in `dir`, or the file of its `old` name when only that
+/// one exists: a data directory made before a file was renamed keeps its
+/// secret (a new secret is made under the new name).
+pub fn renamed_file(dir: &Path, name: &str, old: &str) -> PathBuf {
+    let new = dir.join(name);
+    let before = dir.join(old);
+    if !new.exists() && before.exists() {
+        before
+    } else {
+        new
+    }
+}
 
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize)]
@@ -576,12 +600,21 @@ impl CsConfig {
         (format!("{host}/cheq-log"), path)
     }
 
-    /// The file of the transparency log's note key.
+    /// The file of the transparency log's note key: `key_file`, or
+    /// [`LOG_KEY_FILE`] in the data directory ([`OLD_LOG_KEY_FILE`] where
+    /// only that one is there).
     pub fn log_key_file(&self) -> PathBuf {
         self.transparency_log
             .key_file
             .clone()
-            .unwrap_or_else(|| self.data_dir.join(LOG_KEY_FILE))
+            .unwrap_or_else(|| renamed_file(&self.data_dir, LOG_KEY_FILE, OLD_LOG_KEY_FILE))
+    }
+
+    /// The file of the key of the pseudonyms in log lines:
+    /// [`LOG_PSEUDONYM_FILE`] in the data directory
+    /// ([`OLD_LOG_PSEUDONYM_FILE`] where only that one is there).
+    pub fn log_pseudonym_file(&self) -> PathBuf {
+        renamed_file(&self.data_dir, LOG_PSEUDONYM_FILE, OLD_LOG_PSEUDONYM_FILE)
     }
 
     /// The CS origin (scheme://host[:port]), for links.

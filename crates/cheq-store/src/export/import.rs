@@ -1,5 +1,6 @@
 //! Putting a read stream into an empty store, through its traits.
 
+use super::tree::TreeBuilder;
 use super::*;
 use crate::cs::{AccountPutError, Claim, CsStore};
 use crate::rs::RsStore;
@@ -31,8 +32,26 @@ fn refuse_if_any<T>(
 }
 
 /// Refuses a CS store that is not empty (sessions and limiter state aside:
-/// an import writes none).
+/// an import writes none). A transparency log begun by a server's first
+/// start, with no entry yet, is empty.
 pub fn ensure_empty_cs(store: &CsStore) -> Result<(), ImportError> {
+    let log_failed = |source| ImportError::Store {
+        line: 0,
+        kind: "the transparency log",
+        key: "(its head)".into(),
+        source,
+    };
+    if let Some(head) = store.log.head().map_err(log_failed)? {
+        if head.size > 0 {
+            return Err(ImportError::NotEmpty {
+                what: "a transparency log",
+                first: format!("a tree of {} entries", head.size),
+            });
+        }
+    }
+    refuse_if_any("queued log entries", store.log.queued(1), |(id, _)| {
+        format!("queue id {id}")
+    })?;
     refuse_if_any("accounts", store.accounts.list_after(None, 1), |a| {
         format!("{:?}", a.username)
     })?;
@@ -68,32 +87,59 @@ pub fn ensure_empty_rs(store: &RsStore) -> Result<(), ImportError> {
     )
 }
 
+/// What a CS import brought.
+#[derive(Debug, Clone)]
+pub struct Imported {
+    /// The stream's header.
+    pub header: Header,
+    /// Its items, by kind.
+    pub counts: Counts,
+}
+
 /// Reads a CS stream into `store`, which must be empty, and makes it
-/// durable. A failure part way leaves the items before it written:
+/// durable. A stream whose transparency log `target` would not sign, or
+/// that the store's log is bound against, is refused before anything is
+/// written. A failure part way leaves the items before it written:
 /// [`check`] the stream first where it can be read twice.
-pub fn import_cs(store: &CsStore, input: &mut dyn BufRead) -> Result<Counts, ImportError> {
+pub fn import_cs(
+    store: &CsStore,
+    input: &mut dyn BufRead,
+    target: &TargetLog,
+) -> Result<Imported, ImportError> {
     ensure_empty_cs(store)?;
-    let counts = put_each(input, Server::Cs, &mut |at, item| put_cs(store, at, item))?;
+    let mut import = CsImport {
+        store,
+        tree: TreeBuilder::default(),
+        head: None,
+        queued: Vec::new(),
+        cleared: false,
+    };
+    let mut header = None;
+    let counts = read_stream(
+        input,
+        Server::Cs,
+        &mut |h| {
+            target.accepts(h)?;
+            bind_log(store, h)?;
+            header = Some(h.clone());
+            Ok(())
+        },
+        &mut |line, item| {
+            let at = At {
+                line,
+                kind: item.kind(),
+            };
+            import.put(at, item)
+        },
+    )?;
+    let header = header.ok_or(ImportError::Empty)?;
+    if header.log_key.is_some() {
+        import.finish()?;
+    }
     if let Some(flusher) = &store.flusher {
         flusher.wait().map_err(ImportError::Flush)?;
     }
-    Ok(counts)
-}
-
-/// Reads a stream of `server`'s items and hands each to `put` with where it
-/// is in the stream.
-fn put_each(
-    input: &mut dyn BufRead,
-    server: Server,
-    put: &mut dyn FnMut(At, Item) -> Result<(), ImportError>,
-) -> Result<Counts, ImportError> {
-    read_stream(input, server, &mut |line, item| {
-        let at = At {
-            line,
-            kind: item.kind(),
-        };
-        put(at, item)
-    })
+    Ok(Imported { header, counts })
 }
 
 /// Where an item is in the stream, for what its import may fail with.
@@ -136,6 +182,133 @@ impl At {
     }
 }
 
+/// Binds the store's log to the key of the stream's log (refused when the
+/// store's log is bound to another), before any item is written.
+fn bind_log(store: &CsStore, header: &Header) -> Result<(), ImportError> {
+    let Some(key) = &header.log_key else {
+        return Ok(());
+    };
+    let bound = store
+        .log
+        .bind_key(key)
+        .map_err(|source| ImportError::Store {
+            line: 1,
+            kind: "the transparency log",
+            key: "(its key)".into(),
+            source,
+        })?;
+    if &bound != key {
+        return Err(ImportError::LogBound {
+            bound,
+            stream: key.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// A CS import under way: the transparency log's lines are written as
+/// they come (its entries a batch at a time, hashed again), its head last.
+struct CsImport<'s> {
+    store: &'s CsStore,
+    tree: TreeBuilder,
+    head: Option<(At, crate::tlog::LogHead)>,
+    queued: Vec<Vec<u8>>,
+    /// Whether the queue the decisions' claims filled was emptied.
+    cleared: bool,
+}
+
+/// Queued entries written at a time.
+const QUEUED_BATCH: usize = 1024;
+
+impl CsImport<'_> {
+    /// Empties the queue once: the decisions' claims queued their entries
+    /// again, and the moved log's entries and queue hold them already.
+    fn clear_queue(&mut self, at: At) -> Result<(), ImportError> {
+        if !self.cleared {
+            self.store
+                .log
+                .clear_queue()
+                .map_err(at.failed("(the queue)".into()))?;
+            self.cleared = true;
+        }
+        Ok(())
+    }
+
+    /// Writes one item.
+    fn put(&mut self, at: At, item: Item) -> Result<(), ImportError> {
+        if item.is_log() {
+            // The log's lines come after every decision.
+            self.clear_queue(at)?;
+        }
+        match item {
+            Item::LogHead(head) => {
+                self.head = Some((at, head));
+                Ok(())
+            }
+            Item::LogEntry { index, entry } => {
+                let part = self.tree.push(entry).map_err(|e| ImportError::Line {
+                    line: at.line,
+                    cause: LineError::Log(super::read::LogLineError::Tree(e)),
+                })?;
+                match part {
+                    Some(part) => self.restore(at, &part, format!("entries up to index {index}")),
+                    None => Ok(()),
+                }
+            }
+            Item::LogQueued(entry) => {
+                self.queued.push(entry);
+                if self.queued.len() >= QUEUED_BATCH {
+                    let part = crate::tlog::Restored {
+                        queued: std::mem::take(&mut self.queued),
+                        ..Default::default()
+                    };
+                    self.restore(at, &part, "(the queue)".into())?;
+                }
+                Ok(())
+            }
+            other => put_cs(self.store, at, other),
+        }
+    }
+
+    /// Writes a part of the log; `what` names it in an error.
+    fn restore(
+        &self,
+        at: At,
+        part: &crate::tlog::Restored,
+        what: String,
+    ) -> Result<(), ImportError> {
+        self.store.log.restore(part).map_err(at.failed(what))
+    }
+
+    /// The rest of a stream's log: its last entries, its queue, then its
+    /// head.
+    fn finish(mut self) -> Result<(), ImportError> {
+        let at = self.head.as_ref().map_or(
+            At {
+                line: 0,
+                kind: "log_queued",
+            },
+            |(at, _)| *at,
+        );
+        // A log with neither head nor queue lines still owns the queue.
+        self.clear_queue(at)?;
+        let (mut part, _) = self.tree.finish().map_err(|e| ImportError::Line {
+            line: at.line,
+            cause: LineError::Log(super::read::LogLineError::Tree(e)),
+        })?;
+        part.queued = std::mem::take(&mut self.queued);
+        let what = format!("entries from index {} and the queue", part.from);
+        self.restore(at, &part, what)?;
+        if let Some((at, head)) = &self.head {
+            self.store
+                .log
+                .restore_head(head)
+                .map_err(at.failed(format!("a tree of {} entries", head.size)))?;
+        }
+        Ok(())
+    }
+}
+
 /// Writes one item of a CS stream.
 fn put_cs(store: &CsStore, at: At, item: Item) -> Result<(), ImportError> {
     match item {
@@ -175,6 +348,8 @@ fn put_cs(store: &CsStore, at: At, item: Item) -> Result<(), ImportError> {
             .records
             .restore_collected(&id, decided_at)
             .map_err(at.failed(format!("{id:?}"))),
+        // Written by `CsImport::put`.
+        Item::LogHead(_) | Item::LogEntry { .. } | Item::LogQueued(_) => Ok(()),
         Item::Cheq(_) | Item::Nonce { .. } | Item::Execution { .. } => {
             Err(at.elsewhere(Server::Rs))
         }
@@ -186,7 +361,13 @@ fn put_cs(store: &CsStore, at: At, item: Item) -> Result<(), ImportError> {
 /// [`check`] the stream first where it can be read twice.
 pub fn import_rs(store: &RsStore, input: &mut dyn BufRead) -> Result<Counts, ImportError> {
     ensure_empty_rs(store)?;
-    let counts = put_each(input, Server::Rs, &mut |at, item| put_rs(store, at, item))?;
+    let counts = read_stream(input, Server::Rs, &mut |_| Ok(()), &mut |line, item| {
+        let at = At {
+            line,
+            kind: item.kind(),
+        };
+        put_rs(store, at, item)
+    })?;
     // Every write so far, of every store in the database (sled); a
     // database server's writes are durable each already.
     store.nonces.flush().map_err(ImportError::Flush)?;
@@ -230,8 +411,12 @@ fn put_rs(store: &RsStore, at: At, item: Item) -> Result<(), ImportError> {
                 Execution::Existing(_) => Err(at.twice(shown)),
             }
         }
-        Item::Account(_) | Item::Entry { .. } | Item::Decision(_) | Item::Collected { .. } => {
-            Err(at.elsewhere(Server::Cs))
-        }
+        Item::Account(_)
+        | Item::Entry { .. }
+        | Item::Decision(_)
+        | Item::Collected { .. }
+        | Item::LogHead(_)
+        | Item::LogEntry { .. }
+        | Item::LogQueued(_) => Err(at.elsewhere(Server::Cs)),
     }
 }

@@ -4,11 +4,12 @@
 //! (sled, PostgreSQL) can be the source and either the target.
 //!
 //! The stream is UTF-8 text, one JSON object a line. The first line is the
-//! header, `{"format":"cheq-store-export","version":1,"server":"cs",
-//! "exported_at":"…"}` (`server`: `cs` or `rs`); then one object per item,
-//! each with a `kind`; the last line is `{"kind":"end","items":N}`, so that
-//! a stream cut at a line boundary is refused as well as one cut inside a
-//! line.
+//! header, `{"format":"cheq-store-export","version":2,"server":"cs",
+//! "exported_at":"…","log_key":"…"}` (`server`: `cs` or `rs`; `log_key`:
+//! the verifier key a CS's transparency log is bound to, absent when it has
+//! none); then one object per item, each with a `kind`; the last line is
+//! `{"kind":"end","items":N}`, so that a stream cut at a line boundary is
+//! refused as well as one cut inside a line.
 //!
 //! | kind | server | what |
 //! |---|---|---|
@@ -16,9 +17,21 @@
 //! | `entry` | CS | a started confirmation: `id` and the [`ConfirmationEntry`] members |
 //! | `decision` | CS | a [`DecisionRecord`] as stored: its document (a sealed one stays sealed: its key is a file in the data directory) and its delivery, so that a pending delivery (the outbox) goes on from the new store |
 //! | `collected` | CS | the id of a decision collected as old history (`history_days`) and its decision time: its key is never countersigned again (§6) |
+//! | `log_head` | CS | the transparency log's signed head (PROTOCOL.md §15): `size`, `root` (base64url), `checkpoint` (the signed note as served) |
+//! | `log_entry` | CS | an entry of the log's tree: `index`, `entry` (base64url), every index from 0 in order |
+//! | `log_queued` | CS | an entry queued and not yet in the tree: `entry` (base64url), oldest first |
 //! | `cheq` | RS | a [`CheqRecord`] in its state |
 //! | `nonce` | RS | a decided nonce: the digest of its decision document and its data (base64url), its expiry |
 //! | `execution` | RS | an idempotency key of the demo tools and the operation's result |
+//!
+//! The log's lines come last, `log_head` first. The tree's stored hashes
+//! are not in the stream: an import computes them again from the entries
+//! and refuses a log whose root is not the one its checkpoint signs, so the
+//! moved host serves the same tiles. A log travels only with the key it is
+//! bound to: the header names it, and an import refuses it before writing
+//! anything unless the target will sign with that key ([`TargetLog`]).
+//! Version 1 (before the log) is read as well: its decisions' entries are
+//! queued again, into a log that begins anew.
 //!
 //! Left out: the CS's sessions (whoever was signed in signs in again; a
 //! session can hold a provider's ID token, which has no business in a
@@ -34,12 +47,15 @@ mod import;
 mod read;
 mod write;
 
-pub use import::{ensure_empty_cs, ensure_empty_rs, import_cs, import_rs};
-pub use read::{check, read_stream, HeaderError, ImportError, LineError};
+mod tree;
+
+pub use import::{ensure_empty_cs, ensure_empty_rs, import_cs, import_rs, Imported};
+pub use read::{check, read_stream, HeaderError, ImportError, LineError, LogLineError, TargetLog};
 pub use write::{export_cs, export_rs, ExportError};
 
 use crate::cs::{Account, ConfirmationEntry, DecisionRecord};
 use crate::rs::{CheqRecord, Execution};
+use crate::tlog::LogHead;
 use crate::NonceEntry;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -48,8 +64,11 @@ use std::collections::BTreeMap;
 /// The `format` of the header line.
 pub const FORMAT: &str = "cheq-store-export";
 
-/// The version of the stream this cheq writes and reads.
-pub const VERSION: u64 = 1;
+/// The version of the stream this cheq writes.
+pub const VERSION: u64 = 2;
+
+/// The versions this cheq reads: 1 (no transparency log) and 2.
+pub const READS: std::ops::RangeInclusive<u64> = 1..=VERSION;
 
 /// The longest line read, in bytes (an item is a few KiB; a demo tool's
 /// result or a large document may be more).
@@ -85,6 +104,10 @@ pub struct Header {
     pub server: Server,
     /// When the export began (RFC 3339).
     pub exported_at: String,
+    /// The verifier key the CS's transparency log is bound to (§15); the
+    /// log's lines are signed by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_key: Option<String>,
 }
 
 /// One item of a stream.
@@ -100,6 +123,12 @@ pub enum Item {
         id: String,
         decided_at: i64,
     },
+    LogHead(LogHead),
+    LogEntry {
+        index: u64,
+        entry: Vec<u8>,
+    },
+    LogQueued(Vec<u8>),
     Cheq(Box<CheqRecord>),
     Nonce {
         nonce: String,
@@ -125,6 +154,30 @@ struct EntryItem {
 struct CollectedItem {
     id: String,
     decided_at: i64,
+}
+
+/// The log's head as a line holds it.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogHeadItem {
+    size: u64,
+    root: String,
+    checkpoint: String,
+}
+
+/// An entry of the log's tree as a line holds it.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogEntryItem {
+    index: u64,
+    entry: String,
+}
+
+/// A queued entry of the log as a line holds it.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogQueuedItem {
+    entry: String,
 }
 
 /// A nonce as a line holds it: bytes in base64url.
@@ -160,10 +213,21 @@ impl Item {
             Item::Entry { .. } => "entry",
             Item::Decision(_) => "decision",
             Item::Collected { .. } => "collected",
+            Item::LogHead(_) => "log_head",
+            Item::LogEntry { .. } => "log_entry",
+            Item::LogQueued(_) => "log_queued",
             Item::Cheq(_) => "cheq",
             Item::Nonce { .. } => "nonce",
             Item::Execution { .. } => "execution",
         }
+    }
+
+    /// Whether the item is one of the transparency log's (they come last).
+    pub fn is_log(&self) -> bool {
+        matches!(
+            self,
+            Item::LogHead(_) | Item::LogEntry { .. } | Item::LogQueued(_)
+        )
     }
 
     /// The item as a line (without its newline).
@@ -178,6 +242,18 @@ impl Item {
             Item::Collected { id, decided_at } => serde_json::to_value(CollectedItem {
                 id: id.clone(),
                 decided_at: *decided_at,
+            })?,
+            Item::LogHead(head) => serde_json::to_value(LogHeadItem {
+                size: head.size,
+                root: cheq_core::sign::b64::encode(head.root),
+                checkpoint: String::from_utf8_lossy(&head.checkpoint).into_owned(),
+            })?,
+            Item::LogEntry { index, entry } => serde_json::to_value(LogEntryItem {
+                index: *index,
+                entry: cheq_core::sign::b64::encode(entry),
+            })?,
+            Item::LogQueued(entry) => serde_json::to_value(LogQueuedItem {
+                entry: cheq_core::sign::b64::encode(entry),
             })?,
             Item::Cheq(r) => serde_json::to_value(r)?,
             Item::Nonce { nonce, entry } => serde_json::to_value(NonceItem {
@@ -253,7 +329,7 @@ mod tests {
     const HEADER: &str = r#"{"format":"cheq-store-export","version":1,"server":"rs","exported_at":"2026-01-01T00:00:00Z"}"#;
 
     fn checked(bytes: &[u8]) -> Result<Counts, ImportError> {
-        check(&mut &bytes[..], Server::Rs)
+        check(&mut &bytes[..], Server::Rs, &TargetLog::Off).map(|(_, counts)| counts)
     }
 
     #[test]
@@ -279,8 +355,8 @@ mod tests {
             (stream(&["{"]), "line 1: it is not JSON"),
             (stream(&[r#"{"format":"other"}"#]), "line 1: it is not the header"),
             (
-                stream(&[&HEADER.replace("\"version\":1", "\"version\":2")]),
-                "line 1: version 2 of the export format is unknown",
+                stream(&[&HEADER.replace("\"version\":1", "\"version\":3")]),
+                "line 1: version 3 of the export format is unknown",
             ),
             (
                 stream(&[&HEADER.replace("\"rs\"", "\"cs\"")]),

@@ -1,9 +1,13 @@
 //! Reading a stream back: its header, each line by kind, with the line
-//! number of whatever is wrong.
+//! number of whatever is wrong; the transparency log's lines checked as a
+//! whole (every entry in order, the tree they make the one the signed head
+//! names, signed by the key the header names).
 
+use super::tree::TreeBuilder;
 use super::*;
 use crate::cs::AccountPutError;
 use crate::StoreError;
+use cheq_core::tlog::LogVerifier;
 use serde_json::{Map, Value};
 use std::io::{BufRead, Read};
 
@@ -17,9 +21,14 @@ pub enum HeaderError {
     #[error("it is not the header of a cheq store export (format {FORMAT:?})")]
     NotAnExport,
     #[error(
-        "version {0} of the export format is unknown to this cheq, which reads version {VERSION}"
+        "version {0} of the export format is unknown to this cheq, which reads versions \
+         {first} to {last}",
+        first = READS.start(),
+        last = READS.end()
     )]
     UnknownVersion(u64),
+    #[error("the log key {0:?} is not a signed-note verifier key")]
+    BadLogKey(String),
     #[error("the header is malformed: {0}")]
     Malformed(#[source] serde_json::Error),
     #[error("this is an export of {stream}, and the configuration is of {target}")]
@@ -57,6 +66,33 @@ pub enum LineError {
     },
     #[error("a line after the end line")]
     AfterEnd,
+    #[error("a {0} item after the transparency log's lines, which come last")]
+    AfterLog(&'static str),
+    #[error("the transparency log: {0}")]
+    Log(#[source] LogLineError),
+}
+
+/// What is wrong with the transparency log's lines.
+#[derive(Debug, thiserror::Error)]
+pub enum LogLineError {
+    #[error("a log_head, and the header names no log key")]
+    NoKey,
+    #[error("a second log_head")]
+    SecondHead,
+    #[error("the log_head's checkpoint: {0}")]
+    Checkpoint(#[source] cheq_core::tlog::checkpoint::CheckpointError),
+    #[error("the log_head says a tree of {said} entries with root {root}, and its checkpoint signs another")]
+    HeadNotSigned { said: u64, root: String },
+    #[error("a log_entry before the log_head")]
+    EntryWithoutHead,
+    #[error("the log_entry of index {found}, where index {expected} comes")]
+    EntryOutOfOrder { expected: u64, found: u64 },
+    #[error("a log_entry past the head's {0} entries")]
+    EntryPastHead(u64),
+    #[error("a log_queued before all {size} entries of the tree (only {given} given)")]
+    QueuedBeforeTree { size: u64, given: u64 },
+    #[error("the tree: {0}")]
+    Tree(#[source] cheq_core::tlog::tree::TreeError),
 }
 
 /// Why an import failed.
@@ -106,6 +142,68 @@ pub enum ImportError {
     },
     #[error("making the import durable: {0}")]
     Flush(#[source] StoreError),
+    #[error(
+        "the export's transparency log is signed with the key {stream}, and this \
+         configuration signs with {target}: copy the log's key file from the old host \
+         (and keep its public_url), or the moved log could not grow; nothing was written"
+    )]
+    OtherLogKey { stream: String, target: String },
+    #[error(
+        "the export's transparency log is signed with the key {stream}, and this \
+         configuration has no key file yet ({file}): copy the old host's there first; \
+         nothing was written"
+    )]
+    NoLogKey { stream: String, file: String },
+    #[error(
+        "the store's transparency log is bound to the key {bound}, and the export's is \
+         signed with {stream}; nothing was written"
+    )]
+    LogBound { bound: String, stream: String },
+    #[error(
+        "the export stops at line {line}: the transparency log holds {given} of the {size} \
+         entries its head names"
+    )]
+    LogCut { line: u64, given: u64, size: u64 },
+    #[error(
+        "line {line}: the transparency log's entries make a tree whose root is not the one \
+         its signed head names: the export was changed or its log is damaged"
+    )]
+    LogRoot { line: u64 },
+}
+
+/// The key a target configuration will sign its transparency log's
+/// checkpoints with: an export's log is imported only under its own key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetLog {
+    /// Its verifier key.
+    Key(String),
+    /// None yet: the key file named is absent, and the server would make a
+    /// new key at its first start.
+    NoKeyFile(String),
+    /// The log is off in the configuration: a log is kept as it is, for the
+    /// day it is turned on with its key (the server refuses another).
+    Off,
+}
+
+impl TargetLog {
+    /// Refuses a stream whose log the target would not sign.
+    pub fn accepts(&self, header: &Header) -> Result<(), ImportError> {
+        let Some(stream) = &header.log_key else {
+            return Ok(());
+        };
+        match self {
+            TargetLog::Key(target) if target == stream => Ok(()),
+            TargetLog::Key(target) => Err(ImportError::OtherLogKey {
+                stream: stream.clone(),
+                target: target.clone(),
+            }),
+            TargetLog::NoKeyFile(file) => Err(ImportError::NoLogKey {
+                stream: stream.clone(),
+                file: file.clone(),
+            }),
+            TargetLog::Off => Ok(()),
+        }
+    }
 }
 
 impl ImportError {
@@ -114,7 +212,12 @@ impl ImportError {
     pub fn wrote_some(&self) -> bool {
         !matches!(
             self,
-            ImportError::Empty | ImportError::Header(_) | ImportError::NotEmpty { .. }
+            ImportError::Empty
+                | ImportError::Header(_)
+                | ImportError::NotEmpty { .. }
+                | ImportError::OtherLogKey { .. }
+                | ImportError::NoLogKey { .. }
+                | ImportError::LogBound { .. }
         )
     }
 }
@@ -157,7 +260,7 @@ fn read_header(text: &str, target: Server) -> Result<Header, HeaderError> {
         return Err(HeaderError::NotAnExport);
     }
     match value.get("version").and_then(Value::as_u64) {
-        Some(VERSION) => {}
+        Some(v) if READS.contains(&v) => {}
         Some(other) => return Err(HeaderError::UnknownVersion(other)),
         None => {}
     }
@@ -167,6 +270,9 @@ fn read_header(text: &str, target: Server) -> Result<Header, HeaderError> {
             stream: header.server,
             target,
         });
+    }
+    if let Some(key) = &header.log_key {
+        LogVerifier::new(key).map_err(|_| HeaderError::BadLogKey(key.clone()))?;
     }
     Ok(header)
 }
@@ -214,6 +320,9 @@ fn read_line(text: &str, server: Server) -> Result<Parsed, LineError> {
         "entry" => ("entry", Server::Cs),
         "decision" => ("decision", Server::Cs),
         "collected" => ("collected", Server::Cs),
+        "log_head" => ("log_head", Server::Cs),
+        "log_entry" => ("log_entry", Server::Cs),
+        "log_queued" => ("log_queued", Server::Cs),
         "cheq" => ("cheq", Server::Rs),
         "nonce" => ("nonce", Server::Rs),
         "execution" => ("execution", Server::Rs),
@@ -238,6 +347,33 @@ fn read_line(text: &str, server: Server) -> Result<Parsed, LineError> {
                 id: c.id,
                 decided_at: c.decided_at,
             }
+        }
+        "log_head" => {
+            let h: LogHeadItem = members(kind, fields)?;
+            let root: [u8; 32] =
+                bytes_of(kind, "root", &h.root)?
+                    .try_into()
+                    .map_err(|_| LineError::Invalid {
+                        kind,
+                        member: "root",
+                        reason: "not 32 bytes",
+                    })?;
+            Item::LogHead(LogHead {
+                size: h.size,
+                root,
+                checkpoint: h.checkpoint.into_bytes(),
+            })
+        }
+        "log_entry" => {
+            let e: LogEntryItem = members(kind, fields)?;
+            Item::LogEntry {
+                index: e.index,
+                entry: bytes_of(kind, "entry", &e.entry)?,
+            }
+        }
+        "log_queued" => {
+            let q: LogQueuedItem = members(kind, fields)?;
+            Item::LogQueued(bytes_of(kind, "entry", &q.entry)?)
         }
         "cheq" => Item::Cheq(Box::new(members(kind, fields)?)),
         "nonce" => {
@@ -276,19 +412,135 @@ fn read_line(text: &str, server: Server) -> Result<Parsed, LineError> {
     Ok(Parsed::Item(item))
 }
 
-/// Reads a whole stream of `server`, handing each item and its line number
-/// to `sink`; checks that it ends with its end line and that the line
-/// counts its items.
+/// The transparency log's lines read so far, checked as they come.
+struct LogLines {
+    verifier: Option<LogVerifier>,
+    head: Option<LogHead>,
+    tree: TreeBuilder,
+    queued: bool,
+    /// Whether a log line was read: every other kind comes before.
+    begun: bool,
+}
+
+impl LogLines {
+    fn new(header: &Header) -> LogLines {
+        LogLines {
+            // Checked when the header was read.
+            verifier: header
+                .log_key
+                .as_deref()
+                .and_then(|k| LogVerifier::new(k).ok()),
+            head: None,
+            tree: TreeBuilder::default(),
+            queued: false,
+            begun: false,
+        }
+    }
+
+    /// Checks the next item against the lines before it.
+    fn next(&mut self, item: &Item) -> Result<(), LineError> {
+        if !item.is_log() {
+            return if self.begun {
+                Err(LineError::AfterLog(item.kind()))
+            } else {
+                Ok(())
+            };
+        }
+        self.begun = true;
+        let log = LineError::Log;
+        match item {
+            Item::LogHead(head) => {
+                let verifier = self.verifier.as_ref().ok_or(log(LogLineError::NoKey))?;
+                if self.head.is_some() || self.tree.len() > 0 || self.queued {
+                    return Err(log(LogLineError::SecondHead));
+                }
+                let signed = verifier
+                    .verify(&head.checkpoint)
+                    .map_err(|e| log(LogLineError::Checkpoint(e)))?;
+                if signed.size != head.size || signed.root.0 != head.root {
+                    return Err(log(LogLineError::HeadNotSigned {
+                        said: head.size,
+                        root: cheq_core::sign::b64::encode(head.root),
+                    }));
+                }
+                self.head = Some(head.clone());
+            }
+            Item::LogEntry { index, entry } => {
+                let size = self
+                    .head
+                    .as_ref()
+                    .ok_or(log(LogLineError::EntryWithoutHead))?
+                    .size;
+                let expected = self.tree.len();
+                if *index != expected || self.queued {
+                    return Err(log(LogLineError::EntryOutOfOrder {
+                        expected,
+                        found: *index,
+                    }));
+                }
+                if expected >= size {
+                    return Err(log(LogLineError::EntryPastHead(size)));
+                }
+                self.tree
+                    .push(entry.clone())
+                    .map_err(|e| log(LogLineError::Tree(e)))?;
+            }
+            _ => {
+                let size = self.head.as_ref().map_or(0, |h| h.size);
+                if self.tree.len() < size {
+                    return Err(log(LogLineError::QueuedBeforeTree {
+                        size,
+                        given: self.tree.len(),
+                    }));
+                }
+                self.queued = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// At the end line (`line`): the tree is whole, and its root is the
+    /// signed head's.
+    fn end(mut self, line: u64) -> Result<(), ImportError> {
+        let Some(head) = self.head.take() else {
+            return Ok(());
+        };
+        let given = self.tree.len();
+        if given != head.size {
+            return Err(ImportError::LogCut {
+                line,
+                given,
+                size: head.size,
+            });
+        }
+        let (_, root) = self.tree.finish().map_err(|e| ImportError::Line {
+            line,
+            cause: LineError::Log(LogLineError::Tree(e)),
+        })?;
+        if root != head.root {
+            return Err(ImportError::LogRoot { line });
+        }
+        Ok(())
+    }
+}
+
+/// Reads a whole stream of `server`, handing its header to `header` (which
+/// may refuse it before any item is read) and each item with its line
+/// number to `sink`; checks that it ends with its end line, that the line
+/// counts its items, and that a transparency log is whole and signed.
 pub fn read_stream(
     input: &mut dyn BufRead,
     server: Server,
+    header: &mut dyn FnMut(&Header) -> Result<(), ImportError>,
     sink: &mut dyn FnMut(u64, Item) -> Result<(), ImportError>,
 ) -> Result<Counts, ImportError> {
     let mut buf = Vec::new();
     let Some(first) = next_line(input, &mut buf, 1)? else {
         return Err(ImportError::Empty);
     };
-    read_header(first, server).map_err(ImportError::Header)?;
+    let read = read_header(first, server).map_err(ImportError::Header)?;
+    header(&read)?;
+    let mut log = LogLines::new(&read);
     let mut counts = Counts::default();
     let mut end: Option<(u64, u64)> = None;
     let mut line = 1;
@@ -305,6 +557,7 @@ pub fn read_stream(
             Parsed::End(said) => end = Some((line, said)),
             Parsed::Item(item) => {
                 let kind = item.kind();
+                log.next(&item).map_err(at)?;
                 sink(line, item)?;
                 counts.add(kind);
             }
@@ -317,12 +570,34 @@ pub fn read_stream(
             said,
             read: counts.total(),
         }),
-        Some(_) => Ok(counts),
+        Some((line, _)) => {
+            log.end(line)?;
+            Ok(counts)
+        }
     }
 }
 
 /// Reads a whole stream of `server` without writing anything: what an
-/// import would find wrong with it before it writes.
-pub fn check(input: &mut dyn BufRead, server: Server) -> Result<Counts, ImportError> {
-    read_stream(input, server, &mut |_, _| Ok(()))
+/// import would find wrong with it before it writes, with a log the
+/// `target` would not sign. Its header and counts.
+pub fn check(
+    input: &mut dyn BufRead,
+    server: Server,
+    target: &TargetLog,
+) -> Result<(Header, Counts), ImportError> {
+    let mut seen = None;
+    let counts = read_stream(
+        input,
+        server,
+        &mut |h| {
+            target.accepts(h)?;
+            seen = Some(h.clone());
+            Ok(())
+        },
+        &mut |_, _| Ok(()),
+    )?;
+    match seen {
+        Some(h) => Ok((h, counts)),
+        None => Err(ImportError::Empty),
+    }
 }

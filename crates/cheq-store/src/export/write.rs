@@ -23,6 +23,8 @@ pub enum ExportError {
     },
     #[error("the store listed the {what} after {after:?} again: it does not move on")]
     Stuck { what: &'static str, after: String },
+    #[error("the transparency log has a head and is bound to no key")]
+    LogWithoutKey,
 }
 
 /// Writes the header, the items and the end line.
@@ -36,12 +38,14 @@ impl<'a> Writer<'a> {
         out: &'a mut dyn Write,
         server: Server,
         now: chrono::DateTime<chrono::Utc>,
+        log_key: Option<String>,
     ) -> Result<Self, ExportError> {
         let header = Header {
             format: FORMAT.into(),
             version: VERSION,
             server,
             exported_at: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            log_key,
         };
         let mut w = Writer {
             out,
@@ -114,7 +118,12 @@ pub fn export_cs(
     out: &mut dyn Write,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<Counts, ExportError> {
-    let mut w = Writer::start(out, Server::Cs, now)?;
+    let log_key = store.log.bound_key()?;
+    let head = store.log.head()?;
+    if head.is_some() && log_key.is_none() {
+        return Err(ExportError::LogWithoutKey);
+    }
+    let mut w = Writer::start(out, Server::Cs, now, log_key)?;
     each_page(
         "accounts",
         |after| store.accounts.list_after(after, PAGE),
@@ -139,7 +148,38 @@ pub fn export_cs(
         |(id, _)| id.clone(),
         |(id, decided_at)| w.item(&Item::Collected { id, decided_at }),
     )?;
+    export_log(store.log.as_ref(), head, &mut w)?;
     w.end()
+}
+
+/// The transparency log's lines: its head, every entry of its tree in
+/// order, then its queue, oldest first.
+fn export_log(
+    log: &dyn crate::tlog::LogStore,
+    head: Option<LogHead>,
+    w: &mut Writer<'_>,
+) -> Result<(), ExportError> {
+    if let Some(head) = head {
+        let size = head.size;
+        w.item(&Item::LogHead(head))?;
+        let mut index = 0;
+        while index < size {
+            let count = (size - index).min(PAGE as u64);
+            for entry in log.entries(index, count)? {
+                w.item(&Item::LogEntry { index, entry })?;
+                index += 1;
+            }
+        }
+    }
+    each_page(
+        "queued log entries",
+        |after| {
+            let after = after.and_then(|a| a.parse().ok());
+            log.queued_after(after, PAGE)
+        },
+        |(id, _)| id.to_string(),
+        |(_, entry)| w.item(&Item::LogQueued(entry)),
+    )
 }
 
 /// Writes everything durable of an RS store to `out`.
@@ -148,7 +188,7 @@ pub fn export_rs(
     out: &mut dyn Write,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<Counts, ExportError> {
-    let mut w = Writer::start(out, Server::Rs, now)?;
+    let mut w = Writer::start(out, Server::Rs, now, None)?;
     each_page(
         "nonces",
         |after| store.nonces.list_after(after, PAGE),

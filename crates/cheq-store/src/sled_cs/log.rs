@@ -13,10 +13,15 @@
 //! them), then the head and the queue's removals in one transaction, then
 //! flushes; only then is the head answered (`published`), so that a
 //! checkpoint once served survives a crash.
+//!
+//! `log.index` keeps the index an entry was first given: a mapping is
+//! replaced only when it is not an entry's of the durable tree (left past
+//! the head by a step a crash cut short, or naming an index a later step
+//! gave another entry).
 
 use crate::sled_json::{corrupt, tree, Durable};
 use crate::sled_store::backend_error;
-use crate::tlog::{hash32, Integration, LogHead, LogStore};
+use crate::tlog::{hash32, Integration, LogHead, LogStore, Restored};
 use crate::StoreError;
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
@@ -49,6 +54,19 @@ fn read_be(key: &[u8]) -> Result<u64, StoreError> {
         .try_into()
         .map_err(|_| corrupt(key, "a log key is not 8 bytes"))?;
     Ok(u64::from_be_bytes(b))
+}
+
+/// The head as `log.head` holds it.
+fn stored(head: &LogHead) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(&StoredHead {
+        size: head.size,
+        root: cheq_core::sign::b64::encode(head.root),
+        checkpoint: String::from_utf8_lossy(&head.checkpoint).into_owned(),
+    })
+    .map_err(|e| StoreError::Backend {
+        op: "log head",
+        message: e.to_string(),
+    })
 }
 
 fn err(op: &'static str) -> impl Fn(sled::Error) -> StoreError {
@@ -89,6 +107,50 @@ impl SledLog {
         }))
     }
 
+    /// Writes entries at `from..` with their index mappings and stored
+    /// hashes, past the durable head `from` (nothing reads them before the
+    /// head moves). An entry keeps the index it was first given.
+    fn write_entries(
+        &self,
+        op: &'static str,
+        from: u64,
+        entries: &[Vec<u8>],
+        leaves: &[[u8; 32]],
+        hashes: &[(u64, [u8; 32])],
+    ) -> Result<(), StoreError> {
+        let mut mapped_here = std::collections::HashSet::new();
+        for ((i, entry), leaf) in (from..).zip(entries).zip(leaves) {
+            self.entries
+                .insert(be(i), entry.as_slice())
+                .map_err(err(op))?;
+            if mapped_here.contains(leaf) || self.first_index(leaf, from)?.is_some() {
+                continue;
+            }
+            self.index.insert(leaf, &be(i)).map_err(err(op))?;
+            mapped_here.insert(*leaf);
+        }
+        for (i, h) in hashes {
+            self.hashes.insert(be(*i), &h[..]).map_err(err(op))?;
+        }
+        Ok(())
+    }
+
+    /// The index `leaf` maps to, if it is the index of that entry in the
+    /// tree of the first `size` entries.
+    fn first_index(&self, leaf: &[u8; 32], size: u64) -> Result<Option<u64>, StoreError> {
+        let Some(v) = self.index.get(leaf).map_err(err("log index"))? else {
+            return Ok(None);
+        };
+        let i = read_be(&v)?;
+        // A mapping left by a step a crash cut short may name an index past
+        // the head, or one a later step gave another entry.
+        if i >= size {
+            return Ok(None);
+        }
+        let entry = self.entries(i, 1)?;
+        Ok((cheq_core::tlog::tree::leaf_hash(&entry[0]).0 == *leaf).then_some(i))
+    }
+
     /// A queue key: sled's counter, so that the queue is read oldest first.
     pub(crate) fn queue_key(&self) -> Result<[u8; 8], StoreError> {
         Ok(be(self.counter.generate_id().map_err(err("log queue"))?))
@@ -103,9 +165,20 @@ impl LogStore for SledLog {
         self.db.flush()
     }
 
-    fn queued(&self, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+    fn queued_after(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        let from = match after {
+            Some(id) => match id.checked_add(1) {
+                Some(next) => be(next),
+                None => return Ok(Vec::new()),
+            },
+            None => be(0),
+        };
         self.queue
-            .iter()
+            .range(from..)
             .take(limit)
             .map(|item| {
                 let (k, v) = item.map_err(err("log queued"))?;
@@ -156,28 +229,14 @@ impl LogStore for SledLog {
         if current != step.from {
             return Ok(false);
         }
-        for ((i, entry), leaf) in (step.from..).zip(&step.entries).zip(&step.leaves) {
-            self.entries
-                .insert(be(i), entry.as_slice())
-                .map_err(err("log integrate"))?;
-            self.index
-                .insert(leaf, &be(i))
-                .map_err(err("log integrate"))?;
-        }
-        for (i, h) in &step.hashes {
-            self.hashes
-                .insert(be(*i), &h[..])
-                .map_err(err("log integrate"))?;
-        }
-        let head = serde_json::to_vec(&StoredHead {
-            size: step.head.size,
-            root: cheq_core::sign::b64::encode(step.head.root),
-            checkpoint: String::from_utf8_lossy(&step.head.checkpoint).into_owned(),
-        })
-        .map_err(|e| StoreError::Backend {
-            op: "log integrate",
-            message: e.to_string(),
-        })?;
+        self.write_entries(
+            "log integrate",
+            step.from,
+            &step.entries,
+            &step.leaves,
+            &step.hashes,
+        )?;
+        let head = stored(&step.head)?;
         let from = step.from;
         let moved = (&self.head, &self.queue)
             .transaction(|(h, q)| {
@@ -211,18 +270,8 @@ impl LogStore for SledLog {
     }
 
     fn index_of(&self, leaf: &[u8; 32]) -> Result<Option<u64>, StoreError> {
-        let Some(v) = self.index.get(leaf).map_err(err("log index"))? else {
-            return Ok(None);
-        };
-        let i = read_be(&v)?;
-        // A mapping left by a step a crash cut short may name an index past
-        // the head, or one a later step gave another entry.
         let size = self.head()?.map_or(0, |h| h.size);
-        if i >= size {
-            return Ok(None);
-        }
-        let entry = self.entries(i, 1)?;
-        Ok((cheq_core::tlog::tree::leaf_hash(&entry[0]).0 == *leaf).then_some(i))
+        self.first_index(leaf, size)
     }
 
     fn bind_key(&self, vkey: &str) -> Result<String, StoreError> {
@@ -240,5 +289,44 @@ impl LogStore for SledLog {
                 .map(|c| String::from_utf8_lossy(&c).into_owned())
                 .unwrap_or_default()),
         }
+    }
+
+    fn bound_key(&self) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .head
+            .get(b"key")
+            .map_err(err("log key"))?
+            .map(|k| String::from_utf8_lossy(&k).into_owned()))
+    }
+
+    fn restore(&self, part: &Restored) -> Result<(), StoreError> {
+        self.write_entries(
+            "log restore",
+            part.from,
+            &part.entries,
+            &part.leaves,
+            &part.hashes,
+        )?;
+        for entry in &part.queued {
+            self.queue
+                .insert(self.queue_key()?, entry.as_slice())
+                .map_err(err("log restore"))?;
+        }
+        Ok(())
+    }
+
+    fn restore_head(&self, head: &LogHead) -> Result<(), StoreError> {
+        self.head
+            .insert(&b"head"[..], stored(head)?)
+            .map_err(err("log restore"))?;
+        self.db.flush()?;
+        if let Ok(mut p) = self.published.write() {
+            *p = Some(head.clone());
+        }
+        Ok(())
+    }
+
+    fn clear_queue(&self) -> Result<(), StoreError> {
+        self.queue.clear().map_err(err("log queue"))
     }
 }
