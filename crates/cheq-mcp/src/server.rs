@@ -10,7 +10,8 @@
 //! any `Host`; any other gets 401 with a Bearer challenge before MCP sees it.
 //! Without one it serves loopback only (the CLI refuses any other address),
 //! under its own loopback names (DNS rebinding). A request with a browser's
-//! `Origin` is refused either way.
+//! `Origin` is refused either way. A 2025-11-25 client ends its session with
+//! `DELETE /mcp` and gets `200 OK` (the transport's session management).
 //!
 //! A call that needs confirmation is answered:
 //! - at 2025-11-25: with a `URLElicitationRequiredError` (-32042) naming an
@@ -499,7 +500,12 @@ pub async fn serve_http(
                             // Checked: MCP has no use for it, so it goes no further.
                             req.headers_mut().remove(hyper::header::AUTHORIZATION);
                         }
-                        service.call(req).await
+                        let ends_session = req.method() == hyper::Method::DELETE;
+                        let mut res = service.call(req).await?;
+                        if ends_session {
+                            terminated(&mut res);
+                        }
+                        Ok(res)
                     }
                 },
             );
@@ -507,6 +513,18 @@ pub async fn serve_http(
                 .serve_connection(TokioIo::new(stream), svc)
                 .await;
         });
+    }
+}
+
+/// The answer to a `DELETE` that ended a session (MCP 2025-11-25, Streamable
+/// HTTP, session management): rmcp answers `202 Accepted`, which the
+/// transport does not name and clients read as a failure (the Python SDK
+/// warns "Session termination failed: 202"); the session is gone by then,
+/// so it is `200 OK`. Refusals (no session id, an unknown one, `405` for a
+/// stateless request) pass as they are.
+fn terminated<B>(res: &mut hyper::Response<B>) {
+    if res.status() == hyper::StatusCode::ACCEPTED {
+        *res.status_mut() = hyper::StatusCode::OK;
     }
 }
 
