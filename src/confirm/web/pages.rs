@@ -426,6 +426,34 @@ mod tests {
         assert!(line.contains("HTTP 400"), "{line}");
     }
 
+    /// The history says how many entries the checkpoint holds in words a
+    /// person reads: "1 entry", "3 entries".
+    #[test]
+    fn a_checkpoint_of_one_entry_is_said_so() {
+        let page = |tree_size: u64| {
+            let mut row = HistoryRow::of(
+                refused("e", ""),
+                Some(crate::confirm::flow::Logged {
+                    index: 0,
+                    tree_size,
+                }),
+            );
+            row.delivery = "delivered".into();
+            render(&HistoryPage {
+                user: "alice",
+                csrf: "c".into(),
+                rows: vec![row],
+                kept_days: None,
+            })
+            .unwrap()
+        };
+        let one = page(1);
+        assert!(one.contains("in the checkpoint of 1 entry "), "{one}");
+        assert!(!one.contains("1 entries"), "{one}");
+        let three = page(3);
+        assert!(three.contains("in the checkpoint of 3 entries "), "{three}");
+    }
+
     #[test]
     fn time_left_in_words() {
         let now = Utc.with_ymd_and_hms(2026, 5, 1, 12, 0, 0).unwrap();
