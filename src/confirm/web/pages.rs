@@ -112,6 +112,11 @@ pub struct AccountPage<'a> {
     /// Signed in recently enough to add or remove a passkey.
     pub recent: bool,
     pub notice: Option<String>,
+    /// The confirmation page to go back to (checked: `/c/{id}` of this
+    /// service), when one sent the person here to add a passkey.
+    pub back: Option<String>,
+    /// Where to sign in again (coming back here, with `back`).
+    pub reauth: String,
 }
 
 /// A passkey as the account page lists it.
