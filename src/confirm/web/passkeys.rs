@@ -426,6 +426,14 @@ pub(super) async fn decision_passkey(
     }
 }
 
+/// `GET /static/passkey.js`.
+pub(super) async fn script() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/javascript; charset=utf-8")
+        .insert_header((actix_web::http::header::CACHE_CONTROL, "max-age=3600"))
+        .body(include_str!("../../../templates/passkey.js"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -479,12 +487,4 @@ mod tests {
             format!("/account?back=%2Fc%2F{ID}")
         );
     }
-}
-
-/// `GET /static/passkey.js`.
-pub(super) async fn script() -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("text/javascript; charset=utf-8")
-        .insert_header((actix_web::http::header::CACHE_CONTROL, "max-age=3600"))
-        .body(include_str!("../../../templates/passkey.js"))
 }
