@@ -63,9 +63,13 @@ async function addPasskey(button) {
       client_data: b64u.enc(cred.response.clientDataJSON),
       attestation_object: b64u.enc(cred.response.attestationObject),
     });
-    window.location.assign('/account?added=1');
+    // Back on the account page, with the confirmation that sent the person
+    // here (the server checked it when it rendered the page, and checks it
+    // again on this load).
+    const back = form.dataset.back;
+    window.location.assign(back ? `/account?added=1&back=${encodeURIComponent(back)}` : '/account?added=1');
   } catch (e) {
-    if (e.answer && e.answer.reauth) { window.location.assign(e.answer.reauth); return; }
+    if (e.answer && e.answer.reauth) { window.location.assign(form.dataset.reauth || e.answer.reauth); return; }
     say('passkey-status', `The passkey was not added: ${e.message}`);
   }
 }

@@ -685,6 +685,73 @@ fn help_and_version_exit_0() {
     assert!(help.contains("amr") && help.contains("user") && help.contains("cheq_view"));
 }
 
+// ---- the command reference in docs/operations.md ----------------------------
+
+/// The reference in docs/operations.md is what the commands' own help
+/// says: a changed flag or doc comment without the regenerated reference
+/// fails here, naming the command that regenerates it.
+#[test]
+fn the_command_reference_in_the_docs_is_the_help() {
+    use cheq::cli::reference::{between_markers, REGENERATE};
+    let out = cheq(&["help-reference"], None);
+    assert_success(&out);
+    let generated = String::from_utf8(out.stdout).unwrap();
+    for wanted in [
+        "### `cheq audit`",
+        "--colocated",
+        "--passkeys",
+        "--confirmation",
+    ] {
+        assert!(generated.contains(wanted), "{wanted} is not in the help");
+    }
+    let doc = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md");
+    let text = std::fs::read_to_string(doc).unwrap();
+    let kept = between_markers(&text)
+        .unwrap_or_else(|| panic!("docs/operations.md lost the marker lines of the reference"));
+    if kept != generated {
+        let first = kept
+            .lines()
+            .zip(generated.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(kept.lines().count().min(generated.lines().count()));
+        panic!(
+            "docs/operations.md's command reference differs from the commands' help \
+             (first at line {} of the reference: {:?} in the file, {:?} in the help); \
+             regenerate it: {REGENERATE}",
+            first + 1,
+            kept.lines().nth(first).unwrap_or("(its end)"),
+            generated.lines().nth(first).unwrap_or("(its end)"),
+        );
+    }
+}
+
+/// `--update` rewrites only what lies between the markers, and refuses a
+/// file without them (one line, exit 1), leaving it as it was.
+#[test]
+fn help_reference_update_keeps_the_rest_and_refuses_a_file_without_markers() {
+    use cheq::cli::reference::{BEGIN, END};
+    let f = Fixture::new();
+    let doc = f.write(
+        "doc.md",
+        format!("# Mine\n\nhand-written\n{BEGIN} -->\nstale\n{END}\nalso mine\n"),
+    );
+    assert_success(&cheq(&["help-reference", "--update", s(&doc)], None));
+    let text = std::fs::read_to_string(&doc).unwrap();
+    assert!(text.starts_with(&format!("# Mine\n\nhand-written\n{BEGIN} -->\n")));
+    assert!(text.ends_with(&format!("{END}\nalso mine\n")));
+    assert!(!text.contains("stale") && text.contains("### `cheq demo`"));
+
+    let plain = f.write("plain.md", "# No markers\n");
+    let err = assert_fails(&cheq(&["help-reference", "--update", s(&plain)], None), 1);
+    assert!(err.contains("no marker lines"), "{err}");
+    assert_eq!(std::fs::read_to_string(&plain).unwrap(), "# No markers\n");
+    let missing = f.path("missing.md");
+    assert_fails(&cheq(&["help-reference", "--update", s(&missing)], None), 1);
+    // Hidden: not among the commands `cheq --help` lists.
+    let help = String::from_utf8(cheq(&["--help"], None).stdout).unwrap();
+    assert!(!help.contains("help-reference"), "{help}");
+}
+
 // ---- inspect ----------------------------------------------------------------
 
 #[test]

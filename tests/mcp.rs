@@ -1206,3 +1206,107 @@ async fn the_bridge_keeps_one_token_and_its_connections_and_honours_retry_after(
     assert_eq!(reads, 1, "read again before Retry-After");
     env.stop().await;
 }
+
+/// An `initialize` POST (2025-11-25) to the bridge at `url`: its session id.
+async fn open_session(url: &str) -> String {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let res = http_client()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    res.headers()["mcp-session-id"].to_str().unwrap().to_owned()
+}
+
+/// `DELETE /mcp` with its session id.
+async fn delete(url: &str, session: Option<&str>, version: &str) -> u16 {
+    let mut req = http_client()
+        .delete(url)
+        .header("mcp-protocol-version", version);
+    if let Some(id) = session {
+        req = req.header("mcp-session-id", id);
+    }
+    req.send().await.unwrap().status().as_u16()
+}
+
+/// MCP 2025-11-25, Streamable HTTP, session management: a client ends its
+/// session with `DELETE`; the bridge answers `200 OK` (a status the
+/// transport's clients read as success), then knows the session no more
+/// (`404`, to a second `DELETE` and to a request in it). No session id is
+/// `400`; a stateless (2026-07-28) `DELETE` is `405`. The official Python
+/// SDK closes its session this way and warns nothing.
+#[actix_web::test]
+async fn a_session_ends_with_delete_and_the_sdk_warns_nothing() {
+    let env = Env::start(Options::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bridge = start_bridge(&env, dir.path()).await;
+    let url = bridge.url.as_str();
+
+    let id = open_session(url).await;
+    assert_eq!(delete(url, Some(&id), "2025-11-25").await, 200);
+    assert_eq!(delete(url, Some(&id), "2025-11-25").await, 404);
+    let in_ended = http_client()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", &id)
+        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(in_ended.status(), 404);
+    assert_eq!(
+        delete(url, Some("no-such-session"), "2025-11-25").await,
+        404
+    );
+    assert_eq!(delete(url, None, "2025-11-25").await, 400);
+    assert_eq!(delete(url, None, MODERN).await, 405);
+    // Another session is not touched by the end of one.
+    let kept = open_session(url).await;
+    let other = open_session(url).await;
+    assert_eq!(delete(url, Some(&other), "2025-11-25").await, 200);
+    assert_eq!(delete(url, Some(&kept), "2025-11-25").await, 200);
+
+    if !python_sdk() {
+        env.stop().await;
+        return;
+    }
+    // The SDK: a session opened, used and closed; what it says on stderr.
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py");
+    let mut child = Command::new("python3")
+        .args([script, url, LEGACY])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "{}", json!({"op": "list"})).unwrap();
+        writeln!(stdin, "{}", json!({"op": "quit"})).unwrap();
+    }
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("\"event\": \"tools\"") && stdout.contains("book_flight"),
+        "{stdout}"
+    );
+    assert!(
+        !stderr.contains("Session termination failed"),
+        "the SDK's close was not understood: {stderr}"
+    );
+    env.stop().await;
+}

@@ -203,7 +203,13 @@ async fn a_cheq_asking_for_a_passkey_is_not_accepted_without_one() {
     let (path, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
     assert_eq!(page.status, 200, "{}", page.text);
     assert!(page.raw.contains("id=\"passkey-needed\""), "{}", page.raw);
-    assert!(page.raw.contains("href=\"/account\""));
+    let id = path.trim_start_matches("/c/");
+    assert!(
+        page.raw
+            .contains(&format!("href=\"/account?back=%2Fc%2F{id}\"")),
+        "{}",
+        page.raw
+    );
     assert!(page.raw.contains("data-passkey-decision="));
     // Options for an account without a passkey: refused, named.
     let csrf = page.hidden("csrf").unwrap();
@@ -259,5 +265,87 @@ async fn a_cheq_asking_for_a_passkey_is_not_accepted_without_one() {
         .decide(Some(&token), &id, &json!({"decision": "reject"}))
         .await;
     assert_eq!(rejected.status, 200, "{}", rejected.raw);
+    env.stop().await;
+}
+
+/// The page of a CHEQ that asks for a passkey the user lacks links to the
+/// account page with itself as the return target; the account page then
+/// leads back there ("Back to the confirmation"), also through a sign-in
+/// again. A target that is not a confirmation page of this CS (another
+/// site, another page) is ignored: no open redirect.
+#[actix_web::test]
+async fn the_account_page_leads_back_to_the_confirmation_and_nowhere_else() {
+    let clock = std::sync::Arc::new(cheq::time::ManualClock::new(chrono::Utc::now()));
+    let env = Env::start(Options {
+        clock: Some(clock),
+        rs_toml_tables: "\n[policy]\npasskey_tools = [\"book_flight\"]\n".into(),
+        ..Options::default()
+    })
+    .await;
+    let mut b = env.browser();
+    let pack = env.invoke().await;
+    let (path, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+    assert!(page.raw.contains("id=\"passkey-needed\""), "{}", page.raw);
+    let add = page.link("/account?back=").unwrap();
+
+    // Followed: the account page offers the way back, and carries it to
+    // the script that adds the passkey.
+    let account = b.get(&add).await;
+    assert_eq!(account.status, 200, "{}", account.text);
+    let back = format!("href=\"{path}\" id=\"back-to-confirmation\"");
+    assert!(account.text.contains(&back), "{}", account.text);
+    assert!(account.text.contains("Back to the confirmation"));
+    assert!(
+        account.text.contains(&format!("data-back=\"{path}\"")),
+        "{}",
+        account.text
+    );
+    // Once a passkey is added (the script comes back with ?added=1).
+    let added = b.get(&format!("{add}&added=1")).await;
+    assert!(added.text.contains("The passkey was added."));
+    assert!(added.text.contains(&back), "{}", added.text);
+
+    // Six minutes on, adding needs a sign-in again: it comes back to the
+    // account page with the return target.
+    env.advance(360);
+    let stale = b.get(&add).await;
+    let again = stale
+        .link("/login?reauth=300")
+        .unwrap_or_else(|| panic!("{}", stale.text));
+    let id = path.trim_start_matches("/c/");
+    assert_eq!(
+        again,
+        format!("/login?reauth=300&next=%2Faccount%3Fback%3D%252Fc%252F{id}")
+    );
+    assert!(stale.text.contains(&back), "{}", stale.text);
+    let signed = b.login_at(&again, "alice", ALICE_PW).await;
+    assert_eq!(signed.status, 303, "{}", signed.text);
+    assert_eq!(signed.location(), format!("/account?back=%2Fc%2F{id}"));
+    let fresh = b.get(&signed.location()).await;
+    assert!(fresh.text.contains(&back), "{}", fresh.text);
+    assert!(fresh.raw.contains("id=\"add-passkey\""), "{}", fresh.raw);
+
+    // Anything else is no return target: the page shows no way "back".
+    for target in [
+        "https://evil.example/".to_owned(),
+        "//evil.example/".to_owned(),
+        format!("https://evil.example{path}"),
+        format!("//evil.example{path}"),
+        format!("/\\evil.example{path}"),
+        format!("{path}/../../history"),
+        format!("{path}/passkey"),
+        "/history".to_owned(),
+        "javascript:alert(1)".to_owned(),
+    ] {
+        let q = serde_urlencoded::to_string([("back", target.as_str())]).unwrap();
+        let page = b.get(&format!("/account?{q}")).await;
+        assert_eq!(page.status, 200, "{target}: {}", page.text);
+        assert!(
+            !page.text.contains("back-to-confirmation") && !page.text.contains("data-back"),
+            "{target}: {}",
+            page.text
+        );
+        assert!(!page.text.contains("evil.example"), "{target}");
+    }
     env.stop().await;
 }

@@ -21,6 +21,7 @@ pub mod keys;
 pub mod logging;
 pub mod mcp;
 pub mod migrate;
+pub mod reference;
 pub mod servers;
 pub mod sign;
 pub mod store;
@@ -87,6 +88,9 @@ pub enum Command {
     Store(store::Args),
     Unpack(unpack::Args),
     Audit(audit::Args),
+    /// Print the reference of every command in markdown (docs/operations.md).
+    #[command(hide = true)]
+    HelpReference(reference::Args),
 }
 
 /// Runs one parsed command, writing its result to `out`.
@@ -110,6 +114,7 @@ pub fn dispatch(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
         Command::A2a(args) => a2a::run(args, out),
         Command::Unpack(args) => unpack::run(args, out),
         Command::Audit(args) => audit::run(args, out),
+        Command::HelpReference(args) => reference::run(args, out),
     }
 }
 
@@ -259,6 +264,15 @@ pub enum CliError {
     /// Something that should not happen (a bug), reported rather than panicking.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A markdown file without the marker lines of the generated command
+    /// reference (`cheq help-reference --update`).
+    #[error(
+        "{path} has no marker lines for the command reference: a line starting \
+         {begin} and, below it, the line {end}",
+        begin = reference::BEGIN,
+        end = reference::END
+    )]
+    NoReferenceMarkers { path: String },
     /// An error about a named file.
     #[error("{path}: {error}")]
     InFile { path: String, error: Box<CliError> },

@@ -10,7 +10,9 @@
 //! any `Host`; any other gets 401 with a Bearer challenge before MCP sees it.
 //! Without one it serves loopback only (the CLI refuses any other address),
 //! under its own loopback names (DNS rebinding). A request with a browser's
-//! `Origin` is refused either way.
+//! `Origin` is refused either way. A 2025-11-25 client ends its session with
+//! `DELETE /mcp` and gets `200 OK` (`404` for a session that is not there;
+//! the transport's session management).
 //!
 //! A call that needs confirmation is answered:
 //! - at 2025-11-25: with a `URLElicitationRequiredError` (-32042) naming an
@@ -425,6 +427,7 @@ pub async fn serve_http(
     use http_body_util::{BodyExt, Full};
     use hyper_util::rt::TokioIo;
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::session::SessionManager as _;
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
     };
@@ -457,9 +460,10 @@ pub async fn serve_http(
         // No browser page of any origin may drive the bridge.
         .enforce_origin_validation()
         .with_stateless_protocol_metadata_required(true);
+    let sessions = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(
         move || Ok(McpBridge::new(bridge.clone())),
-        Arc::new(LocalSessionManager::default()),
+        sessions.clone(),
         config,
     );
     bound(local);
@@ -467,11 +471,13 @@ pub async fn serve_http(
         let (stream, _) = listener.accept().await?;
         let service = service.clone();
         let token = token.clone();
+        let sessions = sessions.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(
                 move |req: hyper::Request<hyper::body::Incoming>| {
                     let mut service = service.clone();
                     let token = token.clone();
+                    let sessions = sessions.clone();
                     async move {
                         let mut req = req;
                         let refuse = |status: u16, body: Value, challenge: Option<&str>| {
@@ -499,7 +505,22 @@ pub async fn serve_http(
                             // Checked: MCP has no use for it, so it goes no further.
                             req.headers_mut().remove(hyper::header::AUTHORIZATION);
                         }
-                        service.call(req).await
+                        // A DELETE names the session it ends: was it one?
+                        let ended = match req.headers().get("mcp-session-id") {
+                            Some(id) if req.method() == hyper::Method::DELETE => {
+                                let id: Arc<str> = Arc::from(id.to_str().unwrap_or(""));
+                                Some(sessions.has_session(&id).await.unwrap_or(false))
+                            }
+                            _ => None,
+                        };
+                        let res = service.call(req).await?;
+                        Ok(match ended {
+                            Some(known) if res.status() == hyper::StatusCode::ACCEPTED => {
+                                let (status, body) = terminated(known);
+                                refuse(status, body, None)
+                            }
+                            _ => res,
+                        })
                     }
                 },
             );
@@ -507,6 +528,25 @@ pub async fn serve_http(
                 .serve_connection(TokioIo::new(stream), svc)
                 .await;
         });
+    }
+}
+
+/// The answer to a `DELETE` that rmcp let through (MCP 2025-11-25,
+/// Streamable HTTP, session management), given whether its session existed:
+/// rmcp answers `202 Accepted` either way, which the transport does not
+/// name and clients read as a failure (the Python SDK warns "Session
+/// termination failed: 202"). An ended session is `200 OK`; an id that
+/// names no session (ended before, or the bridge restarted) is `404`, as
+/// the transport answers any request naming it. Refusals before that (no
+/// session id, `405` for a stateless request) pass as rmcp makes them.
+fn terminated(known: bool) -> (u16, Value) {
+    if known {
+        (200, json!({"ended": true}))
+    } else {
+        (
+            404,
+            json!({"error": "not_found", "error_description": "no such MCP session: it ended, or the bridge restarted"}),
+        )
     }
 }
 

@@ -202,19 +202,27 @@ pub struct FetchedJwks {
 }
 
 /// How long after start a peer that never answered is not yet worth a
-/// warning (servers started together fetch each other's keys before the
-/// other listens).
+/// word at the default level (servers started together fetch each other's
+/// keys before the other listens).
 pub const STARTUP_GRACE_SECS: i64 = 60;
 
-/// How loud a failed fetch is: a peer not up yet during start-up is normal
-/// (info); one that stopped answering, or never answered past the grace
-/// period, is a warning.
+/// How loud a failed fetch is: a peer not up yet during start-up is the
+/// normal course of a start (debug); one that stopped answering, or never
+/// answered past the grace period, is a warning.
 pub fn failure_level(have_keys: bool, secs_since_start: i64) -> log::Level {
     if !have_keys && secs_since_start < STARTUP_GRACE_SECS {
-        log::Level::Info
+        log::Level::Debug
     } else {
         log::Level::Warn
     }
+}
+
+/// Whether the start-up prefetch tries again after a fetch: while no keys
+/// are read and the grace period lasts. Its last failed try is past the
+/// grace period, so a peer that never answers is one warning, not one a
+/// second.
+pub fn prefetch_goes_on(have_keys: bool, secs_since_start: i64) -> bool {
+    !have_keys && secs_since_start < STARTUP_GRACE_SECS
 }
 
 impl std::fmt::Debug for FetchedJwks {
@@ -428,19 +436,23 @@ impl PeerKeys {
         }
     }
 
-    /// Fetches in the background now (trying again each second for half a
-    /// minute while the peer is not up yet), so that the first confirmation
-    /// finds the keys read and a wrong `jwks_uri` shows in the log at once.
+    /// Fetches in the background now, trying again each second while the
+    /// peer is not up yet, so that the first confirmation finds the keys
+    /// read. The misses of the start-up grace period are logged at debug;
+    /// the first try past it (a wrong `jwks_uri`, a peer that is down) is a
+    /// warning, and the last try of this task.
     pub fn prefetch(&self) {
         if let PeerKeys::Fetched(f) = self {
             let f = f.clone();
             tokio::spawn(async move {
-                for _ in 0..30 {
+                // Bounded also when the clock does not move (a test's).
+                for _ in 0..STARTUP_GRACE_SECS + 5 {
                     f.ensure_fresh().await;
-                    if f.with(|c| c.have) {
+                    let since = (f.clock.now() - f.born).num_seconds();
+                    if !prefetch_goes_on(f.with(|c| c.have), since) {
                         return;
                     }
-                    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+                    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
                 }
             });
         }
@@ -580,16 +592,35 @@ mod tests {
         assert!(FetchedJwks::new("http://127.0.0.1:9/jwks.json", clock).is_ok());
     }
 
-    /// A peer not up yet during start-up is not a warning; one that stops
-    /// answering, or never answers past the grace period, is.
+    /// A peer not up yet during start-up is worth a debug line only; one
+    /// that stops answering, or never answers past the grace period, is a
+    /// warning.
     #[test]
     fn a_peer_still_starting_is_not_a_warning() {
-        assert_eq!(failure_level(false, 0), log::Level::Info);
+        assert_eq!(failure_level(false, 0), log::Level::Debug);
         assert_eq!(
             failure_level(false, STARTUP_GRACE_SECS - 1),
-            log::Level::Info
+            log::Level::Debug
         );
         assert_eq!(failure_level(false, STARTUP_GRACE_SECS), log::Level::Warn);
         assert_eq!(failure_level(true, 0), log::Level::Warn);
+    }
+
+    /// The prefetch goes on through the grace period (its misses at debug)
+    /// and stops after its first miss past it: a peer that never answers
+    /// is one warning at start-up.
+    #[test]
+    fn the_prefetch_warns_once_when_the_peer_never_answers() {
+        let warnings = (0..STARTUP_GRACE_SECS + 5)
+            .take_while(|&secs| {
+                // A try at `secs` failed; is it a warning, and is there another?
+                secs == 0 || prefetch_goes_on(false, secs - 1)
+            })
+            .filter(|&secs| failure_level(false, secs) == log::Level::Warn)
+            .count();
+        assert_eq!(warnings, 1);
+        assert!(prefetch_goes_on(false, STARTUP_GRACE_SECS - 1));
+        assert!(!prefetch_goes_on(false, STARTUP_GRACE_SECS));
+        assert!(!prefetch_goes_on(true, 0));
     }
 }

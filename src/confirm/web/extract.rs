@@ -80,8 +80,13 @@ impl FromRequest for SignedIn {
                         ..
                     },
                 )) => Ok(SignedIn { session_id, who }),
+                // Back to the same page after sign-in, its query too (the
+                // account page's return target); `safe_next` checks it.
                 _ => Err(WebError::SignIn {
-                    next: req.path().to_owned(),
+                    next: req
+                        .uri()
+                        .path_and_query()
+                        .map_or_else(|| req.path().to_owned(), |p| p.as_str().to_owned()),
                 }),
             });
         ready(signed_in)

@@ -115,6 +115,11 @@ pub struct AccountPage<'a> {
     /// Signed in recently enough to add or remove a passkey.
     pub recent: bool,
     pub notice: Option<String>,
+    /// The confirmation page to go back to (checked: `/c/{id}` of this
+    /// service), when one sent the person here to add a passkey.
+    pub back: Option<String>,
+    /// Where to sign in again (coming back here, with `back`).
+    pub reauth: String,
 }
 
 /// A passkey as the account page lists it.
@@ -440,6 +445,34 @@ mod tests {
             "{line}"
         );
         assert!(line.contains("HTTP 400"), "{line}");
+    }
+
+    /// The history says how many entries the checkpoint holds in words a
+    /// person reads: "1 entry", "3 entries".
+    #[test]
+    fn a_checkpoint_of_one_entry_is_said_so() {
+        let page = |tree_size: u64| {
+            let mut row = HistoryRow::of(
+                refused("e", ""),
+                Some(crate::confirm::flow::Logged {
+                    index: 0,
+                    tree_size,
+                }),
+            );
+            row.delivery = "delivered".into();
+            render(&HistoryPage {
+                user: "alice",
+                csrf: "c".into(),
+                rows: vec![row],
+                kept_days: None,
+            })
+            .unwrap()
+        };
+        let one = page(1);
+        assert!(one.contains("in the checkpoint of 1 entry "), "{one}");
+        assert!(!one.contains("1 entries"), "{one}");
+        let three = page(3);
+        assert!(three.contains("in the checkpoint of 3 entries "), "{three}");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /account` | the passkeys of the signed-in account |
+//! | `GET /account[?back=/c/{id}]` | the passkeys of the signed-in account; with a confirmation to go back to once one is added |
 //! | `POST /account/passkeys/begin`, `…/finish` | adding a passkey (JSON) |
 //! | `POST /account/passkeys/remove` | removing one (a form) |
 //! | `POST /login/passkey/begin`, `…/finish` | signing in with one (JSON) |
@@ -30,6 +30,45 @@ pub const RECENT_SECS: i64 = 300;
 
 /// Where to sign in again before adding or removing a passkey.
 const REAUTH: &str = "/login?reauth=300&next=%2Faccount";
+
+/// The return target of the account page (`/account?back=…`) when it is a
+/// confirmation page of this service: `/c/` and a confirmation id (the
+/// base64url SHA-256 of a resource URI), nothing else. Anything else (an
+/// absolute or protocol-relative URL, another path, a dot segment, an
+/// escape) is no target at all, so the page never sends a person elsewhere.
+pub fn confirmation_path(back: &str) -> Option<String> {
+    let id = back.strip_prefix("/c/")?;
+    let plain = id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    (id.len() == 43 && plain).then(|| back.to_owned())
+}
+
+/// The account page's own address, with its return target.
+fn account_path(back: Option<&str>) -> String {
+    match back {
+        Some(b) => format!("/account?{}", query(&[("back", b)])),
+        None => "/account".to_owned(),
+    }
+}
+
+/// Where to sign in again, coming back to the account page (and from there
+/// to the confirmation, when there is one).
+fn reauth_link(back: Option<&str>) -> String {
+    match back {
+        Some(_) => format!(
+            "/login?{}",
+            query(&[("reauth", "300"), ("next", &account_path(back))])
+        ),
+        None => REAUTH.to_owned(),
+    }
+}
+
+fn query(pairs: &[(&str, &str)]) -> String {
+    url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish()
+}
 
 fn recent(state: &CsState, me: &SignedIn) -> bool {
     let now = state.cs.now().timestamp();
@@ -85,6 +124,8 @@ fn b64(field: &'static str, text: &str) -> Result<Vec<u8>, JsonError> {
 pub(super) struct AccountQuery {
     added: Option<String>,
     removed: Option<String>,
+    /// The confirmation page that sent the person here to add a passkey.
+    back: Option<String>,
 }
 
 /// `GET /account`.
@@ -110,12 +151,15 @@ pub(super) async fn account(
         (_, Some(_)) => Some("The passkey was removed.".to_owned()),
         _ => None,
     };
+    let back = q.back.as_deref().and_then(confirmation_path);
     let page = AccountPage {
         user: &me.who.display_name(),
         csrf: state.sessions.csrf_token(&me.session_id),
         passkeys,
         recent: recent(&state, &me),
         notice,
+        reauth: reauth_link(back.as_deref()),
+        back,
     };
     Ok(HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
@@ -388,4 +432,59 @@ pub(super) async fn script() -> HttpResponse {
         .content_type("text/javascript; charset=utf-8")
         .insert_header((actix_web::http::header::CACHE_CONTROL, "max-age=3600"))
         .body(include_str!("../../../templates/passkey.js"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "Ujc6X0hQ3o0xTkq2v9Zl1mFJ0d6QbqR9y3c2Xo5YtUQ";
+
+    /// Only a confirmation page of this service is a return target: no
+    /// other site (an open redirect), no other page of this one.
+    #[test]
+    fn only_a_confirmation_path_is_a_return_target() {
+        let ok = format!("/c/{ID}");
+        assert_eq!(confirmation_path(&ok), Some(ok.clone()));
+        for bad in [
+            "https://evil.example/".to_owned(),
+            format!("https://evil.example/c/{ID}"),
+            format!("//evil.example/c/{ID}"),
+            "//evil.example".to_owned(),
+            format!("/\\evil.example/c/{ID}"),
+            format!("/c/{ID}/../../account"),
+            format!("/c/../{}", &ID[3..]),
+            format!("/c/{ID}/passkey"),
+            format!("/c/{ID}?x=1"),
+            format!("/c/{ID}#x"),
+            format!("/c/%2F%2Fevil.example{}", &ID[16..]),
+            format!("/c/{}", &ID[1..]),
+            format!("/c/{ID}A"),
+            format!("/C/{ID}"),
+            format!("c/{ID}"),
+            format!(" /c/{ID}"),
+            format!("/c/{}	", &ID[1..]),
+            format!("javascript:/c/{ID}"),
+            "/history".to_owned(),
+            "/c/".to_owned(),
+            String::new(),
+        ] {
+            assert_eq!(confirmation_path(&bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_reauth_link_comes_back_with_the_target() {
+        assert_eq!(reauth_link(None), REAUTH);
+        let back = format!("/c/{ID}");
+        let link = reauth_link(Some(&back));
+        assert_eq!(
+            link,
+            format!("/login?reauth=300&next=%2Faccount%3Fback%3D%252Fc%252F{ID}")
+        );
+        assert_eq!(
+            account_path(Some(&back)),
+            format!("/account?back=%2Fc%2F{ID}")
+        );
+    }
 }
