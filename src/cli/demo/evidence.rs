@@ -7,7 +7,7 @@
 use crate::confirm::flow::Cs;
 use crate::store::cs::{Accounts, DecisionRecord, Identity};
 use serde_json::{json, Value};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,6 +15,8 @@ use std::time::Duration;
 
 /// How often the demo looks for new decisions.
 const EVERY: Duration = Duration::from_secs(1);
+/// How many more looks a decision whose evidence could not be written gets.
+const TRIES: u32 = 3;
 
 /// The demo's view of its servers, for the commands it prints.
 pub struct Watch {
@@ -109,6 +111,7 @@ impl Watch {
             .iter()
             .map(|r| r.key().id())
             .collect();
+        let mut failed: HashMap<String, u32> = HashMap::new();
         let mut waiting: Vec<(DecisionRecord, PathBuf)> = Vec::new();
         loop {
             tokio::time::sleep(EVERY).await;
@@ -118,7 +121,7 @@ impl Watch {
             };
             for record in new {
                 let id = record.key().id();
-                if !seen.insert(id) {
+                if seen.contains(&id) {
                     continue;
                 }
                 let written = {
@@ -126,10 +129,19 @@ impl Watch {
                     let record = record.clone();
                     tokio::task::spawn_blocking(move || this.write_evidence(&record)).await
                 };
+                // A decision whose evidence could not be written is tried
+                // again at the next look, a few times, then said once.
+                let tries = failed.entry(id.clone()).or_insert(0);
                 match written {
-                    Ok(Ok(path)) => waiting.push((record, path)),
-                    Ok(Err(e)) => log::warn!("demo: the evidence could not be written: {e}"),
-                    Err(_) => {}
+                    Ok(Ok(path)) => {
+                        seen.insert(id);
+                        waiting.push((record, path));
+                    }
+                    Ok(Err(e)) if *tries >= TRIES => {
+                        log::warn!("demo: the evidence could not be written: {e}");
+                        seen.insert(id);
+                    }
+                    _ => *tries += 1,
                 }
             }
             // A decision is told once it is in a checkpoint, so that the
