@@ -559,7 +559,7 @@ fn log_lines_without_the_key_or_in_version_1_or_out_of_order_are_refused() {
     keyless.as_object_mut().unwrap().remove("log_key");
 
     // A keyless stream's queue: refused, not cleared and dropped.
-    let e = refused_untouched(&stream_of(&keyless, &[queued.clone()]), |e| {
+    let e = refused_untouched(&stream_of(&keyless, std::slice::from_ref(&queued)), |e| {
         matches!(
             e,
             ImportError::Line {
@@ -598,7 +598,7 @@ fn log_lines_without_the_key_or_in_version_1_or_out_of_order_are_refused() {
     // A stream of version 1 holds no log line, nor a log key.
     let mut v1 = keyless.clone();
     v1["version"] = 1.into();
-    let e = refused_untouched(&stream_of(&v1, &[queued.clone()]), |e| {
+    let e = refused_untouched(&stream_of(&v1, std::slice::from_ref(&queued)), |e| {
         matches!(
             e,
             ImportError::Line {
