@@ -192,8 +192,8 @@ pub enum ImportError {
 /// checkpoints with: an export's log is imported only under its own key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TargetLog {
-    /// Its verifier `key`, made from the key file `file`: the file that an
-    /// import refused for another key names, which the old host's replaces.
+    /// Its verifier `key`, made from the key file `file` (which a refusal
+    /// names: the old host's key file replaces it).
     Key { key: String, file: String },
     /// None yet: the key file named is absent, and the server would make a
     /// new key at its first start.
