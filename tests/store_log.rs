@@ -726,3 +726,28 @@ fn the_log_survives_a_reopen_after_an_import() {
     let (_db, reopened) = sled_cs::open_dir(dir.path()).unwrap();
     assert_eq!(log_state(&reopened), log_state(&from));
 }
+
+#[test]
+fn a_keyed_stream_cut_before_its_log_keeps_its_decisions_queued() {
+    let (_d1, _db1, from) = sled_store();
+    fill(&from);
+    let good = lines(&export_of(&from));
+    let header: serde_json::Value = serde_json::from_str(&good[0]).unwrap();
+    let decisions: Vec<String> = good[1..good.len() - 1]
+        .iter()
+        .filter(|l| !l.contains("\"kind\":\"log_"))
+        .cloned()
+        .collect();
+    let (_d2, _db2, to) = sled_store();
+    export::import_cs(
+        &to,
+        &mut joined(&stream_of(&header, &decisions)).as_slice(),
+        &signs_with(&key()),
+    )
+    .unwrap();
+    // No decision is lost from the log: each is queued, to be sequenced
+    // into a tree that begins here.
+    assert_eq!(to.log.queued(10_000).unwrap().len(), 1306);
+    assert_eq!(to.log.head().unwrap(), None);
+    assert_eq!(open_log(&to).sequence_all(10).unwrap(), 1306);
+}
