@@ -3,7 +3,8 @@
 //!
 //! - a CS on sled makes decisions and an auditor keeps its checkpoint
 //!   (`cheq audit --state`); the CS is stopped, `cheq store export` names
-//!   the files that must travel, they are copied to a new data directory,
+//!   the files that must travel and where, they are copied to a new data
+//!   directory,
 //!   `cheq store import` puts the stream into PostgreSQL, and the CS started
 //!   there serves the same signed checkpoint; a new decision grows the log,
 //!   and the auditor's kept state passes; then the same from PostgreSQL
@@ -12,7 +13,10 @@
 //!   would sign the log with another key or has no key file yet, from a
 //!   file and from standard input;
 //! - a data directory made before the secret files were renamed keeps its
-//!   keys (`tlog-note.secret`, `log.secret`).
+//!   keys (`tlog-note.secret`, `log.secret`), and the export says the name
+//!   each takes on the new host; the log's key copied to a host that has
+//!   started once under the name the export gives, or to the file the
+//!   refusal names, moves the log, and under its old name does not.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
@@ -160,9 +164,13 @@ fn cheq_in(args: &[&str], stdin: &[u8]) -> (i32, String, String) {
     )
 }
 
+/// A file `cheq store export` says must travel: where it is, and where it
+/// goes on the new host ("data_dir/NAME", "the path signing_key names", …).
+type Carried = (PathBuf, String);
+
 /// `cheq store export --config FILE`: the stream, and the files its
 /// standard error says must travel beside it.
-fn export(config: &Path) -> (Vec<u8>, Vec<PathBuf>) {
+fn export(config: &Path) -> (Vec<u8>, Vec<Carried>) {
     let (code, out, err) = cheq_in(
         &["store", "export", "--config", config.to_str().unwrap()],
         b"",
@@ -177,7 +185,9 @@ fn export(config: &Path) -> (Vec<u8>, Vec<PathBuf>) {
         .skip(1)
         .map(|l| {
             let l = l.strip_prefix("  ").unwrap();
-            PathBuf::from(&l[..l.find("  (").unwrap()])
+            let (from, rest) = l.split_once("  ->  ").unwrap();
+            let to = &rest[..rest.find("  (").unwrap()];
+            (PathBuf::from(from), to.to_owned())
         })
         .collect();
     (out.into_bytes(), files)
@@ -190,18 +200,17 @@ fn import(config: &Path, stream: &[u8]) -> (i32, String, String) {
     )
 }
 
-/// Copies what the export named from the data directory `from` into `to`
-/// (a new 0700 directory); what lies elsewhere (the signing key) stays
-/// where both configurations name it.
-fn copy_named(files: &[PathBuf], from: &Path, to: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(to).unwrap();
-    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700)).unwrap();
-    for file in files {
-        let Ok(rel) = file.strip_prefix(from) else {
+/// Copies what the export named for the data directory into the data
+/// directory `to` (made 0700 when missing), under the name the export gave;
+/// what lies elsewhere (the signing key) stays where both configurations
+/// name it.
+fn copy_named(files: &[Carried], to: &Path) {
+    private_dir(to);
+    for (file, place) in files {
+        let Some(name) = place.strip_prefix("data_dir/") else {
             continue;
         };
-        copy_tree(file, &to.join(rel));
+        copy_tree(file, &to.join(name));
     }
 }
 
@@ -217,22 +226,15 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-/// Stops the CS at `cs`, moves its store (configuration `from`, data
-/// directory `from_dir`) to the configuration `to` over the new data
-/// directory `to_dir`, copying the files the export names; returns the
-/// names it gave.
-fn move_host(
-    cs: &mut Proc,
-    from: &Path,
-    from_dir: &Path,
-    to: &Path,
-    to_dir: &Path,
-) -> Vec<PathBuf> {
+/// Stops the CS at `cs`, moves its store (configuration `from`) to the
+/// configuration `to` over the new data directory `to_dir`, copying the
+/// files the export names.
+fn move_host(cs: &mut Proc, from: &Path, to: &Path, to_dir: &Path) {
     cs.kill();
     let (stream, files) = export(from);
     let names: Vec<String> = files
         .iter()
-        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+        .map(|(f, _)| f.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
     for needed in [
         "transparency-log-key.secret",
@@ -245,12 +247,11 @@ fn move_host(
             "{needed} not in {names:?}"
         );
     }
-    copy_named(&files, from_dir, to_dir);
+    copy_named(&files, to_dir);
     let (code, out, err) = import(to, &stream);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("log_head"), "{out}");
     assert!(err.is_empty(), "{err}");
-    files
 }
 
 #[test]
@@ -292,13 +293,7 @@ fn the_log_moves_from_sled_to_postgresql_and_back_and_the_auditor_follows() {
 
         // sled -> PostgreSQL, on a new data directory.
         let pg_config = config_over(&setup, "pg.toml", "cs-pg", Some(&db));
-        move_host(
-            &mut cs,
-            &sled_config,
-            &root.join("cs"),
-            &pg_config,
-            &root.join("cs-pg"),
-        );
+        move_host(&mut cs, &sled_config, &pg_config, &root.join("cs-pg"));
         let log = root.join("cs-pg.log");
         let mut cs = start_server(
             "CS on PostgreSQL",
@@ -324,13 +319,7 @@ fn the_log_moves_from_sled_to_postgresql_and_back_and_the_auditor_follows() {
 
         // PostgreSQL -> sled, on another new data directory.
         let back_config = config_over(&setup, "back.toml", "cs-back", None);
-        move_host(
-            &mut cs,
-            &pg_config,
-            &root.join("cs-pg"),
-            &back_config,
-            &root.join("cs-back"),
-        );
+        move_host(&mut cs, &pg_config, &back_config, &root.join("cs-back"));
         let log = root.join("cs-back.log");
         let cs = start_server(
             "CS on sled again",
@@ -435,7 +424,10 @@ fn an_import_under_another_log_key_is_refused_and_writes_nothing() {
     assert_eq!(code, 1, "{err}");
     let wanted = root.join("bare/transparency-log-key.secret");
     assert!(
-        err.contains(&format!("has no key file yet ({})", wanted.display())),
+        err.contains(&format!(
+            "has no key file yet: copy the old host's key file to {} first",
+            wanted.display()
+        )),
         "{err}"
     );
     assert!(!wanted.exists(), "the import made a key");
@@ -480,10 +472,12 @@ fn a_data_directory_made_before_the_renaming_keeps_its_keys() {
     });
     assert!(!data.join("transparency-log-key.secret").exists());
     assert!(!data.join("log-pseudonym.secret").exists());
-    // The export names the files in use.
+    // The export names the files in use, and the names they take.
     let (_, files) = export(Path::new(&setup.path("cs.toml")));
-    assert!(files.contains(&old_log_key), "{files:?}");
-    assert!(files.contains(&old_pseudonyms), "{files:?}");
+    let log_key_to = (old_log_key, "data_dir/transparency-log-key.secret".into());
+    assert!(files.contains(&log_key_to), "{files:?}");
+    let pseudonyms_to = (old_pseudonyms, "data_dir/log-pseudonym.secret".into());
+    assert!(files.contains(&pseudonyms_to), "{files:?}");
 
     // A new data directory gets the new names.
     let fresh = Setup::new();
@@ -496,4 +490,65 @@ fn a_data_directory_made_before_the_renaming_keeps_its_keys() {
     assert!(data.join("log-pseudonym.secret").exists());
     assert!(!data.join("tlog-note.secret").exists());
     assert!(!data.join("log.secret").exists());
+}
+
+/// A new host that has started once (its own key file under the present
+/// name) and the old host's key file under its old name
+/// (`tlog-note.secret`): the copy the export asks for, and the one the
+/// refusal asks for, each make the import pass; a copy under the old name
+/// does not, and the refusal names the file to replace.
+#[test]
+fn a_log_key_under_its_old_name_moves_to_a_host_that_has_started() {
+    let setup = Setup::new();
+    let root = setup.dir.path().to_owned();
+    let from = config_over(&setup, "from.toml", "from", None);
+    private_dir(&root.join("from"));
+    let old_key = root.join("from/tlog-note.secret");
+    std::fs::write(&old_key, "an old transparency log key secret, 32 bytes+").unwrap();
+    store_with_a_log(&from);
+    assert!(!root.join("from/transparency-log-key.secret").exists());
+    let (stream, files) = export(&from);
+    assert!(
+        files.contains(&(
+            old_key.clone(),
+            "data_dir/transparency-log-key.secret".into()
+        )),
+        "{files:?}"
+    );
+
+    // A host whose first start made its own key.
+    let started = |name: &str| {
+        let config = config_over(&setup, &format!("{name}.toml"), name, None);
+        private_dir(&root.join(name));
+        let own = root.join(name).join("transparency-log-key.secret");
+        cheq::keyfile::load_or_create_secret(&own).unwrap();
+        (config, own)
+    };
+
+    // The old file copied under its old name changes nothing: the new
+    // host reads its own first. The refusal names that file.
+    let (to, own) = started("to");
+    std::fs::copy(&old_key, root.join("to/tlog-note.secret")).unwrap();
+    let (code, _, err) = import(&to, &stream);
+    assert_eq!(code, 1, "{err}");
+    let own_shown = own.display().to_string();
+    assert!(
+        err.contains(&format!(
+            "the key in {own_shown}: replace {own_shown} with the old host's key file"
+        )),
+        "{err}"
+    );
+    holds_nothing(&to);
+    // Doing what it says.
+    std::fs::copy(&old_key, &own).unwrap();
+    let (code, out, err) = import(&to, &stream);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1 log_entry, 1 log_head"), "{out}");
+
+    // Doing what the export said, on another started host.
+    let (to, _) = started("to2");
+    copy_named(&files, &root.join("to2"));
+    let (code, out, err) = import(&to, &stream);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1 log_entry, 1 log_head"), "{out}");
 }

@@ -159,8 +159,14 @@ fn export_of(store: &CsStore) -> Vec<u8> {
     out
 }
 
+/// The key file of the targets these tests name.
+const KEY_FILE: &str = "/new/host/data/transparency-log-key.secret";
+
 fn signs_with(key: &LogKey) -> TargetLog {
-    TargetLog::Key(key.verifier_key())
+    TargetLog::Key {
+        key: key.verifier_key(),
+        file: KEY_FILE.into(),
+    }
 }
 
 /// Everything a log store holds that a reader sees.
@@ -284,6 +290,13 @@ fn a_log_under_a_key_the_target_does_not_sign_with_is_refused_before_writing() {
     assert!(matches!(e, ImportError::OtherLogKey { .. }), "{e}");
     assert!(!e.wrote_some());
     assert!(e.to_string().contains(&key().verifier_key()), "{e}");
+    // It names the file that must hold the old host's key.
+    assert!(
+        e.to_string().contains(&format!(
+            "the key in {KEY_FILE}: replace {KEY_FILE} with the old host's key file"
+        )),
+        "{e}"
+    );
     assert!(e.to_string().contains("nothing was written"), "{e}");
     untouched(&to);
     // The same, found by the check of a file before the store is opened.
@@ -475,7 +488,7 @@ fn a_log_that_is_not_whole_or_not_the_signed_tree_is_refused() {
         matches!(
             &err,
             ImportError::Line {
-                cause: LineError::Log(LogLineError::NoKey),
+                cause: LineError::Log(LogLineError::NoKey("log_head")),
                 ..
             }
         ),
@@ -505,6 +518,171 @@ fn a_log_that_is_not_whole_or_not_the_signed_tree_is_refused() {
         to.log.head().unwrap().is_none(),
         "a head set for a log found wrong"
     );
+}
+
+/// A stream of `header` and `items`, with its end line.
+fn stream_of(header: &serde_json::Value, items: &[String]) -> Vec<String> {
+    let mut lines = vec![header.to_string()];
+    lines.extend(items.iter().cloned());
+    lines.push(format!("{{\"kind\":\"end\",\"items\":{}}}", items.len()));
+    lines
+}
+
+/// The import of `lines` into a new store is refused as `expected`, and
+/// writes nothing (but the binding of the log to the header's key, where
+/// it names one); the check of a file before an import refuses it too.
+fn refused_untouched(lines: &[String], expected: fn(&ImportError) -> bool) -> ImportError {
+    let e = checked(lines).unwrap_err();
+    assert!(expected(&e), "checked: {e}");
+    let (_d, _db, to) = sled_store();
+    let e = export::import_cs(&to, &mut joined(lines).as_slice(), &signs_with(&key())).unwrap_err();
+    assert!(expected(&e), "imported: {e}");
+    export::ensure_empty_cs(&to).unwrap();
+    assert!(to.log.queued(1).unwrap().is_empty());
+    assert_eq!(to.log.head().unwrap(), None);
+    let header: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    if header.get("log_key").is_none() || header["version"] == 1 {
+        assert_eq!(to.log.bound_key().unwrap(), None, "the log was bound");
+    }
+    e
+}
+
+#[test]
+fn log_lines_without_the_key_or_in_version_1_or_out_of_order_are_refused() {
+    let (_d1, _db1, from) = sled_store();
+    fill(&from);
+    let good = lines(&export_of(&from));
+    let header: serde_json::Value = serde_json::from_str(&good[0]).unwrap();
+    let queued = good[first_of(&good, "log_queued")].clone();
+    let head = good[first_of(&good, "log_head")].clone();
+    let mut keyless = header.clone();
+    keyless.as_object_mut().unwrap().remove("log_key");
+
+    // A keyless stream's queue: refused, not cleared and dropped.
+    let e = refused_untouched(&stream_of(&keyless, std::slice::from_ref(&queued)), |e| {
+        matches!(
+            e,
+            ImportError::Line {
+                line: 2,
+                cause: LineError::Log(LogLineError::NoKey("log_queued")),
+            }
+        )
+    });
+    assert!(
+        e.to_string().contains(
+            "line 2: the transparency log: a log_queued line, and the header names no log key"
+        ),
+        "{e}"
+    );
+    // The same after decisions: the check of a file refuses it before
+    // any is written.
+    let decisions: Vec<String> = good
+        .iter()
+        .filter(|l| l.contains("\"kind\":\"decision\""))
+        .cloned()
+        .collect();
+    let mut items = decisions.clone();
+    items.push(queued.clone());
+    let e = checked(&stream_of(&keyless, &items)).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            ImportError::Line {
+                cause: LineError::Log(LogLineError::NoKey("log_queued")),
+                ..
+            }
+        ),
+        "{e}"
+    );
+
+    // A stream of version 1 holds no log line, nor a log key.
+    let mut v1 = keyless.clone();
+    v1["version"] = 1.into();
+    let e = refused_untouched(&stream_of(&v1, std::slice::from_ref(&queued)), |e| {
+        matches!(
+            e,
+            ImportError::Line {
+                line: 2,
+                cause: LineError::Log(LogLineError::InVersion1("log_queued")),
+            }
+        )
+    });
+    assert!(
+        e.to_string()
+            .contains("a log_queued line in an export of version 1"),
+        "{e}"
+    );
+    let mut items = decisions;
+    items.push(head.clone());
+    let e = checked(&stream_of(&v1, &items)).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            ImportError::Line {
+                cause: LineError::Log(LogLineError::InVersion1("log_head")),
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let mut v1_keyed = header.clone();
+    v1_keyed["version"] = 1.into();
+    let e = refused_untouched(&stream_of(&v1_keyed, &[]), |e| {
+        matches!(
+            e,
+            ImportError::Header(export::HeaderError::LogKeyInVersion1)
+        )
+    });
+    assert!(
+        e.to_string()
+            .starts_with("line 1: a log_key in a header of version 1"),
+        "{e}"
+    );
+
+    // A head after the queue is not taken for a second head.
+    let e = refused_untouched(&stream_of(&header, &[queued, head.clone()]), |e| {
+        matches!(
+            e,
+            ImportError::Line {
+                line: 3,
+                cause: LineError::Log(LogLineError::HeadAfterQueued),
+            }
+        )
+    });
+    assert!(
+        e.to_string().contains("a log_head after a log_queued line"),
+        "{e}"
+    );
+    refused_untouched(&stream_of(&header, &[head.clone(), head]), |e| {
+        matches!(
+            e,
+            ImportError::Line {
+                line: 3,
+                cause: LineError::Log(LogLineError::SecondHead),
+            }
+        )
+    });
+}
+
+#[test]
+fn a_queue_bound_to_no_key_is_not_exported() {
+    let (_d, _db, store) = sled_store();
+    store.log.queue(b"an entry of a log never opened").unwrap();
+    let mut out = Vec::new();
+    let e = export::export_cs(&store, &mut out, chrono::Utc::now()).unwrap_err();
+    assert!(matches!(e, export::ExportError::QueueWithoutKey), "{e}");
+    assert!(out.is_empty(), "a header was written");
+    // Once the log is opened (bound), its queue travels with its key.
+    open_log(&store);
+    let stream = export_of(&store);
+    let (header, counts) = export::check(
+        &mut stream.as_slice(),
+        export::Server::Cs,
+        &signs_with(&key()),
+    )
+    .unwrap();
+    assert_eq!(header.log_key, Some(key().verifier_key()));
+    assert_eq!((counts.of("log_head"), counts.of("log_queued")), (1, 1));
 }
 
 #[test]
@@ -547,4 +725,29 @@ fn the_log_survives_a_reopen_after_an_import() {
     }
     let (_db, reopened) = sled_cs::open_dir(dir.path()).unwrap();
     assert_eq!(log_state(&reopened), log_state(&from));
+}
+
+#[test]
+fn a_keyed_stream_cut_before_its_log_keeps_its_decisions_queued() {
+    let (_d1, _db1, from) = sled_store();
+    fill(&from);
+    let good = lines(&export_of(&from));
+    let header: serde_json::Value = serde_json::from_str(&good[0]).unwrap();
+    let decisions: Vec<String> = good[1..good.len() - 1]
+        .iter()
+        .filter(|l| !l.contains("\"kind\":\"log_"))
+        .cloned()
+        .collect();
+    let (_d2, _db2, to) = sled_store();
+    export::import_cs(
+        &to,
+        &mut joined(&stream_of(&header, &decisions)).as_slice(),
+        &signs_with(&key()),
+    )
+    .unwrap();
+    // No decision is lost from the log: each is queued, to be sequenced
+    // into a tree that begins here.
+    assert_eq!(to.log.queued(10_000).unwrap().len(), 1306);
+    assert_eq!(to.log.head().unwrap(), None);
+    assert_eq!(open_log(&to).sequence_all(10).unwrap(), 1306);
 }

@@ -9,12 +9,15 @@
 //!
 //! What the stream does not hold travels beside it: export names on
 //! standard error every key and secret file of the host that a move must
-//! copy (the transparency log's key among them). Import refuses, before it
+//! copy (the transparency log's key among them), and where each goes on the
+//! new host, under the name it reads first. Import refuses, before it
 //! writes anything, a transparency log that the target configuration would
-//! not sign with the key the log is bound to.
+//! not sign with the key the log is bound to, and names the file that must
+//! hold the old host's key.
 
 use super::{display_path, CliError};
 use crate::configfile::ServerConfig as _;
+use crate::confirm::server::{HostFile, HostPlace};
 use crate::store::export::{self, Server, TargetLog};
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -206,37 +209,46 @@ fn export_cmd(args: ExportArgs, out: &mut dyn Write) -> Result<(), CliError> {
 }
 
 /// The files of a host that a move must copy beside its export (the
-/// stream holds none of them), those that exist, each with what it is.
-pub fn files_to_copy(config: &Configured) -> Vec<(PathBuf, &'static str)> {
+/// stream holds none of them), those that exist, each with where it goes
+/// on the new host and what it is.
+pub fn files_to_copy(config: &Configured) -> Vec<HostFile> {
     let files = match config {
         Configured::Cs(c) => crate::confirm::server::host_files(c),
         Configured::Rs(c) => {
             let d = &c.data_dir;
-            vec![
-                (c.signing_key.clone(), "the signing key"),
-                (
-                    crate::keyring::KeyRing::manifest_for(&c.signing_key),
-                    "its key set, with the key files it lists beside it",
-                ),
-                (d.join("token.secret"), "the key of issued access tokens"),
-                (
-                    d.join(crate::httpkit::METRICS_SECRET_FILE),
-                    "the /metrics token",
-                ),
-            ]
+            let mut files = crate::confirm::server::signing_files(&c.signing_key);
+            for (name, what) in [
+                ("token.secret", "the key of issued access tokens"),
+                (crate::httpkit::METRICS_SECRET_FILE, "the /metrics token"),
+            ] {
+                files.push(HostFile {
+                    path: d.join(name),
+                    to: HostPlace::DataDir(name),
+                    what,
+                });
+            }
+            files
         }
     };
-    files.into_iter().filter(|(p, _)| p.exists()).collect()
+    files.into_iter().filter(|f| f.path.exists()).collect()
 }
 
-/// Says on standard error which files must travel beside the export.
+/// Says on standard error which files must travel beside the export, and
+/// where each goes: under the name the new host reads first, which is not
+/// always its name here (a data directory made by an older cheq).
 fn say_files(config: &Configured) {
     let mut text = String::from(
-        "cheq store export: copy these files to the new host (to the paths its configuration \
-         names) before its server first starts there; the export does not hold them:\n",
+        "cheq store export: copy these files to the new host before its server first starts \
+         there (the export does not hold them), each to the place after \"->\" in the terms of \
+         the new host's configuration, under the name given there:\n",
     );
-    for (path, what) in files_to_copy(config) {
-        text.push_str(&format!("  {}  ({what})\n", path.display()));
+    for file in files_to_copy(config) {
+        text.push_str(&format!(
+            "  {}  ->  {}  ({})\n",
+            file.path.display(),
+            file.to,
+            file.what
+        ));
     }
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
@@ -269,7 +281,10 @@ fn target_log(config: &Configured) -> Result<TargetLog, CliError> {
             path.display()
         ))
     })?;
-    Ok(TargetLog::Key(key.verifier_key()))
+    Ok(TargetLog::Key {
+        key: key.verifier_key(),
+        file: display_path(&path),
+    })
 }
 
 /// A new file only its owner reads (an export holds password hashes and
@@ -371,7 +386,7 @@ fn import_cmd(args: ImportArgs, out: &mut dyn Write) -> Result<(), CliError> {
 /// is not the moved log under its own key.
 fn say_log(header: &export::Header, target: &TargetLog) {
     let text = match (&header.log_key, target) {
-        (None, TargetLog::Key(_) | TargetLog::NoKeyFile(_)) if header.version == 1 => {
+        (None, TargetLog::Key { .. } | TargetLog::NoKeyFile(_)) if header.version == 1 => {
             "cheq store import: an export of version 1 holds no transparency log: the decisions \
              it holds are logged again, in a log that begins anew here, which an auditor's kept \
              checkpoint of the old log will not match\n"

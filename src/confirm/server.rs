@@ -195,42 +195,102 @@ pub const SESSION_SECRET_FILE: &str = "session.secret";
 /// The key of the raw API's user tokens (§10).
 pub const API_TOKEN_SECRET_FILE: &str = "api-token.secret";
 
-/// The files of a CS's host that its store does not hold, each with what
-/// it is: what a move to another host or store copies beside the export,
-/// and what instances sharing one database share.
-pub fn host_files(config: &CsConfig) -> Vec<(std::path::PathBuf, &'static str)> {
+/// A file of a host that its store does not hold: what a move to another
+/// host or store copies beside the export.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostFile {
+    /// Where it is on this host.
+    pub path: std::path::PathBuf,
+    /// Where it goes on the new host.
+    pub to: HostPlace,
+    /// What it is.
+    pub what: &'static str,
+}
+
+/// Where a [`HostFile`] goes on the new host, in the terms of its
+/// configuration, under the name that host reads first: a file an older
+/// cheq named otherwise takes its present name, which a server that has
+/// started once holds already and reads before the old one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostPlace {
+    /// The path a setting names (`signing_key`).
+    Setting(&'static str),
+    /// Beside the file `signing_key` names, under this name (a key set's
+    /// manifest is named after its key).
+    BesideSigningKey(String),
+    /// In the data directory, under this name.
+    DataDir(&'static str),
+}
+
+impl std::fmt::Display for HostPlace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostPlace::Setting(setting) => write!(f, "the path {setting} names"),
+            HostPlace::BesideSigningKey(name) => write!(f, "{name} beside signing_key"),
+            HostPlace::DataDir(name) => write!(f, "data_dir/{name}"),
+        }
+    }
+}
+
+/// The signing key and its key set, of either server.
+pub fn signing_files(signing_key: &std::path::Path) -> Vec<HostFile> {
+    let manifest = KeyRing::manifest_for(signing_key);
+    let name = manifest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    vec![
+        HostFile {
+            path: signing_key.to_owned(),
+            to: HostPlace::Setting("signing_key"),
+            what: "the signing key",
+        },
+        HostFile {
+            path: manifest,
+            to: HostPlace::BesideSigningKey(name),
+            what: "its key set, with the key files it lists beside it",
+        },
+    ]
+}
+
+/// The files of a CS's host that its store does not hold: what a move to
+/// another host or store copies beside the export, and what instances
+/// sharing one database share.
+pub fn host_files(config: &CsConfig) -> Vec<HostFile> {
+    use crate::confirm::config::{LOG_KEY_FILE, LOG_PSEUDONYM_FILE};
     let d = &config.data_dir;
-    let mut files = vec![
-        (config.signing_key.clone(), "the signing key"),
-        (
-            KeyRing::manifest_for(&config.signing_key),
-            "its key set, with the key files it lists beside it",
-        ),
-        (
-            config.log_key_file(),
-            "the transparency log's key: without it the moved log cannot grow",
-        ),
-        (d.join(SEALED_DIR), "the sealed documents' keys"),
-        (
-            d.join(EVIDENCE_SECRET_FILE),
+    let in_dir = |name: &'static str, what: &'static str| HostFile {
+        path: d.join(name),
+        to: HostPlace::DataDir(name),
+        what,
+    };
+    let mut files = signing_files(&config.signing_key);
+    files.push(HostFile {
+        path: config.log_key_file(),
+        to: if config.transparency_log.key_file.is_some() {
+            HostPlace::Setting("[transparency_log] key_file")
+        } else {
+            HostPlace::DataDir(LOG_KEY_FILE)
+        },
+        what: "the transparency log's key: without it the moved log cannot grow",
+    });
+    files.extend([
+        in_dir(SEALED_DIR, "the sealed documents' keys"),
+        in_dir(
+            EVIDENCE_SECRET_FILE,
             "the key of the digests of collected values",
         ),
-        (
-            d.join(super::auth::PIN_PEPPER_FILE),
-            "the pepper of voice PINs",
-        ),
-        (d.join(API_TOKEN_SECRET_FILE), "the key of raw-API tokens"),
-        (
-            config.log_pseudonym_file(),
-            "the key of the pseudonyms of names in log lines",
-        ),
-        (
-            d.join(crate::httpkit::METRICS_SECRET_FILE),
-            "the /metrics token",
-        ),
-    ];
+        in_dir(super::auth::PIN_PEPPER_FILE, "the pepper of voice PINs"),
+        in_dir(API_TOKEN_SECRET_FILE, "the key of raw-API tokens"),
+        HostFile {
+            path: config.log_pseudonym_file(),
+            to: HostPlace::DataDir(LOG_PSEUDONYM_FILE),
+            what: "the key of the pseudonyms of names in log lines",
+        },
+        in_dir(crate::httpkit::METRICS_SECRET_FILE, "the /metrics token"),
+    ]);
     if config.session_secret.is_none() {
-        files.push((d.join(SESSION_SECRET_FILE), "the key of sessions"));
+        files.push(in_dir(SESSION_SECRET_FILE, "the key of sessions"));
     }
     files
 }

@@ -290,8 +290,9 @@ impl CsImport<'_> {
             },
             |(at, _)| *at,
         );
-        // A log with neither head nor queue lines still owns the queue.
-        self.clear_queue(at)?;
+        // The queue is the stream's once a log line came (see `put`); with
+        // none, what the decisions queued stays, to be sequenced afresh:
+        // a stream cut before its log loses no decision from the log.
         let (mut part, _) = self.tree.finish().map_err(|e| ImportError::Line {
             line: at.line,
             cause: LineError::Log(super::read::LogLineError::Tree(e)),

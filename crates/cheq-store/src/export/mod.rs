@@ -24,7 +24,10 @@
 //! | `nonce` | RS | a decided nonce: the digest of its decision document and its data (base64url), its expiry |
 //! | `execution` | RS | an idempotency key of the demo tools and the operation's result |
 //!
-//! The log's lines come last, `log_head` first. The tree's stored hashes
+//! The log's lines come last, `log_head` first, and only in a stream of
+//! version 2 whose header names the log's key: a log, its queue included,
+//! travels only with its key (an import clears the queue the decisions'
+//! claims fill and puts the stream's back). The tree's stored hashes
 //! are not in the stream: an import computes them again from the entries
 //! and refuses a log whose root is not the one its checkpoint signs, so the
 //! moved host serves the same tiles. A log travels only with the key it is

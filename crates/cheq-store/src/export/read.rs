@@ -29,6 +29,8 @@ pub enum HeaderError {
     UnknownVersion(u64),
     #[error("the log key {0:?} is not a signed-note verifier key")]
     BadLogKey(String),
+    #[error("a log_key in a header of version 1, which holds no transparency log")]
+    LogKeyInVersion1,
     #[error("the header is malformed: {0}")]
     Malformed(#[source] serde_json::Error),
     #[error("this is an export of {stream}, and the configuration is of {target}")]
@@ -75,10 +77,20 @@ pub enum LineError {
 /// What is wrong with the transparency log's lines.
 #[derive(Debug, thiserror::Error)]
 pub enum LogLineError {
-    #[error("a log_head, and the header names no log key")]
-    NoKey,
+    #[error(
+        "a {0} line in an export of version 1, which holds no transparency log: the export \
+         was changed"
+    )]
+    InVersion1(&'static str),
+    #[error(
+        "a {0} line, and the header names no log key: a log's lines travel only with the key \
+         the log is bound to"
+    )]
+    NoKey(&'static str),
     #[error("a second log_head")]
     SecondHead,
+    #[error("a log_head after a log_queued line: the head comes first, then the tree's entries, then the queue")]
+    HeadAfterQueued,
     #[error("the log_head's checkpoint: {0}")]
     Checkpoint(#[source] cheq_core::tlog::checkpoint::CheckpointError),
     #[error("the log_head says a tree of {said} entries with root {root}, and its checkpoint signs another")]
@@ -144,13 +156,18 @@ pub enum ImportError {
     Flush(#[source] StoreError),
     #[error(
         "the export's transparency log is signed with the key {stream}, and this \
-         configuration signs with {target}: copy the log's key file from the old host \
-         (and keep its public_url), or the moved log could not grow; nothing was written"
+         configuration signs with {target}, the key in {file}: replace {file} with the old \
+         host's key file (and keep the old host's public_url), or the moved log could not \
+         grow; nothing was written"
     )]
-    OtherLogKey { stream: String, target: String },
+    OtherLogKey {
+        stream: String,
+        target: String,
+        file: String,
+    },
     #[error(
         "the export's transparency log is signed with the key {stream}, and this \
-         configuration has no key file yet ({file}): copy the old host's there first; \
+         configuration has no key file yet: copy the old host's key file to {file} first; \
          nothing was written"
     )]
     NoLogKey { stream: String, file: String },
@@ -175,8 +192,9 @@ pub enum ImportError {
 /// checkpoints with: an export's log is imported only under its own key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TargetLog {
-    /// Its verifier key.
-    Key(String),
+    /// Its verifier `key`, made from the key file `file` (which a refusal
+    /// names: the old host's key file replaces it).
+    Key { key: String, file: String },
     /// None yet: the key file named is absent, and the server would make a
     /// new key at its first start.
     NoKeyFile(String),
@@ -192,10 +210,11 @@ impl TargetLog {
             return Ok(());
         };
         match self {
-            TargetLog::Key(target) if target == stream => Ok(()),
-            TargetLog::Key(target) => Err(ImportError::OtherLogKey {
+            TargetLog::Key { key, .. } if key == stream => Ok(()),
+            TargetLog::Key { key, file } => Err(ImportError::OtherLogKey {
                 stream: stream.clone(),
-                target: target.clone(),
+                target: key.clone(),
+                file: file.clone(),
             }),
             TargetLog::NoKeyFile(file) => Err(ImportError::NoLogKey {
                 stream: stream.clone(),
@@ -272,6 +291,9 @@ fn read_header(text: &str, target: Server) -> Result<Header, HeaderError> {
         });
     }
     if let Some(key) = &header.log_key {
+        if header.version == 1 {
+            return Err(HeaderError::LogKeyInVersion1);
+        }
         LogVerifier::new(key).map_err(|_| HeaderError::BadLogKey(key.clone()))?;
     }
     Ok(header)
@@ -414,6 +436,10 @@ fn read_line(text: &str, server: Server) -> Result<Parsed, LineError> {
 
 /// The transparency log's lines read so far, checked as they come.
 struct LogLines {
+    /// The stream's version: one of 1 holds no log lines.
+    version: u64,
+    /// The key the header names: a stream without one holds no log lines
+    /// (its decisions queue their entries again when imported).
     verifier: Option<LogVerifier>,
     head: Option<LogHead>,
     tree: TreeBuilder,
@@ -425,6 +451,7 @@ struct LogLines {
 impl LogLines {
     fn new(header: &Header) -> LogLines {
         LogLines {
+            version: header.version,
             // Checked when the header was read.
             verifier: header
                 .log_key
@@ -448,11 +475,22 @@ impl LogLines {
         }
         self.begun = true;
         let log = LineError::Log;
+        if self.version == 1 {
+            return Err(log(LogLineError::InVersion1(item.kind())));
+        }
+        let verifier = self
+            .verifier
+            .as_ref()
+            .ok_or(log(LogLineError::NoKey(item.kind())))?;
         match item {
             Item::LogHead(head) => {
-                let verifier = self.verifier.as_ref().ok_or(log(LogLineError::NoKey))?;
-                if self.head.is_some() || self.tree.len() > 0 || self.queued {
+                // An entry before any head is refused as it comes: a tree
+                // begun means a head was read.
+                if self.head.is_some() {
                     return Err(log(LogLineError::SecondHead));
+                }
+                if self.queued {
+                    return Err(log(LogLineError::HeadAfterQueued));
                 }
                 let signed = verifier
                     .verify(&head.checkpoint)
@@ -485,7 +523,7 @@ impl LogLines {
                     .push(entry.clone())
                     .map_err(|e| log(LogLineError::Tree(e)))?;
             }
-            _ => {
+            Item::LogQueued(_) => {
                 let size = self.head.as_ref().map_or(0, |h| h.size);
                 if self.tree.len() < size {
                     return Err(log(LogLineError::QueuedBeforeTree {
@@ -495,6 +533,14 @@ impl LogLines {
                 }
                 self.queued = true;
             }
+            // Answered before the log's lines are looked at.
+            Item::Account(_)
+            | Item::Entry { .. }
+            | Item::Decision(_)
+            | Item::Collected { .. }
+            | Item::Cheq(_)
+            | Item::Nonce { .. }
+            | Item::Execution { .. } => {}
         }
         Ok(())
     }

@@ -25,6 +25,12 @@ pub enum ExportError {
     Stuck { what: &'static str, after: String },
     #[error("the transparency log has a head and is bound to no key")]
     LogWithoutKey,
+    #[error(
+        "the transparency log has queued entries and is bound to no key: a log's lines \
+         travel only with its key; start the confirmation server once with its log on \
+         (which binds the log to its key), stop it, and export again"
+    )]
+    QueueWithoutKey,
 }
 
 /// Writes the header, the items and the end line.
@@ -120,8 +126,15 @@ pub fn export_cs(
 ) -> Result<Counts, ExportError> {
     let log_key = store.log.bound_key()?;
     let head = store.log.head()?;
-    if head.is_some() && log_key.is_none() {
-        return Err(ExportError::LogWithoutKey);
+    if log_key.is_none() {
+        // A stream's log lines need the key they are bound to; a store's
+        // decisions queue their entries only into a log that has one.
+        if head.is_some() {
+            return Err(ExportError::LogWithoutKey);
+        }
+        if !store.log.queued(1)?.is_empty() {
+            return Err(ExportError::QueueWithoutKey);
+        }
     }
     let mut w = Writer::start(out, Server::Cs, now, log_key)?;
     each_page(
