@@ -656,7 +656,13 @@ async fn assert_private_values_gone(env: &Env, pack: &cheq::cheq::UriPack) {
     for v in [FROM, TO] {
         assert!(!holds(doc.as_bytes(), v), "the evidence holds {v}: {doc}");
     }
-    let redacted: Value = serde_json::from_str(&doc).unwrap();
+    // Redacted evidence: a JWS signed by the CS over the statement (§8.1).
+    let signed: Value = serde_json::from_str(&doc).unwrap();
+    let statement = cheq::sign::b64::decode(signed["payload"].as_str().unwrap()).unwrap();
+    for v in [FROM, TO] {
+        assert!(!holds(&statement, v), "the statement holds {v}: {doc}");
+    }
+    let redacted: Value = serde_json::from_slice(&statement).unwrap();
     // Keyed digests: without the CS's evidence key a short number cannot be
     // found by hashing every candidate.
     let digests = &redacted["collected_hmac_sha256"];

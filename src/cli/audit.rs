@@ -7,11 +7,20 @@
 //! rewritten, truncated or forked since is caught), and the inclusion of
 //! each `--document`: a signed CHEQ by the digest of its exact bytes,
 //! redacted evidence (§8.1) by the log digest the confirmation service kept
-//! of the document as delivered, which the evidence carries. On success the new checkpoint is kept and a JSON
-//! summary printed; on any failure, one line naming it and exit 1, and the
-//! kept checkpoint stays as it was.
+//! of the document as delivered, which the evidence carries.
+//!
+//! Finding that entry proves only that the log holds an entry with that
+//! digest: that the evidence is the confirmation service's, and so that
+//! the digest is the delivered document's, is its signature's to prove,
+//! which needs the trust `cheq verify` is given. With `--trust` the audit
+//! verifies each redacted evidence first, as `cheq verify` does, and a
+//! forged file fails; without it the summary says what was not checked.
+//! On success the new checkpoint is kept and a JSON summary printed; on
+//! any failure, one line naming it and exit 1, and the kept checkpoint
+//! stays as it was.
 
-use super::{display_path, read_input, write_out, CliError};
+use super::{display_path, read_input, read_trust, write_out, CliError};
+use crate::sign::TrustStore;
 use crate::tlog::audit::{audit, AuditError, TileSource, Wanted};
 use crate::tlog::LogVerifier;
 use serde_json::json;
@@ -23,7 +32,9 @@ use std::time::Duration;
 ///
 /// Exit 0 and a JSON summary when the log's checkpoint is signed by KEY,
 /// extends the one kept in FILE, and holds every DOCUMENT; exit 1 naming
-/// what failed otherwise.
+/// what failed otherwise. For redacted evidence the log proves only that
+/// an entry with the digest it names is there: give --trust to check first
+/// that the confirmation service signed it (as `cheq verify` does).
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The log's URL prefix, `<public_url>/log/`.
@@ -43,6 +54,11 @@ pub struct Args {
     /// named by the log digest it carries).
     #[arg(long = "document", value_name = "FILE")]
     pub documents: Vec<PathBuf>,
+    /// The TRUST file (as for `cheq verify`): each redacted evidence is
+    /// verified under it before its entry is looked for, so that a file
+    /// the confirmation service did not sign is refused.
+    #[arg(long, value_name = "TRUST.json")]
+    pub trust: Option<PathBuf>,
 }
 
 /// The most bytes read from the log per resource: a full tile is 8 KiB, a
@@ -156,10 +172,11 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         Some(p) if p.exists() => Some(read_input(p)?),
         _ => None,
     };
+    let trust = args.trust.as_deref().map(read_trust).transpose()?;
     let mut wanted = Vec::new();
     let mut redacted = Vec::new();
     for d in &args.documents {
-        let (w, r) = wanted_document(d)?;
+        let (w, r) = wanted_document(d, trust.as_ref())?;
         wanted.push(w);
         redacted.push(r);
     }
@@ -176,12 +193,12 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         .iter()
         .zip(&redacted)
         .map(|((file, index), redacted)| match redacted {
-            Some(entry) => json!({
+            Some(r) => json!({
                 "file": file,
                 "index": index,
                 "redacted_evidence": true,
-                "entry": entry,
-                "checked": REDACTED_ENTRY,
+                "entry": r.entry,
+                "checked": if r.signature_checked { REDACTED_VERIFIED } else { REDACTED_ENTRY },
             }),
             None => json!({"file": file, "index": index}),
         })
@@ -197,24 +214,49 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     write_out(out, &format!("{summary:#}\n"))
 }
 
-/// What the summary says of the entry checked for redacted evidence.
-const REDACTED_ENTRY: &str = "the entry named by the digest the confirmation service kept of the delivered document (the evidence's log_digest); the document itself is withheld with the private values it signed";
+/// What the summary says of redacted evidence looked up without `--trust`.
+pub const REDACTED_ENTRY: &str = "an entry with the digest this evidence names is in the log; `cheq verify` checks that the confirmation service signed this evidence";
+
+/// What the summary says of redacted evidence verified under `--trust`.
+pub const REDACTED_VERIFIED: &str = "the confirmation service signed this evidence, with a key the trust file gives it (as `cheq verify` checks), and an entry with the digest it names, that of the document as delivered, is in the log";
+
+/// Redacted evidence to look for: the entry's text, and whether the
+/// evidence was verified first.
+struct Redacted {
+    entry: String,
+    signature_checked: bool,
+}
 
 /// The entry to look for of `path`: a decided document's by its exact
 /// bytes; redacted evidence's (§8.1) by the log digest it carries, with
-/// that entry's text to report.
-fn wanted_document(path: &std::path::Path) -> Result<(Wanted, Option<String>), CliError> {
+/// that entry's text to report, once the evidence is verified under
+/// `trust` when one is given.
+fn wanted_document(
+    path: &std::path::Path,
+    trust: Option<&TrustStore>,
+) -> Result<(Wanted, Option<Redacted>), CliError> {
+    use crate::evidence::SignedEvidence;
     let name = display_path(path);
     let bytes = read_input(path)?;
     if !crate::evidence::is_redacted(&bytes) {
         return Ok((Wanted::document(&name, &bytes), None));
     }
-    let entry = crate::evidence::RedactedEvidence::parse(&bytes)
-        .and_then(|e| e.log_entry())
-        .map_err(|e| CliError::from(e).in_file(path))?
-        .to_bytes();
+    let in_file = |e: crate::evidence::EvidenceError| CliError::from(e).in_file(path);
+    let signed = SignedEvidence::parse(&bytes).map_err(in_file)?;
+    let entry = match trust {
+        Some(trust) => signed.verify(trust).and_then(|v| v.evidence().log_entry()),
+        None => signed.statement().log_entry(),
+    }
+    .map_err(in_file)?
+    .to_bytes();
     let text = String::from_utf8_lossy(&entry).trim_end().to_owned();
-    Ok((Wanted { name, entry }, Some(text)))
+    Ok((
+        Wanted { name, entry },
+        Some(Redacted {
+            entry: text,
+            signature_checked: trust.is_some(),
+        }),
+    ))
 }
 
 /// Replaces the kept checkpoint: written beside it, synced, then renamed

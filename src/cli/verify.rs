@@ -10,11 +10,13 @@
 //! nonce store and is not checked here; the summary says so.
 //!
 //! Redacted evidence (a file `crate::evidence::is_redacted` recognises) is
-//! checked by the core ([`crate::evidence`]): the resource server's
-//! signature under the same trust, its times at the decision time the file
-//! states, the collected names against the CHEQ. The summary names what
-//! was checked, what cannot be (the withheld confirmation signature), the
-//! decision, the collected values' digests and the log entry to audit.
+//! checked by the core ([`crate::evidence`]): the confirmation service's
+//! signature over it, with the key the trust gives the origin of the
+//! CHEQ's `confirmation uri`; the resource server's signature under the
+//! same trust, its times at the decision time the file states; the
+//! collected names against the CHEQ. The summary names what was checked,
+//! what cannot be (the withheld confirmation signature), the decision, the
+//! account, the collected values' digests and the log entry to audit.
 
 use super::{now_or_current, parse_now, read_input, read_trust, write_out, CliError};
 use crate::sign::jws::RawDocument;
@@ -32,8 +34,9 @@ pub const REPLAY_NOTE: &str = "rule 5 (replay: the nonce has not been decided be
 /// Exit 0 and a JSON summary on stdout when every rule holds for the stage;
 /// exit 1 and the failed rule on stderr otherwise. Rule 5 (replay) is not
 /// checked: it needs the nonce store. Redacted evidence (§8.1) is checked
-/// as far as it can be: the summary says what its withheld confirmation
-/// signature leaves unchecked.
+/// as far as it can be: the confirmation service's signature over it, then
+/// what it says; the summary says what its withheld confirmation signature
+/// leaves unchecked.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The TRUST file: keys trusted per resource- and confirmation-server origin.
@@ -47,8 +50,8 @@ pub struct Args {
     #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
     pub now: Option<DateTime<Utc>>,
     /// The signed CHEQ, or redacted evidence of a decision (PROTOCOL.md
-    /// §8.1: its times are checked at the decision time it states); `-`
-    /// reads standard input.
+    /// §8.1: signed by the confirmation service, its times checked at the
+    /// decision time it states); `-` reads standard input.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
 }
@@ -156,11 +159,15 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
 }
 
 /// What a check of redacted evidence establishes, in the summary's words.
-const REDACTED_CHECKED: [&str; 3] = [
+const REDACTED_CHECKED: [&str; 4] = [
+    "the confirmation service's signature over this evidence (role \"evidence\"), with a key the trust file gives for the origin of the CHEQ's confirmation uri (as rule 2 for a countersignature): it states the decision, its time, the account, the digests and the log digest",
     "the resource server's signature over the CHEQ, with a key the trust file gives for its origin (rules 1, 2)",
+    "the collected values' names are inputs the CHEQ asks for, and an acceptance names every required one (rule 3, names only: the countersignature that binds them is withheld)",
     "the CHEQ's members, and that the decision time the evidence states is within the CHEQ's lifetime (rule 4; --now does not apply)",
-    "the collected values' names are inputs the CHEQ asks for, and an acceptance names every required one (rule 3, names only)",
 ];
+
+/// The rules of §5 [`REDACTED_CHECKED`] names, in part or in full.
+const REDACTED_RULES: [u8; 4] = [1, 2, 3, 4];
 
 /// Redacted evidence (§8.1): every check the core can make, then the summary.
 fn redacted(
@@ -169,8 +176,8 @@ fn redacted(
     bytes: &[u8],
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    use crate::evidence::{EvidenceError, RedactedEvidence, FORMAT, NOT_CHECKED};
-    let verified = RedactedEvidence::parse(bytes)?.verify(trust)?;
+    use crate::evidence::{EvidenceError, SignedEvidence, FORMAT, NOT_CHECKED};
+    let verified = SignedEvidence::parse(bytes)?.verify(trust)?;
     let verified = match args.expect {
         None => verified,
         Some(Stage::Resource) => return Err(EvidenceError::NotResourceSigned.into()),
@@ -186,14 +193,22 @@ fn redacted(
     summary.insert("format".into(), json!(FORMAT));
     summary.insert("decision".into(), json!(e.decision.as_str()));
     summary.insert("decided_at".into(), json!(decided_at));
-    summary.insert("kids".into(), json!({ "resource": v.resource_kid() }));
+    summary.insert("sub".into(), json!(e.sub));
+    summary.insert(
+        "kids".into(),
+        json!({ "resource": v.resource_kid(), "evidence": verified.confirmation_kid() }),
+    );
     summary.insert(
         "signed_by".into(),
         json!({
             "resource": signer(
                 v.resource_kid(),
                 trust.resource_key(&f.resource_uri, v.resource_kid()),
-            )
+            ),
+            "evidence": signer(
+                verified.confirmation_kid(),
+                trust.confirmation_key(&f.confirmation_uri, verified.confirmation_kid()),
+            ),
         }),
     );
     common(
@@ -219,7 +234,7 @@ fn redacted(
     summary.insert("checked".into(), json!(REDACTED_CHECKED));
     summary.insert("not_checked".into(), json!([NOT_CHECKED, REPLAY_NOTE]));
     summary.insert("checked_at".into(), json!(decided_at));
-    summary.insert("rules_checked".into(), json!([1, 2, 4]));
+    summary.insert("rules_checked".into(), json!(REDACTED_RULES));
     let text = serde_json::to_string_pretty(&Value::Object(summary))
         .map_err(|e| CliError::Internal(e.to_string()))?;
     write_out(out, &text)?;
@@ -280,6 +295,22 @@ fn timestamp(secs: i64) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The rules the summary of redacted evidence lists are those its
+    /// checked list names, and only those.
+    #[test]
+    fn the_redacted_rules_are_the_ones_checked() {
+        let named: Vec<u8> = (1..=6)
+            .filter(|n| {
+                let rule = format!("rule {n}");
+                let rules = format!("rules {n}");
+                REDACTED_CHECKED.iter().any(|c| {
+                    c.contains(&rule) || c.contains(&rules) || c.contains(&format!(", {n})"))
+                })
+            })
+            .collect();
+        assert_eq!(named, REDACTED_RULES);
+    }
 
     #[test]
     fn an_unknown_auth_time_is_said_to_be_unknown() {

@@ -10,7 +10,8 @@
 //! in a 0600 file beside the database — of the confirmation header and of
 //! each collected value), flushed, and then the key file is
 //! deleted, which makes every copy of the ciphertext unreadable. Keys a crash
-//! left behind are swept at the next start.
+//! left behind are swept at the next start. What is kept is the evidence's
+//! statement (§8.1); the service signs it each time it serves it.
 
 use chacha20poly1305::aead::{Aead, KeyInit};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
@@ -240,33 +241,43 @@ fn decided_at(record: &DecisionRecord) -> Result<chrono::DateTime<chrono::Utc>, 
         .ok_or(RedactError::Time(record.decided_at))
 }
 
-/// Redacted evidence (§8.1) of `record`'s decided `document`, in clear.
-/// Nothing in it lets a guess at a private value be checked without the
-/// evidence key: the confirmation signature (which would verify a guessed
-/// header) is left out, and the header is kept as a keyed digest.
-pub fn redact(key: &[u8], document: &str, record: &DecisionRecord) -> Result<String, RedactError> {
+/// The statement of redacted evidence (§8.1) of `record`'s decided
+/// `document`, in clear. Nothing in it lets a guess at a private value be
+/// checked without the evidence key: the confirmation signature (which
+/// would verify a guessed header) is left out, and the header is kept as a
+/// keyed digest. The confirmation service signs it when it serves it.
+pub fn redacted(
+    key: &[u8],
+    document: &str,
+    record: &DecisionRecord,
+) -> Result<RedactedEvidence, RedactError> {
     let split = split_decided(document.as_bytes()).map_err(RedactError::Document)?;
     Ok(RedactedEvidence {
         resource_signed: split.resource_signed,
         decision: record.decision,
         decided_at: decided_at(record)?,
+        sub: record.user.clone(),
         collected: record.collected_hmac.clone(),
         confirmation_protected: keyed_digest(key, split.confirmation_protected_b64.as_bytes()),
         log_digest: record.log_digest.clone(),
-    }
-    .to_json())
+    })
 }
 
-/// The evidence a redacted record serves: as stored when it is in the
-/// current format; in the older, unversioned shape (a resource-signed CHEQ
-/// and digests, written before the format had a version) completed with
-/// what the record knows (the decision, its time and its log digest).
-pub fn served(record: &DecisionRecord) -> Result<String, RedactError> {
+/// What a record keeps once its sealed document is delivered: the
+/// statement of [`redacted`], as text.
+pub fn redact(key: &[u8], document: &str, record: &DecisionRecord) -> Result<String, RedactError> {
+    redacted(key, document, record).map(|e| e.to_json())
+}
+
+/// The statement a redacted record serves, from what it stores: the
+/// resource-signed CHEQ and the digests, in the current format or in the
+/// older, unversioned shape (written before the format had a version),
+/// completed with what the record knows (the decision, its time, the
+/// account and the log digest), which is what the confirmation service
+/// signs to.
+pub fn served(record: &DecisionRecord) -> Result<RedactedEvidence, RedactError> {
     let stored: Value = serde_json::from_str(&record.document).map_err(|_| RedactError::Lost)?;
-    if stored.get("format").is_some() {
-        return Ok(record.document.clone());
-    }
-    let (Some(resource_signed), Some(Value::String(protected))) = (
+    let (Some(resource_signed @ Value::Object(_)), Some(Value::String(protected))) = (
         stored.get("resource_signed"),
         stored.get("confirmation_protected_hmac_sha256"),
     ) else {
@@ -283,11 +294,11 @@ pub fn served(record: &DecisionRecord) -> Result<String, RedactError> {
         resource_signed: resource_signed.to_string(),
         decision: record.decision,
         decided_at: decided_at(record)?,
+        sub: record.user.clone(),
         collected,
         confirmation_protected: protected.clone(),
         log_digest: record.log_digest.clone(),
-    }
-    .to_json())
+    })
 }
 
 #[cfg(test)]
@@ -319,10 +330,11 @@ pub(crate) mod tests {
         }
     }
 
-    /// Evidence stored before the format had a version is served in the
-    /// current one, with what the record knows; the current one as stored.
+    /// Evidence stored before the format had a version and evidence stored
+    /// in the current one serve the same statement, completed from the
+    /// record.
     #[test]
-    fn older_evidence_is_served_in_the_current_format() {
+    fn stored_evidence_of_either_shape_serves_the_statement() {
         let resource_signed = serde_json::json!({"payload": "cA", "signatures": [{"protected": "cA", "signature": "cw"}]});
         let old = serde_json::json!({
             "redacted": "the confirmation signature carried values the user marked private",
@@ -333,10 +345,10 @@ pub(crate) mod tests {
         .to_string();
         let r = record(&old, false);
         assert_eq!(evidence_kind(&r), EvidenceKind::Redacted);
-        let text = served(&r).unwrap();
-        let read = RedactedEvidence::parse(text.as_bytes()).unwrap();
+        let read = served(&r).unwrap();
         assert_eq!(read.decision, Decision::Accept);
         assert_eq!(read.decided_at.timestamp(), r.decided_at);
+        assert_eq!(read.sub, "alice");
         assert_eq!(read.log_digest, r.log_digest);
         assert_eq!(read.confirmation_protected, b64::sha256(b"C"));
         assert_eq!(read.collected["account"], b64::sha256(b"D"));
@@ -344,9 +356,10 @@ pub(crate) mod tests {
             serde_json::from_str::<Value>(&read.resource_signed).unwrap(),
             resource_signed
         );
-        // Served again from the current format: as stored.
-        let current = record(&text, false);
-        assert_eq!(served(&current).unwrap(), text);
+        // The statement as stored in the current format serves the same.
+        let text = read.to_json();
+        assert_eq!(RedactedEvidence::parse(text.as_bytes()).unwrap(), read);
+        assert_eq!(served(&record(&text, false)).unwrap(), read);
     }
 
     #[test]

@@ -604,13 +604,10 @@ pub(super) async fn evidence(
 ) -> Page {
     let evidence = state.cs.evidence(&id, &me.who)?;
     // The file name is ASCII letters, digits, `_`, `-` and `.` only
-    // (`evidence_filename`): nothing in it needs quoting or encoding.
+    // (`evidence_filename`): nothing in it needs quoting or encoding. The
+    // signed CHEQ and redacted evidence are both JWS General JSON.
     Ok(HttpResponse::Ok()
-        .content_type(if evidence.redacted {
-            "application/json"
-        } else {
-            "application/jose+json"
-        })
+        .content_type("application/jose+json")
         .insert_header((
             header::CONTENT_DISPOSITION,
             format!("attachment; filename=\"{}\"", evidence.filename),

@@ -34,7 +34,7 @@ pub use inputs::{Collected, InputProblems};
 use super::fetch::FetchError;
 use super::link::RsLink;
 use super::registry::Registry;
-use super::seal::{evidence_kind, redact, served, EvidenceKind, RedactError, Sealer};
+use super::seal::{evidence_kind, redacted, served, EvidenceKind, RedactError, Sealer};
 use super::view::{origin_of, CheqView};
 use cheq_core::cheq::CountersignFields;
 use cheq_core::sign::{verify_resource, Context, TrustStore, VerifiedCheq, VerifyError};
@@ -599,28 +599,41 @@ impl Cs {
 
     /// The evidence of one of the user's decisions, by record id: the
     /// signed document as delivered, or redacted evidence (§8.1) when it
-    /// carried private values; [`CsError::NotFound`] when none is kept.
+    /// carried private values, signed here and now with the current
+    /// signing key (as a countersignature is made), whether the record
+    /// holds it sealed, redacted, or in the older shape;
+    /// [`CsError::NotFound`] when none is kept.
     pub fn evidence(&self, record_id: &str, who: &Identity) -> Result<Evidence, CsError> {
         let Some(r) = self.store.records.by_id_for_user(&who.sub, record_id)? else {
             return Err(CsError::NotFound);
         };
         let kind = evidence_kind(&r);
-        let body = match kind {
-            EvidenceKind::Signed => r.document.clone(),
+        let statement = match kind {
+            EvidenceKind::Signed => {
+                return Ok(Evidence {
+                    filename: evidence_filename(&r, false),
+                    redacted: false,
+                    body: r.document.clone(),
+                })
+            }
             EvidenceKind::Redacted if r.sealed => {
                 let clear = self
                     .sealer
                     .open(record_id, &r.document)
                     .map_err(|e| CsError::Internal(Internal::Seal(Arc::new(e))))?;
-                redact(self.sealer.evidence_key(), &clear, &r).map_err(evidence_error)?
+                redacted(self.sealer.evidence_key(), &clear, &r).map_err(evidence_error)?
             }
             EvidenceKind::Redacted => served(&r).map_err(evidence_error)?,
             EvidenceKind::Lost => return Err(CsError::NotFound),
         };
+        let signer = self
+            .keys
+            .signer()
+            .map_err(|e| CsError::SigningUnavailable(Arc::new(e)))?;
         Ok(Evidence {
-            filename: evidence_filename(&r, kind == EvidenceKind::Redacted),
-            redacted: kind == EvidenceKind::Redacted,
-            body,
+            filename: evidence_filename(&r, true),
+            redacted: true,
+            body: statement.sign(&signer),
         })
     }
 }
@@ -628,9 +641,11 @@ impl Cs {
 /// One decision's evidence, as downloaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Evidence {
-    /// The file: the signed document, or redacted evidence.
+    /// The file: the signed document, or redacted evidence signed by this
+    /// service (both JWS General JSON).
     pub body: String,
-    /// Whether it is redacted evidence (§8.1) rather than a signed CHEQ.
+    /// Whether it is redacted evidence (§8.1) rather than a signed CHEQ
+    /// (the file name says so).
     pub redacted: bool,
     /// A file name safe anywhere: `cheq-<operation>-<date>-<decision>.json`,
     /// `-redacted` before `.json` for redacted evidence.

@@ -35,8 +35,19 @@ impl<'a> RawDocument<'a> {
     /// Reads the envelope: strict JSON, exactly `payload` and `signatures`,
     /// each signature exactly `protected` and `signature`.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, VerifyError> {
+        Self::parse_within(bytes, MAX_DOCUMENT_BYTES, MAX_PAYLOAD_BYTES)
+    }
+
+    /// [`RawDocument::parse`] for a document of another kind than a CHEQ,
+    /// whose limits are its own: at most `max_document` bytes, the decoded
+    /// payload at most `max_payload`.
+    pub fn parse_within(
+        bytes: &'a [u8],
+        max_document: usize,
+        max_payload: usize,
+    ) -> Result<Self, VerifyError> {
         let mut map =
-            json::parse_node_object(bytes, MAX_DOCUMENT_BYTES).map_err(VerifyError::Envelope)?;
+            json::parse_node_object(bytes, max_document).map_err(VerifyError::Envelope)?;
         for key in map.keys() {
             match key {
                 "payload" | "signatures" => {}
@@ -56,7 +67,7 @@ impl<'a> RawDocument<'a> {
             part: "payload",
             index: None,
         })?;
-        if payload.len() > MAX_PAYLOAD_BYTES {
+        if payload.len() > max_payload {
             return Err(VerifyError::PayloadTooLarge(payload.len()));
         }
         let mut signatures = Vec::with_capacity(list.len());

@@ -216,6 +216,16 @@ impl TrustStore {
     pub fn confirmation_key_at(&self, origin: &Origin, kid: &str) -> Option<PublicKey> {
         find_at(&self.confirmation_servers, origin, kid)
     }
+
+    /// Every confirmation key `kid`, with the origin it is trusted for: to
+    /// tell a signature by another confirmation server (trusted, but not
+    /// for the origin at hand) from one by a key no one trusts.
+    pub fn confirmation_keys_named(&self, kid: &str) -> Vec<(Origin, PublicKey)> {
+        self.confirmation_servers
+            .iter()
+            .filter_map(|(o, keys)| keys.key(kid).map(|k| (o.clone(), k)))
+            .collect()
+    }
 }
 
 fn find(list: &[(Origin, Arc<dyn KeySource>)], uri: &str, kid: &str) -> Option<PublicKey> {
