@@ -203,10 +203,11 @@ impl Watch {
         if let (Some(url), Some(log)) = (&self.log_url, self.cs.transparency()) {
             text.push_str(&format!(
                 "\n  find it in the log: {cmd} audit --log {url} --key '{key}' \\\
-                 \n                        --state {state} --document {file}",
+                 \n                        --trust {trust} --state {state} --document {file}",
                 cmd = self.command,
                 key = log.verifier_key(),
                 state = self.dir.join("audit.checkpoint").display(),
+                trust = self.trust_path().display(),
                 file = path.display(),
             ));
         }
