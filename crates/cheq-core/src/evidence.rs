@@ -1164,60 +1164,56 @@ mod tests {
             }));
             assert_eq!(err, EvidenceError::MissingMember(m), "{m}");
         }
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("format".into(), json!("cheq-redacted-evidence/v2"));
-            })),
-            EvidenceError::UnknownVersion("cheq-redacted-evidence/v2".into())
-        );
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("format".into(), json!("something-else/v1"));
-            })),
-            EvidenceError::UnknownFormat("something-else/v1".into())
-        );
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("extra".into(), json!(1));
-            })),
-            EvidenceError::UnexpectedMember("extra".into())
-        );
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("decision".into(), json!("maybe"));
-            })),
-            bad("decision", "is not \"accept\" or \"reject\"")
-        );
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("decided_at".into(), json!("yesterday"));
-            })),
-            bad("decided_at", "is not an RFC 3339 time")
-        );
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("sub".into(), json!(""));
-            })),
-            bad("sub", "is not a non-empty string")
-        );
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("resource_signed".into(), json!("a string"));
-            })),
-            bad("resource_signed", "is not a JWS object")
-        );
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("collected_hmac_sha256".into(), json!({"account": "short"}));
-            })),
-            EvidenceError::BadDigest("account".into())
-        );
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("log_digest".into(), json!(7));
-            })),
-            EvidenceError::BadDigest("log_digest".into())
-        );
+        // A member set to a value the parser refuses, and the error that names it.
+        let cases = [
+            (
+                "format",
+                json!("cheq-redacted-evidence/v2"),
+                EvidenceError::UnknownVersion("cheq-redacted-evidence/v2".into()),
+            ),
+            (
+                "format",
+                json!("something-else/v1"),
+                EvidenceError::UnknownFormat("something-else/v1".into()),
+            ),
+            (
+                "extra",
+                json!(1),
+                EvidenceError::UnexpectedMember("extra".into()),
+            ),
+            (
+                "decision",
+                json!("maybe"),
+                bad("decision", "is not \"accept\" or \"reject\""),
+            ),
+            (
+                "decided_at",
+                json!("yesterday"),
+                bad("decided_at", "is not an RFC 3339 time"),
+            ),
+            ("sub", json!(""), bad("sub", "is not a non-empty string")),
+            (
+                "resource_signed",
+                json!("a string"),
+                bad("resource_signed", "is not a JWS object"),
+            ),
+            (
+                "collected_hmac_sha256",
+                json!({"account": "short"}),
+                EvidenceError::BadDigest("account".into()),
+            ),
+            (
+                "log_digest",
+                json!(7),
+                EvidenceError::BadDigest("log_digest".into()),
+            ),
+        ];
+        for (m, value, expected) in cases {
+            let err = parse(statement_edited(&evidence, |v| {
+                v.insert(m.into(), value);
+            }));
+            assert_eq!(err, expected, "{m}");
+        }
         // The older shape, and a document that is not JSON.
         let old = br#"{"redacted":"old","resource_signed":{}}"#;
         assert_eq!(parse(old.to_vec()), EvidenceError::Unversioned);
