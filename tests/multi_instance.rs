@@ -64,14 +64,7 @@ async fn query_count(
 async fn counter_sum(bases: &[&str], name: &str) -> u64 {
     let mut sum = 0;
     for base in bases {
-        let text = http_client()
-            .get(format!("{base}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let (_, text) = get_text(&format!("{base}/metrics")).await;
         let line = text
             .lines()
             .find(|l| l.split(' ').next() == Some(name))
