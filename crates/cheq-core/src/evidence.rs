@@ -1049,39 +1049,27 @@ mod tests {
             verify_resource(as_resource.as_bytes(), &t, &Context::at(at(10, 5))).unwrap_err(),
             VerifyError::BadTyp { index: 0 }
         );
-        // As a countersignature.
+        // As a countersignature: the CHEQ's resource signature, then
+        // (protected, signature) as the second.
         let rs = &raw.signatures[0];
-        let as_confirmation = assemble(
-            &payload_b64,
-            &[(&rs.protected_b64, &rs.signature_b64), (&p, &s)],
-        );
-        assert_eq!(
+        let countersigned = |p: &str, s: &str| {
+            let as_confirmation = assemble(
+                &payload_b64,
+                &[(&rs.protected_b64, &rs.signature_b64), (p, s)],
+            );
             verify_decision(
                 as_confirmation.as_bytes(),
                 &trust(),
                 None,
-                &Context::at(at(10, 5))
+                &Context::at(at(10, 5)),
             )
-            .unwrap_err(),
-            VerifyError::BadTyp { index: 1 }
-        );
+            .unwrap_err()
+        };
+        assert_eq!(countersigned(&p, &s), VerifyError::BadTyp { index: 1 });
         // Its typ alone would not pass either: the role is refused.
         let header = r#"{"alg":"EdDSA","kid":"cs","typ":"cheq+jws","cheq_role":"evidence"}"#;
         let (p, s) = sign_entry(&cs, header, &payload_b64);
-        let as_confirmation = assemble(
-            &payload_b64,
-            &[(&rs.protected_b64, &rs.signature_b64), (&p, &s)],
-        );
-        assert_eq!(
-            verify_decision(
-                as_confirmation.as_bytes(),
-                &trust(),
-                None,
-                &Context::at(at(10, 5))
-            )
-            .unwrap_err(),
-            VerifyError::BadRole { index: 1 }
-        );
+        assert_eq!(countersigned(&p, &s), VerifyError::BadRole { index: 1 });
     }
 
     #[test]
