@@ -347,8 +347,6 @@ fn a_log_rewritten_behind_the_auditors_back_is_caught() {
     });
 }
 
-/// Decides `n` bookings through the CS instance at `cs` (signed in there);
-/// the decided documents as the history serves them.
 #[test]
 fn two_instances_on_one_database_make_one_log() {
     if !cheq::store::testing::can_run(
