@@ -18,7 +18,7 @@
 mod common;
 
 use common::*;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::Receiver;
@@ -89,18 +89,7 @@ impl Script {
             .spawn()
             .unwrap();
         let stdin = child.stdin.take();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+        let lines = lines_of(child.stdout.take().unwrap());
         Script {
             child,
             stdin,

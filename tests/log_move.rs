@@ -27,18 +27,6 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-async fn get_text(url: &str) -> (u16, String) {
-    let res = http_client().get(url).send().await.unwrap();
-    (res.status().as_u16(), res.text().await.unwrap())
-}
-
-/// The log's verifier key, as the CS publishes it.
-async fn log_key(base: &str) -> String {
-    let (status, text) = get_text(&format!("{base}/log/key")).await;
-    assert_eq!(status, 200);
-    text.trim().to_owned()
-}
-
 async fn checkpoint(base: &str) -> String {
     let (status, text) = get_text(&format!("{base}/log/checkpoint")).await;
     assert_eq!(status, 200);
@@ -49,13 +37,7 @@ async fn checkpoint(base: &str) -> String {
 async fn wait_for_size(base: &str, n: u64) {
     let start = Instant::now();
     loop {
-        let size: u64 = checkpoint(base)
-            .await
-            .lines()
-            .nth(1)
-            .unwrap()
-            .parse()
-            .unwrap();
+        let size = log_size(base).await;
         if size >= n {
             assert_eq!(size, n, "more entries than decisions");
             return;
@@ -71,15 +53,8 @@ async fn wait_for_size(base: &str, n: u64) {
 /// `cheq audit` of the log at `base` with the kept state `state`: its
 /// summary, or the failure's text.
 fn audit(base: &str, key: &str, state: &Path, documents: &[PathBuf]) -> Result<Value, String> {
-    let log = format!("{base}/log/");
-    let state = state.display().to_string();
-    let mut args = vec!["audit", "--log", &log, "--key", key, "--state", &state];
-    let docs: Vec<String> = documents.iter().map(|d| d.display().to_string()).collect();
-    for d in &docs {
-        args.push("--document");
-        args.push(d);
-    }
-    let (ok, out, err) = cheq_cmd(&args);
+    let documents: Vec<&Path> = documents.iter().map(|d| d.as_path()).collect();
+    let (ok, out, err) = audit_log(base, key, state, &documents);
     if ok {
         Ok(serde_json::from_str(&out).unwrap())
     } else {
@@ -92,38 +67,15 @@ fn audit(base: &str, key: &str, state: &Path, documents: &[PathBuf]) -> Result<V
 /// `dir`.
 async fn decide_one(setup: &Setup, base: &str, dir: &Path) -> Vec<PathBuf> {
     let mut b = Browser::new(base);
-    let pack = invoke_flight(&setup.rs_url).await;
-    let (path, page) = b.open("/", &pack.resource_uri, "alice", ALICE_PW).await;
-    assert_eq!(page.status, 200, "{}", page.text);
-    let outcome = b.decide(&path, &page, "accept").await;
-    assert_eq!(outcome.status, 200, "{}", outcome.text);
-    let history = b.get("/history").await;
+    accept_bookings(setup, &mut b, 1).await;
     let mut files = Vec::new();
-    let mut rest = history.raw.as_str();
-    while let Some(at) = rest.find("href=\"/history/") {
-        rest = &rest[at + 6..];
-        let link = &rest[..rest.find('"').unwrap()];
-        if link.ends_with(".json") && !link.ends_with("/inclusion.json") {
-            let doc = b.get(link).await.text;
-            let name = cheq::sign::b64::sha256(doc.as_bytes());
-            let file = dir.join(format!("decision-{name}.json"));
-            std::fs::write(&file, doc).unwrap();
-            files.push(file);
-        }
+    for doc in history_documents(&mut b).await {
+        let name = cheq::sign::b64::sha256(doc.as_bytes());
+        let file = dir.join(format!("decision-{name}.json"));
+        std::fs::write(&file, doc).unwrap();
+        files.push(file);
     }
     files
-}
-
-/// The log indexes of the documents an audit found, in order.
-fn indexes(summary: &Value) -> Vec<u64> {
-    let mut found: Vec<u64> = summary["documents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["index"].as_u64().unwrap())
-        .collect();
-    found.sort();
-    found
 }
 
 /// A copy of `cs.toml` over another data directory, on PostgreSQL when
@@ -314,7 +266,11 @@ fn the_log_moves_from_sled_to_postgresql_and_back_and_the_auditor_follows() {
             .map_err(|e| format!("{e}\n{}", cs.log()))
             .unwrap();
         assert_eq!(summary["tree_size"], 4, "the checkpoint grew: {summary}");
-        assert_eq!(indexes(&summary), vec![0, 1, 2, 3], "each decision once");
+        assert_eq!(
+            audited_indexes(&summary),
+            vec![0, 1, 2, 3],
+            "each decision once"
+        );
         let before = checkpoint(&base).await;
 
         // PostgreSQL -> sled, on another new data directory.
@@ -336,7 +292,11 @@ fn the_log_moves_from_sled_to_postgresql_and_back_and_the_auditor_follows() {
             .map_err(|e| format!("{e}\n{}", cs.log()))
             .unwrap();
         assert_eq!(summary["tree_size"], 5, "the checkpoint grew: {summary}");
-        assert_eq!(indexes(&summary), vec![0, 1, 2, 3, 4], "each decision once");
+        assert_eq!(
+            audited_indexes(&summary),
+            vec![0, 1, 2, 3, 4],
+            "each decision once"
+        );
     });
 }
 

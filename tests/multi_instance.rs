@@ -69,14 +69,7 @@ const PROBE: &str = "cheq-test-probe";
 async fn counter_sum(bases: &[&str], name: &str) -> u64 {
     let mut sum = 0;
     for base in bases {
-        let text = http_client()
-            .get(format!("{base}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let (_, text) = get_text(&format!("{base}/metrics")).await;
         let line = text
             .lines()
             .find(|l| l.split(' ').next() == Some(name))

@@ -57,15 +57,7 @@ async fn delivered(env: &Env, resource_uri: &str) -> DecisionRecord {
 async fn log_covers(base: &str, n: u64) {
     let start = Instant::now();
     loop {
-        let text = http_client()
-            .get(format!("{base}/log/checkpoint"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let size: u64 = text.lines().nth(1).unwrap().parse().unwrap();
+        let size = log_size(base).await;
         if size >= n {
             return;
         }
@@ -186,12 +178,8 @@ async fn redacted_evidence_verifies_and_is_found_in_the_log() {
     let d = dir.path();
 
     // A decision with private values, on the page.
-    let pack = env
-        .invoke_tool("transfer_funds", &transfer_params(Some("ACME"), None))
-        .await;
     let mut b = env.browser();
-    let (path, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
-    assert_eq!(page.status, 200, "{}", page.text);
+    let (pack, path, page) = env.open_transfer(&mut b).await;
     let outcome = b.accept_typing(&path, &page, [FROM, TO, AMOUNT]).await;
     assert_eq!(outcome.status, 200, "{}", outcome.text);
     // The outcome page names its download as what it is.
@@ -309,15 +297,7 @@ async fn redacted_evidence_verifies_and_is_found_in_the_log() {
     // cheq audit: the entry named by the digest the CS kept is found;
     // without a trust file it says that is all it proves, with one it
     // verifies the evidence first.
-    let key = http_client()
-        .get(format!("{base}/log/key"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let key = key.trim();
+    let key = &log_key(&base).await;
     let (ok, out, err) = audit(&base, key, &file, None);
     assert!(ok, "{out}{err}");
     let summary: Value = serde_json::from_str(&out).unwrap();
@@ -416,11 +396,7 @@ async fn redacted_evidence_verifies_and_is_found_in_the_log() {
     );
 
     // The signature moved onto another CHEQ's evidence.
-    let pack2 = env
-        .invoke_tool("transfer_funds", &transfer_params(Some("ACME"), None))
-        .await;
-    let (path2, page2) = b.open(START, &pack2.resource_uri, "alice", ALICE_PW).await;
-    assert_eq!(page2.status, 200, "{}", page2.text);
+    let (pack2, path2, page2) = env.open_transfer(&mut b).await;
     let outcome = b.accept_typing(&path2, &page2, [TO, FROM, "12.00"]).await;
     assert_eq!(outcome.status, 200, "{}", outcome.text);
     let record2 = delivered(&env, &pack2.resource_uri).await;

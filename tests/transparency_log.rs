@@ -40,23 +40,6 @@ async fn get(url: &str) -> reqwest::Response {
     http_client().get(url).send().await.unwrap()
 }
 
-/// The log's verifier key, as the CS publishes it.
-async fn log_key(base: &str) -> String {
-    let res = get(&format!("{base}/log/key")).await;
-    assert_eq!(res.status(), 200);
-    res.text().await.unwrap().trim().to_owned()
-}
-
-/// The size of the log's current checkpoint.
-async fn log_size(base: &str) -> u64 {
-    let text = get(&format!("{base}/log/checkpoint"))
-        .await
-        .text()
-        .await
-        .unwrap();
-    text.lines().nth(1).unwrap().parse().unwrap()
-}
-
 /// Waits until the checkpoint covers `n` entries; how long it took.
 async fn wait_for_size(base: &str, n: u64) -> Duration {
     let start = Instant::now();
@@ -69,18 +52,6 @@ async fn wait_for_size(base: &str, n: u64) -> Duration {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     start.elapsed()
-}
-
-fn audit(base: &str, key: &str, state: &Path, documents: &[&Path]) -> (bool, String, String) {
-    let log = format!("{base}/log/");
-    let state = state.display().to_string();
-    let mut args = vec!["audit", "--log", &log, "--key", key, "--state", &state];
-    let docs: Vec<String> = documents.iter().map(|d| d.display().to_string()).collect();
-    for d in &docs {
-        args.push("--document");
-        args.push(d);
-    }
-    cheq_cmd(&args)
 }
 
 #[actix_web::test]
@@ -162,7 +133,7 @@ async fn every_decision_is_in_the_log_and_a_foreign_client_rebuilds_it() {
     }
     let state = dir.path().join("kept.checkpoint");
     let doc_refs: Vec<&Path> = docs.iter().map(|d| d.as_path()).collect();
-    let (ok, out, err) = audit(&base, &key, &state, &doc_refs);
+    let (ok, out, err) = audit_log(&base, &key, &state, &doc_refs);
     assert!(ok, "{out}{err}");
     let summary: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(summary["tree_size"], 3, "{summary}");
@@ -174,7 +145,7 @@ async fn every_decision_is_in_the_log_and_a_foreign_client_rebuilds_it() {
     // A document that was never decided here is not in the log.
     let stranger = dir.path().join("stranger.json");
     std::fs::write(&stranger, b"{\"payload\":\"never signed here\"}").unwrap();
-    let (ok, out, err) = audit(&base, &key, &state, &[&stranger]);
+    let (ok, out, err) = audit_log(&base, &key, &state, &[&stranger]);
     assert!(!ok, "{out}");
     assert!(err.contains("is not in the log"), "{err}");
 
@@ -307,38 +278,10 @@ fn check_inclusion(proof: &Value, key: &str) {
     .unwrap();
 }
 
-/// Signs in and accepts one new booking at the CS of `setup` (real
-/// processes); the decided document as the history serves it.
-/// Decides `n` bookings in `b`, each accepted on its page.
-async fn decide(setup: &Setup, b: &mut Browser, n: usize) {
-    for _ in 0..n {
-        let pack = invoke_flight(&setup.rs_url).await;
-        let (path, page) = b.open("/", &pack.resource_uri, "alice", ALICE_PW).await;
-        assert_eq!(page.status, 200, "{}", page.text);
-        let outcome = b.decide(&path, &page, "accept").await;
-        assert_eq!(outcome.status, 200, "{}", outcome.text);
-    }
-}
-
-/// Every decided document of `b`'s history, newest first.
-async fn evidence(b: &mut Browser) -> Vec<String> {
-    let history = b.get("/history").await;
-    let mut docs = Vec::new();
-    let mut rest = history.raw.as_str();
-    while let Some(at) = rest.find("href=\"/history/") {
-        rest = &rest[at + 6..];
-        let link = &rest[..rest.find('"').unwrap()];
-        if link.ends_with(".json") && !link.ends_with("/inclusion.json") {
-            docs.push(b.get(link).await.text);
-        }
-    }
-    docs
-}
-
 /// Decides one booking in `b`; its document.
 async fn decide_one(setup: &Setup, b: &mut Browser) -> String {
-    decide(setup, b, 1).await;
-    evidence(b).await.swap_remove(0)
+    accept_bookings(setup, b, 1).await;
+    history_documents(b).await.swap_remove(0)
 }
 
 #[test]
@@ -362,7 +305,7 @@ fn a_log_rewritten_behind_the_auditors_back_is_caught() {
         let state = setup.dir.path().join("kept.checkpoint");
         let doc = setup.dir.path().join("first.json");
         std::fs::write(&doc, &docs[0]).unwrap();
-        let (ok, out, err) = audit(&base, &key, &state, &[&doc]);
+        let (ok, out, err) = audit_log(&base, &key, &state, &[&doc]);
         assert!(ok, "{out}{err}\n{}", cs.log());
         let kept = std::fs::read(&state).unwrap();
 
@@ -379,7 +322,7 @@ fn a_log_rewritten_behind_the_auditors_back_is_caught() {
         let mut b = Browser::new(&base);
         decide_one(&setup, &mut b).await;
         wait_for_size(&base, 1).await;
-        let (ok, out, err) = audit(&base, &key, &state, &[]);
+        let (ok, out, err) = audit_log(&base, &key, &state, &[]);
         assert!(!ok, "{out}");
         assert!(err.contains("truncated"), "{err}");
         assert_eq!(
@@ -393,19 +336,17 @@ fn a_log_rewritten_behind_the_auditors_back_is_caught() {
             decide_one(&setup, &mut b).await;
         }
         wait_for_size(&base, 4).await;
-        let (ok, out, err) = audit(&base, &key, &state, &[]);
+        let (ok, out, err) = audit_log(&base, &key, &state, &[]);
         assert!(!ok, "{out}");
         assert!(err.contains("rewritten"), "{err}\n{}", cs.log());
         assert_eq!(std::fs::read(&state).unwrap(), kept);
         // And the old decision is not in the new log.
-        let (ok, _, err) = audit(&base, &key, &setup.dir.path().join("fresh.state"), &[&doc]);
+        let (ok, _, err) = audit_log(&base, &key, &setup.dir.path().join("fresh.state"), &[&doc]);
         assert!(!ok);
         assert!(err.contains("is not in the log"), "{err}");
     });
 }
 
-/// Decides `n` bookings through the CS instance at `cs` (signed in there);
-/// the decided documents as the history serves them.
 #[test]
 fn two_instances_on_one_database_make_one_log() {
     if !cheq::store::testing::can_run(
@@ -457,13 +398,13 @@ fn two_instances_on_one_database_make_one_log() {
         // Both instances decide at once; each sequences.
         let (mut one_browser, mut two_browser) = (Browser::new(&setup.cs_url), Browser::new(&cs2));
         tokio::join!(
-            decide(&setup, &mut one_browser, 12),
-            decide(&setup, &mut two_browser, 12)
+            accept_bookings(&setup, &mut one_browser, 12),
+            accept_bookings(&setup, &mut two_browser, 12)
         );
         // Read only once both sides are done: each browser's history is
         // alice's, every decision whichever instance signed it.
-        let a = evidence(&mut one_browser).await;
-        let b = evidence(&mut two_browser).await;
+        let a = history_documents(&mut one_browser).await;
+        let b = history_documents(&mut two_browser).await;
         assert_eq!(a.len(), 24, "{}", cs1.log());
         assert_eq!(b.len(), 24, "{}", cs2_proc.log());
         wait_for_size(&setup.cs_url, 24).await;
@@ -490,17 +431,14 @@ fn two_instances_on_one_database_make_one_log() {
         let refs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
         let state = dir.path().join("kept");
         for base in [&setup.cs_url, &cs2] {
-            let (ok, out, err) = audit(base, &key, &state, &refs);
+            let (ok, out, err) = audit_log(base, &key, &state, &refs);
             assert!(ok, "{out}{err}");
             let summary: Value = serde_json::from_str(&out).unwrap();
-            let mut indexes: Vec<u64> = summary["documents"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|d| d["index"].as_u64().unwrap())
-                .collect();
-            indexes.sort();
-            assert_eq!(indexes, (0..24).collect::<Vec<_>>(), "each decision once");
+            assert_eq!(
+                audited_indexes(&summary),
+                (0..24).collect::<Vec<_>>(),
+                "each decision once"
+            );
         }
     });
 }

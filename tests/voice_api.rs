@@ -795,12 +795,8 @@ async fn private_values_over_the_raw_api() {
 #[actix_web::test]
 async fn private_values_through_the_html_form() {
     let env = start(None).await;
-    let pack = env
-        .invoke_tool("transfer_funds", &transfer_params(Some("ACME"), None))
-        .await;
     let mut b = env.browser();
-    let (path, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
-    assert_eq!(page.status, 200, "{}", page.text);
+    let (pack, path, page) = env.open_transfer(&mut b).await;
     assert!(page.text.contains("ACME"));
     let (from, from_type) = labelled_input(&page.raw, "from account");
     let (to, to_type) = labelled_input(&page.raw, "to account");
@@ -964,12 +960,8 @@ async fn a_decision_the_rs_refuses_is_not_reported_accepted() {
 #[actix_web::test]
 async fn an_input_error_shows_the_page_again_without_asking_the_resource_server() {
     let env = start(None).await;
-    let pack = env
-        .invoke_tool("transfer_funds", &transfer_params(Some("ACME"), None))
-        .await;
     let mut b = env.browser();
-    let (path, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
-    assert_eq!(page.status, 200, "{}", page.text);
+    let (_, path, page) = env.open_transfer(&mut b).await;
     let (from, _) = labelled_input(&page.raw, "from account");
     let (to, _) = labelled_input(&page.raw, "to account");
     let (amount, _) = labelled_input(&page.raw, "amount");

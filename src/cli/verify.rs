@@ -109,23 +109,13 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             let c = v.claims();
             summary.insert("stage".into(), json!("decided"));
             summary.insert("decision".into(), json!(v.decision().as_str()));
-            summary.insert(
-                "kids".into(),
-                json!({ "resource": v.resource_kid(), "confirmation": v.confirmation_kid() }),
-            );
-            let f = v.fields();
-            summary.insert(
-                "signed_by".into(),
-                json!({
-                    "resource": signer(
-                        v.resource_kid(),
-                        trust.resource_key(&f.resource_uri, v.resource_kid()),
-                    ),
-                    "confirmation": signer(
-                        v.confirmation_kid(),
-                        trust.confirmation_key(&f.confirmation_uri, v.confirmation_kid()),
-                    ),
-                }),
+            signers(
+                &mut summary,
+                &trust,
+                v.fields(),
+                v.resource_kid(),
+                "confirmation",
+                v.confirmation_kid(),
             );
             common(
                 &mut summary,
@@ -194,22 +184,13 @@ fn redacted(
     summary.insert("decision".into(), json!(e.decision.as_str()));
     summary.insert("decided_at".into(), json!(decided_at));
     summary.insert("sub".into(), json!(e.sub));
-    summary.insert(
-        "kids".into(),
-        json!({ "resource": v.resource_kid(), "evidence": verified.confirmation_kid() }),
-    );
-    summary.insert(
-        "signed_by".into(),
-        json!({
-            "resource": signer(
-                v.resource_kid(),
-                trust.resource_key(&f.resource_uri, v.resource_kid()),
-            ),
-            "evidence": signer(
-                verified.confirmation_kid(),
-                trust.confirmation_key(&f.confirmation_uri, verified.confirmation_kid()),
-            ),
-        }),
+    signers(
+        &mut summary,
+        trust,
+        f,
+        v.resource_kid(),
+        "evidence",
+        verified.confirmation_kid(),
     );
     common(
         &mut summary,
@@ -261,6 +242,40 @@ fn common(
         "expires".into(),
         json!(f.expires.to_rfc3339_opts(SecondsFormat::Secs, true)),
     );
+}
+
+/// `kids` and `signed_by` of a document the resource server signed and the
+/// confirmation service signed in `role` (`confirmation` on a decided CHEQ,
+/// `evidence` on redacted evidence), each key looked up in `trust` for the
+/// origin of the CHEQ's URI that names its signer.
+fn signers(
+    summary: &mut Map<String, Value>,
+    trust: &crate::sign::TrustStore,
+    f: &crate::cheq::CountersignFields,
+    resource_kid: &str,
+    role: &str,
+    confirmation_kid: &str,
+) {
+    let mut kids = Map::new();
+    kids.insert("resource".into(), json!(resource_kid));
+    kids.insert(role.into(), json!(confirmation_kid));
+    summary.insert("kids".into(), Value::Object(kids));
+    let mut signed_by = Map::new();
+    signed_by.insert(
+        "resource".into(),
+        signer(
+            resource_kid,
+            trust.resource_key(&f.resource_uri, resource_kid),
+        ),
+    );
+    signed_by.insert(
+        role.into(),
+        signer(
+            confirmation_kid,
+            trust.confirmation_key(&f.confirmation_uri, confirmation_kid),
+        ),
+    );
+    summary.insert("signed_by".into(), Value::Object(signed_by));
 }
 
 /// Which key signed: its id, and the state its publisher gave it

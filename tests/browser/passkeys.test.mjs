@@ -45,7 +45,10 @@ const { dataDir } = demo;
 const origin = `http://localhost:${port}`;
 const direct = `http://127.0.0.1:${port}`;
 
-test('alice adds a passkey, signs in with it alone, confirms, and removing it ends that session', async () => {
+/** Once the demo answers: a new browser context and page with a virtual
+ * authenticator (CTAP2, internal, resident keys, user verification), and the
+ * list the page's script errors and console errors are collected in. */
+async function openWithAuthenticator() {
   await waitFor(`${direct}/healthz`).catch((e) => { throw new Error(`${e.message}\n${demo.log()}`); });
   const context = await browser.newContext();
   const page = await context.newPage();
@@ -63,6 +66,11 @@ test('alice adds a passkey, signs in with it alone, confirms, and removing it en
       hasUserVerification: true, isUserVerified: true, automaticPresenceSimulation: true,
     },
   });
+  return { context, page, problems, cdp, authenticatorId };
+}
+
+test('alice adds a passkey, signs in with it alone, confirms, and removing it ends that session', async () => {
+  const { context, page, problems, cdp, authenticatorId } = await openWithAuthenticator();
 
   // Password first; the account page then offers a passkey.
   await page.goto(`${origin}/login?next=%2Faccount`);
@@ -140,22 +148,7 @@ test('alice adds a passkey, signs in with it alone, confirms, and removing it en
 
 // Runs after the test above, which leaves alice without a passkey.
 test('from a CHEQ that asks for a passkey, alice adds one and comes back to accept', async () => {
-  await waitFor(`${direct}/healthz`).catch((e) => { throw new Error(`${e.message}\n${demo.log()}`); });
-  const context = await browser.newContext();
-  const page = await context.newPage();
-  const problems = [];
-  page.on('console', (m) => {
-    if (m.type() === 'error' && !(m.location().url || '').endsWith('/favicon.ico')) problems.push(`${m.text()} (${m.location().url})`);
-  });
-  page.on('pageerror', (e) => problems.push(String(e)));
-  const cdp = await context.newCDPSession(page);
-  await cdp.send('WebAuthn.enable');
-  const { authenticatorId } = await cdp.send('WebAuthn.addVirtualAuthenticator', {
-    options: {
-      protocol: 'ctap2', transport: 'internal', hasResidentKey: true,
-      hasUserVerification: true, isUserVerified: true, automaticPresenceSimulation: true,
-    },
-  });
+  const { context, page, problems, cdp, authenticatorId } = await openWithAuthenticator();
 
   await page.goto(`${origin}/login`);
   await page.fill('input[name=username]', 'alice');

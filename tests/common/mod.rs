@@ -766,6 +766,18 @@ secret_hash = "{hash}"
         t
     }
 
+    /// Invokes `transfer_funds` to the payee ACME (its accounts and amount
+    /// private, typed on the page) and opens its page in `b` as alice;
+    /// returns the pack, the page path and the confirmation page.
+    pub async fn open_transfer(&self, b: &mut Browser) -> (UriPack, String, Page) {
+        let pack = self
+            .invoke_tool("transfer_funds", &transfer_params(Some("ACME"), None))
+            .await;
+        let (path, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        (pack, path, page)
+    }
+
     /// Invokes, opens the page as alice and decides; returns the pack, the
     /// page path, the confirmation page and the outcome page.
     pub async fn decided(&self, b: &mut Browser, decision: &str) -> (UriPack, String, Page, Page) {
@@ -1156,6 +1168,65 @@ impl Setup {
     }
 }
 
+/// `cheq audit` of the transparency log at `base` (the CS's URL), checked
+/// with `key` and keeping its state in `state`, each of `documents` looked up
+/// in it: (success, stdout, stderr).
+pub fn audit_log(
+    base: &str,
+    key: &str,
+    state: &Path,
+    documents: &[&Path],
+) -> (bool, String, String) {
+    let log = format!("{base}/log/");
+    let state = state.display().to_string();
+    let mut args = vec!["audit", "--log", &log, "--key", key, "--state", &state];
+    let docs: Vec<String> = documents.iter().map(|d| d.display().to_string()).collect();
+    for d in &docs {
+        args.push("--document");
+        args.push(d);
+    }
+    cheq_cmd(&args)
+}
+
+/// Accepts `n` new bookings (invoked at the RS of `setup`) in `b`, signing
+/// in as alice where the CS asks.
+pub async fn accept_bookings(setup: &Setup, b: &mut Browser, n: usize) {
+    for _ in 0..n {
+        let pack = invoke_flight(&setup.rs_url).await;
+        let (path, page) = b.open("/", &pack.resource_uri, "alice", ALICE_PW).await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        let outcome = b.decide(&path, &page, "accept").await;
+        assert_eq!(outcome.status, 200, "{}", outcome.text);
+    }
+}
+
+/// Every decided document of `b`'s history, newest first.
+pub async fn history_documents(b: &mut Browser) -> Vec<String> {
+    let history = b.get("/history").await;
+    let mut docs = Vec::new();
+    let mut rest = history.raw.as_str();
+    while let Some(at) = rest.find("href=\"/history/") {
+        rest = &rest[at + 6..];
+        let link = &rest[..rest.find('"').unwrap()];
+        if link.ends_with(".json") && !link.ends_with("/inclusion.json") {
+            docs.push(b.get(link).await.text);
+        }
+    }
+    docs
+}
+
+/// The log indexes of the documents a `cheq audit` summary found, in order.
+pub fn audited_indexes(summary: &Value) -> Vec<u64> {
+    let mut found: Vec<u64> = summary["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["index"].as_u64().unwrap())
+        .collect();
+    found.sort();
+    found
+}
+
 /// How many operations the RS ran, read from its database (RS stopped).
 pub fn executions_on_disk(rs_data: &Path) -> usize {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -1393,6 +1464,26 @@ pub fn encodings_of(value: &str) -> Vec<Vec<u8>> {
     out
 }
 
+/// `GET url` with [`http_client`]: its status and body.
+pub async fn get_text(url: &str) -> (u16, String) {
+    let res = http_client().get(url).send().await.unwrap();
+    (res.status().as_u16(), res.text().await.unwrap())
+}
+
+/// The transparency log's verifier key, as the CS at `base` publishes it.
+pub async fn log_key(base: &str) -> String {
+    let (status, text) = get_text(&format!("{base}/log/key")).await;
+    assert_eq!(status, 200, "{text}");
+    text.trim().to_owned()
+}
+
+/// The size of the transparency log's current checkpoint at `base`.
+pub async fn log_size(base: &str) -> u64 {
+    let (status, text) = get_text(&format!("{base}/log/checkpoint")).await;
+    assert_eq!(status, 200, "{text}");
+    text.lines().nth(1).unwrap().parse().unwrap()
+}
+
 /// `haystack` contains `needle`.
 pub fn contains_bytes(haystack: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
@@ -1432,6 +1523,21 @@ pub fn assert_no_file_holds(dir: &Path, values: &[&str]) -> usize {
 // Clients the tests drive over JSON lines (the Python SDKs' clients)
 // ---------------------------------------------------------------------------
 
+/// The lines `out` gives (a child's standard output), as a thread reads
+/// them, until it ends or the receiver is dropped.
+pub fn lines_of(out: impl Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 /// A client process driven over JSON lines: one command a line on its
 /// standard input, one event a line on its standard output. Every line it
 /// printed is kept (`seen`): all it received from the server it talks to.
@@ -1452,7 +1558,6 @@ impl LineClient {
         envs: &[(&str, &str)],
         skip: &'static [&'static str],
     ) -> LineClient {
-        use std::io::BufRead;
         let mut child = std::process::Command::new("python3")
             .arg(script)
             .args(args)
@@ -1463,22 +1568,11 @@ impl LineClient {
             .spawn()
             .expect("python3");
         let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+        let events = lines_of(child.stdout.take().unwrap());
         LineClient {
             child,
             stdin,
-            events: rx,
+            events,
             seen: Vec::new(),
             skip,
         }

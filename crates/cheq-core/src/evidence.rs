@@ -1049,39 +1049,27 @@ mod tests {
             verify_resource(as_resource.as_bytes(), &t, &Context::at(at(10, 5))).unwrap_err(),
             VerifyError::BadTyp { index: 0 }
         );
-        // As a countersignature.
+        // As a countersignature: the CHEQ's resource signature, then
+        // (protected, signature) as the second.
         let rs = &raw.signatures[0];
-        let as_confirmation = assemble(
-            &payload_b64,
-            &[(&rs.protected_b64, &rs.signature_b64), (&p, &s)],
-        );
-        assert_eq!(
+        let countersigned = |p: &str, s: &str| {
+            let as_confirmation = assemble(
+                &payload_b64,
+                &[(&rs.protected_b64, &rs.signature_b64), (p, s)],
+            );
             verify_decision(
                 as_confirmation.as_bytes(),
                 &trust(),
                 None,
-                &Context::at(at(10, 5))
+                &Context::at(at(10, 5)),
             )
-            .unwrap_err(),
-            VerifyError::BadTyp { index: 1 }
-        );
+            .unwrap_err()
+        };
+        assert_eq!(countersigned(&p, &s), VerifyError::BadTyp { index: 1 });
         // Its typ alone would not pass either: the role is refused.
         let header = r#"{"alg":"EdDSA","kid":"cs","typ":"cheq+jws","cheq_role":"evidence"}"#;
         let (p, s) = sign_entry(&cs, header, &payload_b64);
-        let as_confirmation = assemble(
-            &payload_b64,
-            &[(&rs.protected_b64, &rs.signature_b64), (&p, &s)],
-        );
-        assert_eq!(
-            verify_decision(
-                as_confirmation.as_bytes(),
-                &trust(),
-                None,
-                &Context::at(at(10, 5))
-            )
-            .unwrap_err(),
-            VerifyError::BadRole { index: 1 }
-        );
+        assert_eq!(countersigned(&p, &s), VerifyError::BadRole { index: 1 });
     }
 
     #[test]
@@ -1164,60 +1152,56 @@ mod tests {
             }));
             assert_eq!(err, EvidenceError::MissingMember(m), "{m}");
         }
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("format".into(), json!("cheq-redacted-evidence/v2"));
-            })),
-            EvidenceError::UnknownVersion("cheq-redacted-evidence/v2".into())
-        );
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("format".into(), json!("something-else/v1"));
-            })),
-            EvidenceError::UnknownFormat("something-else/v1".into())
-        );
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("extra".into(), json!(1));
-            })),
-            EvidenceError::UnexpectedMember("extra".into())
-        );
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("decision".into(), json!("maybe"));
-            })),
-            bad("decision", "is not \"accept\" or \"reject\"")
-        );
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("decided_at".into(), json!("yesterday"));
-            })),
-            bad("decided_at", "is not an RFC 3339 time")
-        );
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("sub".into(), json!(""));
-            })),
-            bad("sub", "is not a non-empty string")
-        );
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("resource_signed".into(), json!("a string"));
-            })),
-            bad("resource_signed", "is not a JWS object")
-        );
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("collected_hmac_sha256".into(), json!({"account": "short"}));
-            })),
-            EvidenceError::BadDigest("account".into())
-        );
-        assert_eq!(
-            parse(statement_edited(&evidence, |v| {
-                v.insert("log_digest".into(), json!(7));
-            })),
-            EvidenceError::BadDigest("log_digest".into())
-        );
+        // A member set to a value the parser refuses, and the error that names it.
+        let cases = [
+            (
+                "format",
+                json!("cheq-redacted-evidence/v2"),
+                EvidenceError::UnknownVersion("cheq-redacted-evidence/v2".into()),
+            ),
+            (
+                "format",
+                json!("something-else/v1"),
+                EvidenceError::UnknownFormat("something-else/v1".into()),
+            ),
+            (
+                "extra",
+                json!(1),
+                EvidenceError::UnexpectedMember("extra".into()),
+            ),
+            (
+                "decision",
+                json!("maybe"),
+                bad("decision", "is not \"accept\" or \"reject\""),
+            ),
+            (
+                "decided_at",
+                json!("yesterday"),
+                bad("decided_at", "is not an RFC 3339 time"),
+            ),
+            ("sub", json!(""), bad("sub", "is not a non-empty string")),
+            (
+                "resource_signed",
+                json!("a string"),
+                bad("resource_signed", "is not a JWS object"),
+            ),
+            (
+                "collected_hmac_sha256",
+                json!({"account": "short"}),
+                EvidenceError::BadDigest("account".into()),
+            ),
+            (
+                "log_digest",
+                json!(7),
+                EvidenceError::BadDigest("log_digest".into()),
+            ),
+        ];
+        for (m, value, expected) in cases {
+            let err = parse(statement_edited(&evidence, |v| {
+                v.insert(m.into(), value);
+            }));
+            assert_eq!(err, expected, "{m}");
+        }
         // The older shape, and a document that is not JSON.
         let old = br#"{"redacted":"old","resource_signed":{}}"#;
         assert_eq!(parse(old.to_vec()), EvidenceError::Unversioned);
