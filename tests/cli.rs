@@ -850,3 +850,48 @@ fn unpack_prints_the_packed_documents_of_a_file() {
     let err = assert_fails(&cheq(&["unpack", "/nonexistent/db"], None), 1);
     assert!(err.contains("/nonexistent/db"), "{err}");
 }
+
+/// `scripts/demo` runs the binary it finds only when nothing it is built
+/// from is newer: every workspace member's directory, the patched crates,
+/// the templates the pages are compiled from, and the manifests are in the
+/// list it checks.
+#[test]
+fn scripts_demo_rebuilds_when_any_source_of_the_binary_changes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = std::fs::read_to_string(root.join("scripts/demo")).unwrap();
+    let checked: Vec<&str> = script
+        .lines()
+        .find_map(|l| {
+            let at = l.find("$(find ")?;
+            let rest = &l[at + "$(find ".len()..];
+            Some(rest[..rest.find(" -newer")?].split_whitespace().collect())
+        })
+        .expect("scripts/demo checks its sources with find … -newer");
+    let manifest: toml::Value =
+        toml::from_str(&std::fs::read_to_string(root.join("Cargo.toml")).unwrap()).unwrap();
+    let mut sources = vec![
+        "Cargo.toml".to_owned(),
+        "Cargo.lock".to_owned(),
+        "src".to_owned(),
+        "templates".to_owned(),
+    ];
+    let members = manifest["workspace"]["members"].as_array().unwrap();
+    let patched = manifest["patch"]["crates-io"].as_table().unwrap();
+    let paths = members.iter().filter_map(|m| m.as_str()).chain(
+        patched
+            .values()
+            .filter_map(|p| p.get("path").and_then(|p| p.as_str())),
+    );
+    for path in paths.filter(|p| *p != ".") {
+        let top = path.split('/').next().unwrap().to_owned();
+        if !sources.contains(&top) {
+            sources.push(top);
+        }
+    }
+    for source in &sources {
+        assert!(
+            checked.contains(&source.as_str()),
+            "scripts/demo does not look at {source} (it checks {checked:?})"
+        );
+    }
+}
