@@ -12,11 +12,14 @@
 //!   countersigning and the verification pipeline (§5, §9).
 //! - [`tlog`]: the transparency log's entries, tree, tiles, checkpoints
 //!   and the auditor's checks (§15).
+//! - [`discovery`]: the CS's and the RS's discovery documents, read
+//!   against the origin they came from (§16.1, §16.2).
 //! - [`evidence`]: redacted evidence of a decision with private values,
 //!   its format and its checks (§8.1).
 #![forbid(unsafe_code)]
 
 pub mod cheq;
+pub mod discovery;
 pub mod evidence;
 pub mod sign;
 pub mod tlog;

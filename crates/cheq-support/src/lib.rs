@@ -13,6 +13,8 @@
 //!   and which key is new, active or retired at a time.
 //! - [`peerkeys`]: a peer's published keys (§9): a file, or fetched by
 //!   `jwks_uri` with bounded reads and cache headers honoured.
+//! - [`outbound`]: the one fetcher of URLs that came from outside (§16.3):
+//!   https, bounded, no redirect, refused addresses checked where connected.
 //! - [`configfile`]: reading TOML configuration, errors naming the key.
 //! - [`bearer`]: access tokens as sealed claims that every instance honours.
 //! - [`metrics`]: the Prometheus metrics of both servers.
@@ -27,6 +29,7 @@ pub mod configfile;
 pub mod keyfile;
 pub mod keyring;
 pub mod metrics;
+pub mod outbound;
 pub mod peerkeys;
 pub mod recent;
 pub mod secret;

@@ -236,13 +236,37 @@ impl std::fmt::Debug for FetchedJwks {
 impl FetchedJwks {
     /// Nothing fetched yet: the first use fetches.
     pub fn new(uri: &str, clock: Arc<dyn Clock>) -> Result<Arc<Self>, JwksError> {
+        Self::with_client(uri, clock, client()?)
+    }
+
+    /// As [`FetchedJwks::new`], fetching through the outside fetcher's
+    /// rules (§16.3): for a key set named by a peer rather than by the
+    /// operator.
+    pub fn outside(
+        uri: &str,
+        clock: Arc<dyn Clock>,
+        outbound: &crate::outbound::Outbound,
+    ) -> Result<Arc<Self>, JwksError> {
+        let err = |message: String| JwksError {
+            where_: uri.to_owned(),
+            message,
+        };
+        outbound.check(uri).map_err(|e| err(e.to_string()))?;
+        Self::with_client(uri, clock, outbound.client().clone())
+    }
+
+    fn with_client(
+        uri: &str,
+        clock: Arc<dyn Clock>,
+        client: reqwest::Client,
+    ) -> Result<Arc<Self>, JwksError> {
         cheq_core::cheq::uri::parse_cheq_uri(uri).map_err(|e| JwksError {
             where_: uri.to_owned(),
             message: e.to_string(),
         })?;
         Ok(Arc::new(FetchedJwks {
             uri: uri.to_owned(),
-            client: client()?,
+            client,
             cached: RwLock::new(Cached::default()),
             fetching: tokio::sync::Mutex::new(()),
             fetches: std::sync::atomic::AtomicU64::new(0),

@@ -7,8 +7,10 @@
 //! needs every signature of a General JSON document verified, `crit` honoured
 //! in that form, and duplicate members refused, which generic libraries do not
 //! do. [`passkey`] derives the challenge of a passkey-bound decision and
-//! checks its WebAuthn assertion.
+//! checks its WebAuthn assertion. [`assertion`] signs and verifies a CS's
+//! client assertion at an RS's token endpoint (§16.4).
 
+pub mod assertion;
 pub mod b64;
 pub mod header;
 pub mod jws;
