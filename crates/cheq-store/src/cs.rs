@@ -480,6 +480,9 @@ pub struct CsStore {
     pub limits: std::sync::Arc<dyn Limits>,
     /// The transparency log (§15).
     pub log: std::sync::Arc<dyn super::tlog::LogStore>,
+    /// The RSes registered without a restart, and initial access tokens
+    /// (§16.3).
+    pub registrations: std::sync::Arc<dyn super::registrations::Registrations>,
     /// Whether the backend answers now.
     pub readiness: std::sync::Arc<dyn super::Readiness>,
     /// Flushes awaited without a thread (sled); `None` where a durable

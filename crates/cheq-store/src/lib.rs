@@ -34,6 +34,7 @@ pub mod export;
 pub mod group_commit;
 pub mod packed;
 pub mod pg;
+pub mod registrations;
 pub mod rs;
 pub mod sled_a2a;
 pub mod sled_cs;

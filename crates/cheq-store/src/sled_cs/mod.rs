@@ -13,6 +13,7 @@
 //! | `cs.users` | user name | [`Account`] |
 //! | `cs.sessions` | SHA-256 of the cookie | [`Session`] |
 //! | `cs.limits` | limiter key | [`LimitState`] |
+//! | `cs.registrations`, `cs.registration_tokens`, `cs.meta` | registered RSes (§16.3) | see [`registrations`] |
 //! | `log.*` | the transparency log's queue, entries, hashes and head | see [`log`] |
 //!
 //! No sled transaction (see `sled_store` for why): a decision's indexes are
@@ -42,6 +43,7 @@
 mod log;
 mod people;
 mod records;
+mod registrations;
 
 use crate::cs::*;
 use crate::sled_json::{decode, encode, key_text, open_db, page_after, tree, Durable};
@@ -61,6 +63,12 @@ pub fn open(db: &sled::Db) -> Result<CsStore, StoreError> {
         flusher: Some(durable.async_flush()),
         entries: Arc::new(SledEntries {
             tree: tree(db, "cs.confirmations")?,
+        }),
+        registrations: Arc::new(registrations::SledRegistrations {
+            records: tree(db, "cs.registrations")?,
+            tokens: tree(db, "cs.registration_tokens")?,
+            meta: tree(db, "cs.meta")?,
+            db: durable.clone(),
         }),
         records: Arc::new(SledRecords::open(db, durable, log)?),
         accounts: Arc::new(SledAccounts {

@@ -9,6 +9,7 @@
 //! | `cs_accounts` | user name | [`Account`], with case-folded name and e-mail |
 //! | `cs_sessions` | SHA-256 of the cookie | [`Session`] |
 //! | `cs_limits` | limiter key | [`LimitState`] |
+//! | `cs_registrations`, `cs_registration_tokens`, `cs_registration_generation` | RS origin; token digest | registered RSes (§16.3), see [`registrations`] |
 //! | `tlog_*` | the transparency log's queue, entries, hashes, head | see [`log`] |
 //!
 //! Values are JSON text, stored byte for byte.
@@ -16,6 +17,7 @@
 mod log;
 mod people;
 mod records;
+mod registrations;
 mod schema;
 
 pub use schema::MIGRATIONS;
@@ -42,6 +44,7 @@ pub fn open_migrated(pg: &Pg) -> CsStore {
         sessions: Arc::new(PgSessions(pg.clone())),
         limits: Arc::new(PgLimits(pg.clone())),
         log: Arc::new(log::PgLog(pg.clone())),
+        registrations: Arc::new(registrations::PgRegistrations(pg.clone())),
         readiness: Arc::new(super::SchemaReadiness::new(pg, "cs", MIGRATIONS)),
         flusher: None,
     }

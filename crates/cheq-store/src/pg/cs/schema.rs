@@ -134,4 +134,29 @@ CREATE TABLE tlog_head (
     checkpoint bytea);
 ",
     },
+    // Resource servers registered without a restart (§16.3), the
+    // operator's initial access tokens (digests), and the generation every
+    // instance polls to notice a change.
+    Migration {
+        version: 8,
+        name: "registered resource servers",
+        sql: "
+CREATE TABLE cs_registrations (
+    origin text PRIMARY KEY,
+    name text NOT NULL,
+    resource_prefix text NOT NULL,
+    jwks_uri text NOT NULL,
+    token_endpoint text NOT NULL,
+    status text NOT NULL CHECK (status IN ('active', 'blocked')),
+    registered_at bigint NOT NULL,
+    updated_at bigint NOT NULL);
+CREATE TABLE cs_registration_tokens (
+    digest text PRIMARY KEY,
+    created bigint NOT NULL);
+CREATE TABLE cs_registration_generation (
+    id integer PRIMARY KEY CHECK (id = 1),
+    n bigint NOT NULL);
+INSERT INTO cs_registration_generation (id, n) VALUES (1, 0);
+",
+    },
 ];
