@@ -48,6 +48,7 @@ const NAMES: &[&str] = &[
     "log-leaf-accept",
     "log-vkey",
     "log-checkpoint",
+    "client-assertion",
 ];
 
 /// RFC 8032 §7.1, TEST 2: the secret key and public key (hex).
@@ -65,6 +66,8 @@ const RS_ORIGIN: &str = "https://api.airline.example";
 const SUB: &str = "alice";
 const COLLECTED_NAME: &str = "frequent flyer number";
 const COLLECTED_VALUE: &str = "123456789";
+/// The client assertion's `jti`: the 16 bytes 0x00…0x0f.
+const ASSERTION_JTI: &str = "AAECAwQFBgcICQoLDA0ODw";
 
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 27, 9, 5, 0).unwrap()
@@ -464,4 +467,55 @@ fn the_log_vectors_match_the_document_byte_for_byte() {
     let at = LOG_ORIGIN.len() + 1; // the tree size's first digit
     bent[at] = b'3';
     assert!(verifier.verify(&bent).is_err());
+}
+
+#[test]
+fn the_client_assertion_vector_matches_and_verifies() {
+    use cheq::sign::assertion::{
+        client_assertion, verify_client_assertion, AssertionClaims, AssertionError, Expected,
+    };
+    let doc = Doc::read();
+    let cs = key_of(doc.get("cs-secret-key"), "cs-rfc8032-2");
+    let token_endpoint = format!("{RS_ORIGIN}/oauth/token");
+    let at = now().timestamp();
+    let computed = client_assertion(
+        &cs,
+        &AssertionClaims {
+            issuer: CS_ORIGIN,
+            audience: &token_endpoint,
+            jti: ASSERTION_JTI,
+            issued_at: at,
+        },
+    );
+    doc.check("client-assertion", &computed);
+
+    // The documented assertion passes every check at `iat`, under the CS's
+    // documented key alone, and fails the ones the appendix names.
+    let keys = cheq::sign::Jwks::new(vec![cs.public_key()]).unwrap();
+    let documented = doc.get("client-assertion");
+    let expected = |now, audience| Expected {
+        issuer: CS_ORIGIN,
+        audience,
+        now,
+    };
+    let ok = verify_client_assertion(documented, &keys, expected(at, &token_endpoint)).unwrap();
+    assert_eq!((ok.jti.as_str(), ok.expires_at), (ASSERTION_JTI, at + 60));
+    assert_eq!(
+        verify_client_assertion(documented, &keys, expected(at + 60, &token_endpoint)),
+        Err(AssertionError::Expired)
+    );
+    assert_eq!(
+        verify_client_assertion(
+            documented,
+            &keys,
+            expected(at, "https://other.example/token")
+        ),
+        Err(AssertionError::WrongAudience)
+    );
+    let rs = key_of(doc.get("rs-secret-key"), "cs-rfc8032-2");
+    let impostor = cheq::sign::Jwks::new(vec![rs.public_key()]).unwrap();
+    assert_eq!(
+        verify_client_assertion(documented, &impostor, expected(at, &token_endpoint)),
+        Err(AssertionError::BadSignature)
+    );
 }

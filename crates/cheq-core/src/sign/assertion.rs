@@ -24,8 +24,9 @@ pub const TYP: &str = "client-authentication+jwt";
 pub const ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
 /// The longest an assertion may live (`exp` − `iat`).
 pub const MAX_LIFETIME_SECS: i64 = 60;
-/// How far a signer's clock may run ahead of the verifier's.
-pub const CLOCK_SKEW_SECS: i64 = 30;
+/// How far a signer's clock may run ahead of the verifier's (the
+/// contract's clock skew).
+pub const CLOCK_SKEW_SECS: i64 = 60;
 /// The shortest `jti`: 22 base64url characters hold 128 bits.
 pub const MIN_JTI_LEN: usize = 22;
 /// Longest assertion read.
