@@ -535,4 +535,120 @@ subject = "alice"
             RsConfig::from_toml(&text).unwrap();
         }
     }
+
+    /// The file with `[confirmation_server]` replaced by `cs`, and `top`
+    /// added at the top level.
+    fn with_cs(top: &str, cs: &str) -> String {
+        let head = GOOD.split("[confirmation_server]").next().unwrap();
+        let clients = &GOOD[GOOD.find("[[clients]]").unwrap()..];
+        format!("{top}\n{head}[confirmation_server]\n{cs}\n{clients}")
+    }
+
+    const LOOPBACK: &str = "allow_addresses = [\"127.0.0.0/8\"]";
+
+    #[test]
+    fn a_cs_named_by_its_issuer_alone() {
+        let c = RsConfig::from_toml(&with_cs("", "issuer = \"https://cs.example\"")).unwrap();
+        let cs = c.confirmation_server.as_ref().unwrap();
+        assert_eq!(cs.named(), CsNamed::Issuer("https://cs.example"));
+        assert_eq!(c.confirmation_uri(), None);
+        let c = RsConfig::from_toml(GOOD).unwrap();
+        assert!(matches!(
+            c.confirmation_server.as_ref().unwrap().named(),
+            CsNamed::InFull {
+                uri: "http://127.0.0.1:8080/confirm",
+                jwks_file: Some(_),
+                jwks_uri: None
+            }
+        ));
+        // Loopback http when allowed.
+        RsConfig::from_toml(&with_cs(LOOPBACK, "issuer = \"http://127.0.0.1:8080\"")).unwrap();
+        RsConfig::from_toml(&with_cs(
+            "allow_addresses = [\"10.1.0.0/16\"]",
+            "issuer = \"https://10.1.2.3\"",
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn each_wrong_naming_of_the_cs_is_named() {
+        for (top, cs, key) in [
+            // Both forms.
+            (
+                "",
+                "issuer = \"https://cs.example\"\nuri = \"https://cs.example/confirm\"\njwks_file = \"k.json\"",
+                "confirmation_server.issuer",
+            ),
+            (
+                "",
+                "issuer = \"https://cs.example\"\njwks_file = \"k.json\"",
+                "confirmation_server.jwks_file",
+            ),
+            (
+                "",
+                "issuer = \"https://cs.example\"\njwks_uri = \"https://cs.example/k\"",
+                "confirmation_server.jwks_uri",
+            ),
+            // Neither.
+            ("", "", "confirmation_server.issuer"),
+            ("", "jwks_file = \"k.json\"", "confirmation_server.issuer"),
+            // Not an origin.
+            (
+                "",
+                "issuer = \"https://cs.example/confirm\"",
+                "confirmation_server.issuer",
+            ),
+            ("", "issuer = \"cs.example\"", "confirmation_server.issuer"),
+            // Not reachable under allow_addresses.
+            (
+                "",
+                "issuer = \"http://127.0.0.1:8080\"",
+                "confirmation_server.issuer",
+            ),
+            ("", "issuer = \"https://10.1.2.3\"", "confirmation_server.issuer"),
+            (
+                "",
+                "issuer = \"https://169.254.169.254\"",
+                "confirmation_server.issuer",
+            ),
+            (
+                LOOPBACK,
+                "issuer = \"http://cs.example\"",
+                "confirmation_server.issuer",
+            ),
+            // The list itself.
+            (
+                "allow_addresses = [\"not a network\"]",
+                "issuer = \"https://cs.example\"",
+                "allow_addresses",
+            ),
+            ("name = \"  \"", "issuer = \"https://cs.example\"", "name"),
+            (
+                "name = \"a\\nb\"",
+                "issuer = \"https://cs.example\"",
+                "name",
+            ),
+        ] {
+            let e = RsConfig::from_toml(&with_cs(top, cs)).unwrap_err().to_string();
+            assert!(e.contains(key), "{top} {cs}: {e}");
+        }
+        let long = format!("name = \"{}\"", "x".repeat(101));
+        let e = RsConfig::from_toml(&with_cs(&long, "issuer = \"https://cs.example\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("name"), "{e}");
+        // The loopback error says what to do.
+        let e = RsConfig::from_toml(&with_cs("", "issuer = \"http://127.0.0.1:8080\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("allow_addresses"), "{e}");
+    }
+
+    #[test]
+    fn the_name_defaults_to_the_host() {
+        let c = RsConfig::from_toml(GOOD).unwrap();
+        assert_eq!(c.display_name(), "127.0.0.1:8081");
+        let c = RsConfig::from_toml(&format!("name = \" Example Air \"\n{GOOD}")).unwrap();
+        assert_eq!(c.display_name(), "Example Air");
+    }
 }
