@@ -12,8 +12,8 @@ use cheq::peerkeys::PeerKeys;
 use cheq::resource::cheq_rs::{
     CheqRs, Effect, MintRequest, Minted, Operation, ResultView, MAX_TTL_SECS,
 };
-use cheq::resource::confirmation_server::ConfirmationServer;
 use cheq::resource::tools::DemoTools;
+use cheq::resource::trusted_cs::ConfirmationServer;
 use cheq::resource::CheqRsError;
 use cheq::sign::{
     b64, countersign, verify_own_decision, verify_resource, Channel, Context, Decision,

@@ -24,7 +24,7 @@ use crate::confirm::{CsState, ServerError};
 use crate::peerkeys::PeerKeys;
 use crate::resource::cheq_rs::CONFIRMATIONS_PATH;
 use crate::resource::config::RsConfig;
-use crate::resource::confirmation_server::ConfirmationServer;
+use crate::resource::trusted_cs::ConfirmationServer;
 use crate::resource::{RsError, RsState};
 use crate::time::{Clock, SystemClock};
 use actix_web::{web, App, HttpServer};

@@ -20,9 +20,7 @@
 //!
 //! Only [`server::build_state`] chooses the storage backend.
 
-pub use cheq_resource::{
-    agent, assertion, cheq_rs, config, confirmation_server, registration, tools,
-};
+pub use cheq_resource::{agent, assertion, cheq_rs, config, registration, tools, trusted_cs};
 pub use cheq_resource::{
     invoke, poll_result, AgentError, CheqRs, CheqRsError, ClientConfig, ClientRole, ConfigError,
     DecisionAnswer, InvokeOutcome, MintRequest, Minted, Operation, ResultStatus, ResultView,

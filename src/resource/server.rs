@@ -30,7 +30,7 @@ use actix_web::http::{header, StatusCode};
 use actix_web::{web, App, FromRequest, HttpRequest, HttpResponse, HttpServer};
 use cheq_core::discovery::{ResourceDocument, CLIENT_SECRET_BASIC, PRIVATE_KEY_JWT, RESOURCE_PATH};
 use cheq_resource::assertion::TrustedIssuers;
-use cheq_resource::confirmation_server::{ConfirmationServer, DiscoveredCs};
+use cheq_resource::trusted_cs::{ConfirmationServer, DiscoveredCs};
 use chrono::Duration;
 use serde_json::{json, Value};
 use sha2::Digest;

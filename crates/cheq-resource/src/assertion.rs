@@ -11,7 +11,7 @@
 //! front end answers every one but [`AssertionRefusal::NotReady`] and
 //! [`AssertionRefusal::Store`] with `401 invalid_client`.
 
-use crate::confirmation_server::DiscoveredCs;
+use crate::trusted_cs::DiscoveredCs;
 use cheq_core::sign::assertion::{
     claimed_issuer, verify_client_assertion, AssertionError, Expected, VerifiedAssertion,
 };

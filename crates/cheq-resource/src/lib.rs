@@ -10,9 +10,9 @@
 //!   once (verify, record the nonce, run the operation exactly once), answer
 //!   the result.
 //! - [`tools`]: the demo's A2T tools and their confirmation policy.
-//! - [`confirmation_server`]: the CS this RS trusts, named in full or by
-//!   its issuer and read from its discovery document (§16.1), with the
-//!   RS's registration there ([`registration`], §16.3).
+//! - [`trusted_cs`]: the CS this RS trusts, named in full or by its issuer
+//!   and read from its discovery document (§16.1), with the RS's
+//!   registration there ([`registration`], §16.3).
 //! - [`assertion`]: a CS's client assertion at the token endpoint (§16.4).
 //! - [`config`]: the RS configuration, validated when read.
 //! - [`agent`]: the agent's client of an A2T RS (calls, URI packs, results),
@@ -23,12 +23,12 @@ pub mod agent;
 pub mod assertion;
 pub mod cheq_rs;
 pub mod config;
-pub mod confirmation_server;
 pub mod registration;
 pub mod tools;
+pub mod trusted_cs;
 
 pub use agent::{invoke, poll_result, AgentError, InvokeOutcome, ResultStatus};
 pub use cheq_core::cheq::DecisionAnswer;
 pub use cheq_rs::{CheqRs, CheqRsError, MintRequest, Minted, Operation, ResultView};
 pub use config::{ClientConfig, ClientRole, ConfigError, RsConfig};
-pub use confirmation_server::{ConfirmationServer, DiscoveredCs};
+pub use trusted_cs::{ConfirmationServer, DiscoveredCs};

@@ -13,7 +13,7 @@
 //!   CS could not fetch yet): tried again after 1 s, doubling to 60 s; at
 //!   debug for the first minute of failures, then at warn.
 
-use crate::confirmation_server::{failure_level, Backoff, DiscoveredCs};
+use crate::trusted_cs::{failure_level, Backoff, DiscoveredCs};
 use cheq_support::outbound::{Outbound, OutboundError};
 use std::sync::Weak;
 

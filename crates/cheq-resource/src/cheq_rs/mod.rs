@@ -101,7 +101,7 @@ pub use mint::{MintRequest, Minted};
 pub use operation::{Effect, Operation};
 pub use records::ResultView;
 
-use crate::confirmation_server::ConfirmationServer;
+use crate::trusted_cs::ConfirmationServer;
 use cheq_core::sign::TrustStore;
 use cheq_store::rs::{CheqRecord, CheqRecords, RsStore};
 use cheq_store::{AsyncFlush, NonceStore, StoreError};
