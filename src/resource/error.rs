@@ -5,13 +5,13 @@
 //! are chosen here. Every HTTP error is JSON `{"error","error_description"}`
 //! (PROTOCOL.md §3, §6, §7, RFC 6749 §5.2, RFC 6750 §3).
 
+use super::assertion::AssertionRefusal;
 use super::config::ConfigError;
 use crate::httpkit::JsonError;
 use crate::peerkeys::JwksError;
 use crate::sign::{KeyError, TrustError};
 use crate::store::StoreError;
 use actix_web::http::StatusCode;
-use cheq_resource::assertion::AssertionRefusal;
 
 pub use super::cheq_rs::CheqRsError;
 pub use super::tools::ToolError;
@@ -290,5 +290,62 @@ mod tests {
             expires: chrono::Utc::now(),
         }));
         assert_eq!(expired.code, "expired");
+    }
+
+    /// Each refusal of a client assertion (§16.4): `401 invalid_client`,
+    /// with no Basic challenge (the client did not use Basic), except the
+    /// RS's own trouble; and which of them count towards the lock-out.
+    #[test]
+    fn each_refused_assertion_has_its_status() {
+        use crate::sign::assertion::AssertionError;
+        let refusals = vec![
+            (
+                AssertionRefusal::WrongAssertionType,
+                401,
+                "invalid_client",
+                true,
+            ),
+            (
+                AssertionRefusal::Untrusted("https://x.example".into()),
+                401,
+                "invalid_client",
+                true,
+            ),
+            (
+                AssertionRefusal::Check(AssertionError::Expired),
+                401,
+                "invalid_client",
+                true,
+            ),
+            (AssertionRefusal::Replayed, 401, "invalid_client", true),
+            (AssertionRefusal::OtherClientId, 401, "invalid_client", true),
+            (
+                AssertionRefusal::NotReady("https://cs.example".into()),
+                503,
+                "temporarily_unavailable",
+                false,
+            ),
+            (
+                AssertionRefusal::Store(StoreError::Unavailable {
+                    op: "x",
+                    message: "down".into(),
+                }),
+                503,
+                "unavailable",
+                false,
+            ),
+        ];
+        for (refusal, status, code, counts) in refusals {
+            let shown = format!("{refusal:?}");
+            assert_eq!(TokenError::counts_as_failure(&refusal), counts, "{shown}");
+            let said = refusal.to_string();
+            let answer = JsonError::from(TokenError::from(refusal));
+            assert_eq!(answer.status.as_u16(), status, "{shown}");
+            assert_eq!(answer.code, code, "{shown}");
+            assert!(answer.challenge.is_none(), "{shown}");
+            if status == 401 {
+                assert!(answer.description.contains(&said), "{shown}");
+            }
+        }
     }
 }

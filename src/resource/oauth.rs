@@ -5,21 +5,21 @@
 //! and secret) or with `client_id`/`client_secret` in the body, not both; a
 //! CS this RS trusts by issuer may instead present a client assertion signed
 //! with its own key (`private_key_jwt`, PROTOCOL.md §16.4; taken by
-//! [`cheq_resource::assertion`]), with neither. The only scope is `cheq`.
+//! [`super::assertion`]), with neither. The only scope is `cheq`.
 //! Tokens are sealed claims ([`crate::bearer`]: the client id, the expiry,
 //! and for a token issued by assertion the CS's issuer) under a key
 //! generated in the data directory, so that every RS instance sharing that
 //! directory honours every token. Failed client authentications, by secret
 //! or by assertion, count towards one lock-out per address.
 
+use super::assertion::{AssertionRefusal, TrustedIssuers};
 use super::config::{ClientConfig, ClientRole};
 use super::error::TokenError;
 use crate::bearer::TokenKey;
 use crate::httpkit::{self, AuthHeaderError};
+use crate::sign::assertion::{claimed_issuer, ASSERTION_TYPE};
 use crate::throttle::{LimitState, Policy};
 use crate::time::Clock;
-use cheq_core::sign::assertion::{claimed_issuer, ASSERTION_TYPE};
-use cheq_resource::assertion::{AssertionRefusal, TrustedIssuers};
 use chrono::{DateTime, Duration, Utc};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -494,6 +494,53 @@ mod tests {
         clock.advance(chrono::Duration::seconds(301));
         assert!(matches!(
             two.check(Some(&header), ClientRole::Cs),
+            Err(TokenError::InvalidToken)
+        ));
+    }
+
+    /// A token issued by assertion names its CS: honoured for the CS's
+    /// routes while that CS is trusted, never for an agent's, and not by
+    /// an RS that does not trust that CS (whatever it shares).
+    #[test]
+    fn a_token_by_assertion_names_its_cs() {
+        let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+        let secret = b"0123456789abcdef0123456789abcdef";
+        let dir = tempfile::tempdir().unwrap();
+        let (_db, store) = crate::store::sled_rs::open_dir(&dir.path().join("rs.sled")).unwrap();
+        let outbound = cheq_support::outbound::Outbound::new(Default::default()).unwrap();
+        let cs = super::super::trusted_cs::DiscoveredCs::new(
+            "https://cs.example",
+            outbound,
+            clock.clone(),
+        );
+        let trusting = TokenService::new(&[], Duration::seconds(300), clock.clone(), secret)
+            .trusting(TrustedIssuers::new(
+                vec![cs],
+                "https://rs.example/oauth/token",
+                store.assertions.clone(),
+                clock.clone(),
+            ));
+        let not_trusting = TokenService::new(&[], Duration::seconds(300), clock.clone(), secret);
+        let token = trusting
+            .answer(
+                &Claims {
+                    client_id: "https://cs.example".into(),
+                    expires: (clock.now() + Duration::seconds(300)).timestamp(),
+                    issuer: Some("https://cs.example".into()),
+                },
+                false,
+            )
+            .unwrap();
+        let header = format!("Bearer {}", token["access_token"].as_str().unwrap());
+        let info = trusting.check(Some(&header), ClientRole::Cs).unwrap();
+        assert_eq!(info.cs.as_deref(), Some("https://cs.example"));
+        assert_eq!(info.role, ClientRole::Cs);
+        assert!(matches!(
+            trusting.check(Some(&header), ClientRole::Agent),
+            Err(TokenError::WrongRole(_))
+        ));
+        assert!(matches!(
+            not_trusting.check(Some(&header), ClientRole::Cs),
             Err(TokenError::InvalidToken)
         ));
     }

@@ -13,11 +13,13 @@
 //! | `POST /cheq/confirmations/{id}?accept` / `?reject` | CS | the decision (§6) |
 //! | `GET /cheq/results/{id}` | anyone holding the URI | the result (§7) |
 
+use super::assertion::TrustedIssuers;
 use super::cheq_rs::{CheqRs, ResultView, CONFIRMATIONS_PATH, RESULTS_PATH};
 use super::config::{ClientRole, CsNamed, RsConfig};
 use super::error::{ApiError, CheqRsError, RsError, ToolError};
 use super::oauth::{TokenInfo, TokenRequest, TokenService};
 use super::tools::{self, DemoTools, Policy, Tool};
+use super::trusted_cs::{ConfirmationServer, DiscoveredCs};
 use crate::cheq::Decision;
 use crate::configfile::ServerConfig as _;
 use crate::httpkit::{self, authorization, json_resource};
@@ -29,8 +31,6 @@ use crate::time::{Clock, SystemClock};
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, App, FromRequest, HttpRequest, HttpResponse, HttpServer};
 use cheq_core::discovery::{ResourceDocument, CLIENT_SECRET_BASIC, PRIVATE_KEY_JWT, RESOURCE_PATH};
-use cheq_resource::assertion::TrustedIssuers;
-use cheq_resource::trusted_cs::{ConfirmationServer, DiscoveredCs};
 use chrono::Duration;
 use serde_json::{json, Value};
 use sha2::Digest;
