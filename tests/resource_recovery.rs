@@ -13,6 +13,7 @@ use cheq::resource::cheq_rs::{
     CheqRs, Effect, MintRequest, Minted, Operation, ResultView, MAX_TTL_SECS,
 };
 use cheq::resource::tools::DemoTools;
+use cheq::resource::trusted_cs::ConfirmationServer;
 use cheq::resource::CheqRsError;
 use cheq::sign::{
     b64, countersign, verify_own_decision, verify_resource, Channel, Context, Decision,
@@ -63,9 +64,8 @@ fn fixture_on(
         CheqRs::new(
             &store,
             rs_keys,
-            cs_keys,
+            ConfirmationServer::in_full("http://127.0.0.1:9/confirm", cs_keys),
             "http://127.0.0.1:8",
-            "http://127.0.0.1:9/confirm",
             clock.clone(),
             op(&store, tools.clone()),
         )
@@ -1076,6 +1076,7 @@ fn two_instances() -> (Fixture, Fixture, Arc<std::sync::atomic::AtomicUsize>) {
         nonces: store.nonces.clone(),
         records: store.records.clone(),
         executions: store.executions.clone(),
+        assertions: store.assertions.clone(),
         readiness: store.readiness.clone(),
         flusher: store.flusher.clone(),
         recent_records: 0,

@@ -1080,18 +1080,28 @@ async fn cs_keys_from_jwks_uri_and_clear_errors() {
     let kid = published["keys"][0]["kid"].as_str().unwrap().to_owned();
     let state = build_state(&cfg, clock.clone()).await.unwrap();
     // Fetched on first use (a peer that starts later is no error).
-    state.cheq.cs_keys().ensure_fresh().await;
-    assert!(state.cheq.cs_keys().source().key(&kid).is_some());
+    state.cheq.confirmation_server().ensure_fresh().await;
+    assert!(state
+        .cheq
+        .confirmation_server()
+        .source()
+        .key(&kid)
+        .is_some());
     drop(state);
     // A jwks_uri that answers 404: the server starts, trusts nothing from
     // it, and asks for a later try rather than refusing for good.
     cfg.confirmation_server.as_mut().unwrap().jwks_uri =
         Some(format!("{}/nowhere.json", other.base));
     let state = build_state(&cfg, clock.clone()).await.unwrap();
-    state.cheq.cs_keys().ensure_fresh().await;
-    assert!(state.cheq.cs_keys().source().key(&kid).is_none());
+    state.cheq.confirmation_server().ensure_fresh().await;
+    assert!(state
+        .cheq
+        .confirmation_server()
+        .source()
+        .key(&kid)
+        .is_none());
     assert!(matches!(
-        state.cheq.cs_keys().refetch_for(&kid).await,
+        state.cheq.confirmation_server().refetch_for(&kid).await,
         cheq::peerkeys::Refetch::Later { retry_after } if (1..=5).contains(&retry_after)
     ));
     drop(state);

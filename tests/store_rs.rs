@@ -316,6 +316,44 @@ fn nonces_in_the_bundle(store: &RsStore) {
     assert_eq!(store.nonces.get("n").unwrap(), None);
 }
 
+fn assertions_once_until_collected(store: &RsStore) {
+    const CS: &str = "https://cs.example";
+    let a = store.assertions.as_ref();
+    assert!(a.first_use(CS, "jti-one", 100).unwrap());
+    assert!(!a.first_use(CS, "jti-one", 100).unwrap());
+    // Later uses are refused whatever expiry they claim.
+    assert!(!a.first_use(CS, "jti-one", 500).unwrap());
+    // Another CS's assertion of the same jti is its own.
+    assert!(a
+        .first_use("https://other.example", "jti-one", 100)
+        .unwrap());
+    // Concurrent first uses of one jti: one wins.
+    let threads = 8;
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let store = store.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                store.assertions.first_use(CS, "contended", 300).unwrap()
+            })
+        })
+        .collect();
+    let firsts = handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .filter(|first| *first)
+        .count();
+    assert_eq!(firsts, 1);
+    // Collection takes what expired before `now`, and only that.
+    assert_eq!(a.collect_expired(100).unwrap(), 0);
+    assert_eq!(a.collect_expired(101).unwrap(), 2);
+    assert!(!a.first_use(CS, "contended", 300).unwrap());
+    assert!(a.first_use(CS, "jti-one", 200).unwrap());
+    assert_eq!(a.collect_expired(1_000).unwrap(), 2);
+}
+
 /// Everything a backend must do, on one fresh store.
 fn contract(store: &RsStore) {
     records_insert_if_absent(store);
@@ -325,6 +363,7 @@ fn contract(store: &RsStore) {
     records_collect_by_cutoff(store);
     executions_once_per_key(store);
     nonces_in_the_bundle(store);
+    assertions_once_until_collected(store);
 }
 
 // ---- sled ----
@@ -644,7 +683,7 @@ fn postgres_cs_and_rs_tables_share_one_database() {
             .map(|m| m.version)
             .collect::<Vec<_>>()
     );
-    assert_eq!(cheq::store::pg::applied(&pg, "rs").unwrap(), vec![1, 2]);
+    assert_eq!(cheq::store::pg::applied(&pg, "rs").unwrap(), vec![1, 2, 3]);
 }
 
 /// One statement for many records answers each as it would have been

@@ -24,6 +24,7 @@ use crate::confirm::{CsState, ServerError};
 use crate::peerkeys::PeerKeys;
 use crate::resource::cheq_rs::CONFIRMATIONS_PATH;
 use crate::resource::config::RsConfig;
+use crate::resource::trusted_cs::ConfirmationServer;
 use crate::resource::{RsError, RsState};
 use crate::time::{Clock, SystemClock};
 use actix_web::{web, App, HttpServer};
@@ -60,7 +61,11 @@ pub fn cs_config(config: &RsConfig) -> Result<CsConfig, ConfigError> {
     };
     let host = HostSettings {
         listen: config.listen.clone(),
-        public_url: config.confirmation_uri(),
+        public_url: format!(
+            "{}{}",
+            config.base_url(),
+            crate::resource::config::EMBEDDED_CONFIRMATION_PATH
+        ),
         data_dir: config.data_dir.clone(),
         database_url: config.database_url.clone(),
         log_format: config.log_format,
@@ -113,7 +118,7 @@ pub async fn build_state(
     let rs = crate::resource::server::build_state_with(
         config,
         clock.clone(),
-        PeerKeys::Local(cs_keys.clone()),
+        ConfirmationServer::in_full(&cs_config.public_url, PeerKeys::Local(cs_keys.clone())),
         Some(cs_keys.clone()),
     )
     .await?;

@@ -5,6 +5,7 @@
 //! are chosen here. Every HTTP error is JSON `{"error","error_description"}`
 //! (PROTOCOL.md §3, §6, §7, RFC 6749 §5.2, RFC 6750 §3).
 
+use super::assertion::AssertionRefusal;
 use super::config::ConfigError;
 use crate::httpkit::JsonError;
 use crate::peerkeys::JwksError;
@@ -38,6 +39,21 @@ pub enum TokenError {
     WrongRole(&'static str),
     #[error("too many failed attempts; try again in {retry_after} s")]
     TooManyAttempts { retry_after: i64 },
+    /// A client assertion not taken (§16.4), with why.
+    #[error("client authentication failed: {0}")]
+    Assertion(#[from] AssertionRefusal),
+}
+
+impl TokenError {
+    /// Whether a refused assertion counts as a failed client
+    /// authentication (the lock-out per address): every refusal but the
+    /// RS's own trouble.
+    pub fn counts_as_failure(refusal: &AssertionRefusal) -> bool {
+        !matches!(
+            refusal,
+            AssertionRefusal::NotReady(_) | AssertionRefusal::Store(_)
+        )
+    }
 }
 
 /// Start-up of the resource server.
@@ -79,6 +95,11 @@ impl From<CheqRsError> for JsonError {
             Invalid { .. } | InvalidOther(_) => (StatusCode::BAD_REQUEST, "invalid_cheq"),
             Replayed => (StatusCode::CONFLICT, "replayed"),
             Operation(_) => (StatusCode::INTERNAL_SERVER_ERROR, "operation_failed"),
+            WrongConfirmationServer => (StatusCode::FORBIDDEN, "wrong_confirmation_server"),
+            ConfirmationServerUnknown(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "confirmation_server_unavailable",
+            ),
             Store(StoreError::Unavailable { .. }) => {
                 log::warn!("resource server: {e}");
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
@@ -149,6 +170,17 @@ impl From<TokenError> for JsonError {
                 e.retry_after = Some(retry_after);
                 e
             }
+            Assertion(AssertionRefusal::NotReady(_)) => {
+                let mut e = JsonError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "temporarily_unavailable",
+                    "the resource server has not read the confirmation server's keys yet; try again in a moment",
+                );
+                e.retry_after = Some(5);
+                e
+            }
+            Assertion(AssertionRefusal::Store(e)) => JsonError::from(CheqRsError::Store(e)),
+            Assertion(_) => JsonError::new(StatusCode::UNAUTHORIZED, "invalid_client", description),
         }
     }
 }
@@ -232,6 +264,18 @@ mod tests {
             (CheqRsError::Mint("x".into()), 500, "server_error", None),
             (CheqRsError::Sign(sign()), 500, "server_error", None),
             (CheqRsError::Store(backend()), 500, "server_error", None),
+            (
+                CheqRsError::WrongConfirmationServer,
+                403,
+                "wrong_confirmation_server",
+                None,
+            ),
+            (
+                CheqRsError::ConfirmationServerUnknown("https://cs.example".into()),
+                503,
+                "confirmation_server_unavailable",
+                Some(1),
+            ),
         ];
         for (error, status, code, retry_after) in cases {
             let shown = format!("{error:?}");
@@ -246,5 +290,62 @@ mod tests {
             expires: chrono::Utc::now(),
         }));
         assert_eq!(expired.code, "expired");
+    }
+
+    /// Each refusal of a client assertion (§16.4): `401 invalid_client`,
+    /// with no Basic challenge (the client did not use Basic), except the
+    /// RS's own trouble; and which of them count towards the lock-out.
+    #[test]
+    fn each_refused_assertion_has_its_status() {
+        use crate::sign::assertion::AssertionError;
+        let refusals = vec![
+            (
+                AssertionRefusal::WrongAssertionType,
+                401,
+                "invalid_client",
+                true,
+            ),
+            (
+                AssertionRefusal::Untrusted("https://x.example".into()),
+                401,
+                "invalid_client",
+                true,
+            ),
+            (
+                AssertionRefusal::Check(AssertionError::Expired),
+                401,
+                "invalid_client",
+                true,
+            ),
+            (AssertionRefusal::Replayed, 401, "invalid_client", true),
+            (AssertionRefusal::OtherClientId, 401, "invalid_client", true),
+            (
+                AssertionRefusal::NotReady("https://cs.example".into()),
+                503,
+                "temporarily_unavailable",
+                false,
+            ),
+            (
+                AssertionRefusal::Store(StoreError::Unavailable {
+                    op: "x",
+                    message: "down".into(),
+                }),
+                503,
+                "unavailable",
+                false,
+            ),
+        ];
+        for (refusal, status, code, counts) in refusals {
+            let shown = format!("{refusal:?}");
+            assert_eq!(TokenError::counts_as_failure(&refusal), counts, "{shown}");
+            let said = refusal.to_string();
+            let answer = JsonError::from(TokenError::from(refusal));
+            assert_eq!(answer.status.as_u16(), status, "{shown}");
+            assert_eq!(answer.code, code, "{shown}");
+            assert!(answer.challenge.is_none(), "{shown}");
+            if status == 401 {
+                assert!(answer.description.contains(&said), "{shown}");
+            }
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! The reference resource server (RS): the API that asks for human confirmation
-//! (PROTOCOL.md §1, §3, §6, §7, §8, §9) and exposes its operations as A2T tools
+//! (PROTOCOL.md §1, §3, §6, §7, §8, §9, §16) and exposes its operations as A2T tools
 //! (draft-rosenberg-aiproto-a2t-00 §6–§7).
 //!
 //! Layout:
@@ -8,7 +8,11 @@
 //!   (§6) and answering the result (§7). No HTTP, no database, no demo
 //!   specifics: its state lives behind the traits of [`crate::store::rs`].
 //! - [`oauth`]: the OAuth 2.0 client credentials token endpoint (RFC 6749 §4.4)
-//!   used by the CS (§3) and by agents.
+//!   used by the CS (§3) and by agents; a CS trusted by issuer authenticates
+//!   with its own key ([`assertion`], §16.4).
+//! - [`trusted_cs`]: the CS this RS trusts, named in full or by its issuer
+//!   and read from its discovery document (§16.1); [`registration`]: the
+//!   RS registering itself there (§16.3).
 //! - [`tools`]: the two demo A2T tools (`book_flight`, `transfer_funds`), their
 //!   validation, confirmation policy and execution.
 //! - [`config`]: the settings, read from `rs.toml`.
@@ -20,7 +24,7 @@
 //!
 //! Only [`server::build_state`] chooses the storage backend.
 
-pub use cheq_resource::{agent, cheq_rs, config, tools};
+pub use cheq_resource::{agent, assertion, cheq_rs, config, registration, tools, trusted_cs};
 pub use cheq_resource::{
     invoke, poll_result, AgentError, CheqRs, CheqRsError, ClientConfig, ClientRole, ConfigError,
     DecisionAnswer, InvokeOutcome, MintRequest, Minted, Operation, ResultStatus, ResultView,

@@ -2,15 +2,22 @@
 //! and bearer token checks (RFC 6750), for the CS (PROTOCOL.md §3) and agents.
 //!
 //! Clients authenticate with HTTP Basic (RFC 6749 §2.3.1, form-urlencoded id
-//! and secret) or with `client_id`/`client_secret` in the body, not both. The
-//! only scope is `cheq`. Tokens are sealed claims ([`crate::bearer`]: the
-//! client id and the expiry) under a key generated in the data directory,
-//! so that every RS instance sharing that directory honours every token.
+//! and secret) or with `client_id`/`client_secret` in the body, not both; a
+//! CS this RS trusts by issuer may instead present a client assertion signed
+//! with its own key (`private_key_jwt`, PROTOCOL.md §16.4; taken by
+//! [`super::assertion`]), with neither. The only scope is `cheq`.
+//! Tokens are sealed claims ([`crate::bearer`]: the client id, the expiry,
+//! and for a token issued by assertion the CS's issuer) under a key
+//! generated in the data directory, so that every RS instance sharing that
+//! directory honours every token. Failed client authentications, by secret
+//! or by assertion, count towards one lock-out per address.
 
+use super::assertion::{AssertionRefusal, TrustedIssuers};
 use super::config::{ClientConfig, ClientRole};
 use super::error::TokenError;
 use crate::bearer::TokenKey;
 use crate::httpkit::{self, AuthHeaderError};
+use crate::sign::assertion::{claimed_issuer, ASSERTION_TYPE};
 use crate::throttle::{LimitState, Policy};
 use crate::time::Clock;
 use chrono::{DateTime, Duration, Utc};
@@ -29,6 +36,17 @@ pub struct TokenRequest {
     pub scope: Option<String>,
     pub client_id: Option<String>,
     pub client_secret: Option<String>,
+    /// `urn:ietf:params:oauth:client-assertion-type:jwt-bearer` (§16.4).
+    pub client_assertion_type: Option<String>,
+    /// A CS's client assertion (§16.4).
+    pub client_assertion: Option<String>,
+}
+
+impl TokenRequest {
+    /// Whether the client authenticates with an assertion.
+    pub fn by_assertion(&self) -> bool {
+        self.client_assertion.is_some() || self.client_assertion_type.is_some()
+    }
 }
 
 /// Who a valid token stands for.
@@ -39,6 +57,9 @@ pub struct TokenInfo {
     /// For agents: the CHEQ subject.
     pub subject: Option<String>,
     pub expires: DateTime<Utc>,
+    /// For a token issued by assertion (§16.4): the issuer of the CS it
+    /// names, the only CS whose CHEQs it reads and decides.
+    pub cs: Option<String>,
 }
 
 /// Registered clients and issued tokens.
@@ -51,6 +72,8 @@ pub struct TokenService {
     /// compares secrets without hashing, so guessing costs it little, and a
     /// restart forgives).
     failures: Mutex<HashMap<String, LimitState>>,
+    /// The CSes that may authenticate with their own key (§16.4).
+    issuers: Option<TrustedIssuers>,
 }
 
 /// Failed client authentications allowed per address before a lock-out.
@@ -100,6 +123,41 @@ impl TokenService {
             ttl,
             clock,
             failures: Mutex::new(HashMap::new()),
+            issuers: None,
+        }
+    }
+
+    /// Takes client assertions of the CSes of `issuers` (§16.4).
+    pub fn trusting(mut self, issuers: TrustedIssuers) -> Self {
+        self.issuers = Some(issuers);
+        self
+    }
+
+    /// The CSes trusted by issuer, if any.
+    pub fn issuers(&self) -> Option<&TrustedIssuers> {
+        self.issuers.as_ref()
+    }
+
+    /// How long `address` is still locked out, if it is.
+    fn locked(&self, address: &str, now: i64) -> Option<i64> {
+        self.failures
+            .lock()
+            .ok()
+            .and_then(|f| f.get(address).map(|s| s.locked_until - now))
+            .filter(|left| *left > 0)
+    }
+
+    /// Counts a failed client authentication of `address`.
+    fn failed(&self, address: &str, now: i64) {
+        if let Ok(mut f) = self.failures.lock() {
+            if f.len() > 100_000 {
+                f.retain(|_, s| s.locked_until > now || now - s.last_failure < 3600);
+            }
+            let old = f.get(address).copied();
+            f.insert(
+                address.to_owned(),
+                TOKEN_FAILURES_PER_ADDRESS.fail(old, now),
+            );
         }
     }
 
@@ -112,29 +170,90 @@ impl TokenService {
         form: &TokenRequest,
     ) -> Result<Value, TokenError> {
         let now = self.clock.now().timestamp();
-        let locked = self
-            .failures
-            .lock()
-            .ok()
-            .and_then(|f| f.get(address).map(|s| s.locked_until - now))
-            .filter(|left| *left > 0);
-        if let Some(retry_after) = locked {
+        if let Some(retry_after) = self.locked(address, now) {
             return Err(TokenError::TooManyAttempts { retry_after });
         }
         let answer = self.issue_unthrottled(authorization, form);
         if let Err(TokenError::InvalidClient { .. }) = &answer {
-            if let Ok(mut f) = self.failures.lock() {
-                if f.len() > 100_000 {
-                    f.retain(|_, s| s.locked_until > now || now - s.last_failure < 3600);
-                }
-                let old = f.get(address).copied();
-                f.insert(
-                    address.to_owned(),
-                    TOKEN_FAILURES_PER_ADDRESS.fail(old, now),
-                );
+            self.failed(address, now);
+        }
+        answer
+    }
+
+    /// Handles a token request whose client authenticates with an
+    /// assertion (§16.4; [`TokenRequest::by_assertion`]). Each refusal of
+    /// the assertion is logged with its reason (never the assertion).
+    pub async fn issue_by_assertion(
+        &self,
+        authorization: Option<&str>,
+        address: &str,
+        form: &TokenRequest,
+    ) -> Result<Value, TokenError> {
+        let now = self.clock.now().timestamp();
+        if let Some(retry_after) = self.locked(address, now) {
+            return Err(TokenError::TooManyAttempts { retry_after });
+        }
+        let answer = self.by_assertion(authorization, form).await;
+        if let Err(TokenError::Assertion(refusal)) = &answer {
+            log::info!(
+                "token endpoint: a client assertion from {} was refused: {refusal}",
+                crate::text::one_line(address)
+            );
+            if TokenError::counts_as_failure(refusal) {
+                self.failed(address, now);
             }
         }
         answer
+    }
+
+    async fn by_assertion(
+        &self,
+        authorization: Option<&str>,
+        form: &TokenRequest,
+    ) -> Result<Value, TokenError> {
+        if authorization.is_some() || form.client_secret.is_some() {
+            return Err(TokenError::InvalidRequest(
+                "use one client authentication method, not two".into(),
+            ));
+        }
+        if form.client_assertion_type.as_deref() != Some(ASSERTION_TYPE) {
+            return Err(AssertionRefusal::WrongAssertionType.into());
+        }
+        let Some(assertion) = form.client_assertion.as_deref() else {
+            return Err(TokenError::InvalidRequest(
+                "client_assertion is missing".into(),
+            ));
+        };
+        check_grant(form)?;
+        if let Some(id) = &form.client_id {
+            if claimed_issuer(assertion).ok().as_ref() != Some(id) {
+                return Err(AssertionRefusal::OtherClientId.into());
+            }
+        }
+        let Some(issuers) = &self.issuers else {
+            return Err(TrustedIssuers::untrusted(assertion).into());
+        };
+        let issuer = issuers.take(assertion).await?;
+        let claims = Claims {
+            client_id: issuer.clone(),
+            expires: (self.clock.now() + self.ttl).timestamp(),
+            issuer: Some(issuer),
+        };
+        self.answer(&claims, false)
+    }
+
+    /// The RFC 6749 §5.1 body of a token carrying `claims`.
+    fn answer(&self, claims: &Claims, basic: bool) -> Result<Value, TokenError> {
+        let token = self
+            .key
+            .seal(claims)
+            .ok_or(TokenError::InvalidClient { basic })?;
+        Ok(json!({
+            "access_token": token,
+            "token_type": "Bearer",
+            "expires_in": self.ttl.num_seconds(),
+            "scope": SCOPE,
+        }))
     }
 
     fn issue_unthrottled(
@@ -142,6 +261,11 @@ impl TokenService {
         authorization: Option<&str>,
         form: &TokenRequest,
     ) -> Result<Value, TokenError> {
+        if form.by_assertion() {
+            return Err(TokenError::InvalidRequest(
+                "a client assertion is not taken here".into(),
+            ));
+        }
         let body_creds = form.client_id.is_some() || form.client_secret.is_some();
         let (basic, id, secret) = match (authorization, body_creds) {
             (Some(_), true) => {
@@ -167,30 +291,13 @@ impl TokenService {
                 httpkit::same_secret(c.client_secret.expose().as_bytes(), secret.as_bytes())
             })
             .ok_or(TokenError::InvalidClient { basic })?;
-        match form.grant_type.as_deref() {
-            None => return Err(TokenError::InvalidRequest("missing grant_type".into())),
-            Some("client_credentials") => {}
-            Some(_) => return Err(TokenError::UnsupportedGrantType),
-        }
-        if let Some(scope) = &form.scope {
-            if scope.split(' ').any(|s| s != SCOPE) {
-                return Err(TokenError::InvalidScope);
-            }
-        }
+        check_grant(form)?;
         let claims = Claims {
             client_id: client.client_id.clone(),
             expires: (self.clock.now() + self.ttl).timestamp(),
+            issuer: None,
         };
-        let token = self
-            .key
-            .seal(&claims)
-            .ok_or(TokenError::InvalidClient { basic })?;
-        Ok(json!({
-            "access_token": token,
-            "token_type": "Bearer",
-            "expires_in": self.ttl.num_seconds(),
-            "scope": SCOPE,
-        }))
+        self.answer(&claims, basic)
     }
 
     /// Checks a bearer token (the `Authorization` header) for `role`.
@@ -207,6 +314,25 @@ impl TokenService {
         if claims.expires <= self.clock.now().timestamp() {
             return Err(TokenError::InvalidToken);
         }
+        let expires =
+            DateTime::<Utc>::from_timestamp(claims.expires, 0).ok_or(TokenError::InvalidToken)?;
+        if let Some(issuer) = claims.issuer {
+            // A CS trusted now: one no longer trusted loses its tokens at
+            // the next restart.
+            if !self.issuers.as_ref().is_some_and(|i| i.trusts(&issuer)) {
+                return Err(TokenError::InvalidToken);
+            }
+            if role != ClientRole::Cs {
+                return Err(TokenError::WrongRole(role.denied()));
+            }
+            return Ok(TokenInfo {
+                client_id: issuer.clone(),
+                role: ClientRole::Cs,
+                subject: None,
+                expires,
+                cs: Some(issuer),
+            });
+        }
         // The client as configured now: a client removed from the
         // configuration loses its tokens at the next restart.
         let client = self
@@ -217,17 +343,51 @@ impl TokenService {
             client_id: client.client_id.clone(),
             role: client.role,
             subject: client.subject.clone(),
-            expires: DateTime::<Utc>::from_timestamp(claims.expires, 0)
-                .ok_or(TokenError::InvalidToken)?,
+            expires,
+            cs: None,
         };
         if info.role != role {
-            return Err(TokenError::WrongRole(match role {
-                ClientRole::Cs => "read or decide confirmations",
-                ClientRole::Agent => "call tools",
-            }));
+            return Err(TokenError::WrongRole(role.denied()));
         }
         Ok(info)
     }
+
+    /// Forgets the used client assertions that expired (§16.4); how many
+    /// went. Blocks.
+    pub fn collect_expired(&self) -> Result<usize, crate::store::StoreError> {
+        self.issuers
+            .as_ref()
+            .map_or(Ok(0), TrustedIssuers::collect_expired)
+    }
+}
+
+/// What a client of `role` may do, as a refusal says it.
+trait Denied {
+    fn denied(self) -> &'static str;
+}
+
+impl Denied for ClientRole {
+    fn denied(self) -> &'static str {
+        match self {
+            ClientRole::Cs => "read or decide confirmations",
+            ClientRole::Agent => "call tools",
+        }
+    }
+}
+
+/// The grant and the scope of a token request: client credentials, `cheq`.
+fn check_grant(form: &TokenRequest) -> Result<(), TokenError> {
+    match form.grant_type.as_deref() {
+        None => return Err(TokenError::InvalidRequest("missing grant_type".into())),
+        Some("client_credentials") => {}
+        Some(_) => return Err(TokenError::UnsupportedGrantType),
+    }
+    if let Some(scope) = &form.scope {
+        if scope.split(' ').any(|s| s != SCOPE) {
+            return Err(TokenError::InvalidScope);
+        }
+    }
+    Ok(())
 }
 
 /// What an access token carries.
@@ -237,6 +397,9 @@ struct Claims {
     client_id: String,
     #[serde(rename = "e")]
     expires: i64,
+    /// The CS's issuer, for a token issued by assertion (§16.4).
+    #[serde(rename = "i", default, skip_serializing_if = "Option::is_none")]
+    issuer: Option<String>,
 }
 
 #[cfg(test)]
@@ -265,6 +428,7 @@ mod tests {
             scope: None,
             client_id: Some("cs".into()),
             client_secret: Some(secret.into()),
+            ..TokenRequest::default()
         }
     }
 
@@ -330,6 +494,53 @@ mod tests {
         clock.advance(chrono::Duration::seconds(301));
         assert!(matches!(
             two.check(Some(&header), ClientRole::Cs),
+            Err(TokenError::InvalidToken)
+        ));
+    }
+
+    /// A token issued by assertion names its CS: honoured for the CS's
+    /// routes while that CS is trusted, never for an agent's, and not by
+    /// an RS that does not trust that CS (whatever it shares).
+    #[test]
+    fn a_token_by_assertion_names_its_cs() {
+        let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+        let secret = b"0123456789abcdef0123456789abcdef";
+        let dir = tempfile::tempdir().unwrap();
+        let (_db, store) = crate::store::sled_rs::open_dir(&dir.path().join("rs.sled")).unwrap();
+        let outbound = cheq_support::outbound::Outbound::new(Default::default()).unwrap();
+        let cs = super::super::trusted_cs::DiscoveredCs::new(
+            "https://cs.example",
+            outbound,
+            clock.clone(),
+        );
+        let trusting = TokenService::new(&[], Duration::seconds(300), clock.clone(), secret)
+            .trusting(TrustedIssuers::new(
+                vec![cs],
+                "https://rs.example/oauth/token",
+                store.assertions.clone(),
+                clock.clone(),
+            ));
+        let not_trusting = TokenService::new(&[], Duration::seconds(300), clock.clone(), secret);
+        let token = trusting
+            .answer(
+                &Claims {
+                    client_id: "https://cs.example".into(),
+                    expires: (clock.now() + Duration::seconds(300)).timestamp(),
+                    issuer: Some("https://cs.example".into()),
+                },
+                false,
+            )
+            .unwrap();
+        let header = format!("Bearer {}", token["access_token"].as_str().unwrap());
+        let info = trusting.check(Some(&header), ClientRole::Cs).unwrap();
+        assert_eq!(info.cs.as_deref(), Some("https://cs.example"));
+        assert_eq!(info.role, ClientRole::Cs);
+        assert!(matches!(
+            trusting.check(Some(&header), ClientRole::Agent),
+            Err(TokenError::WrongRole(_))
+        ));
+        assert!(matches!(
+            not_trusting.check(Some(&header), ClientRole::Cs),
             Err(TokenError::InvalidToken)
         ));
     }

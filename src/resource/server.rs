@@ -5,18 +5,21 @@
 //! |---|---|---|
 //! | `GET /healthz` | anyone | liveness |
 //! | `GET /.well-known/jwks.json` | anyone | the RS public keys (PROTOCOL.md §9) |
-//! | `POST /oauth/token` | CS, agents | client credentials grant (RFC 6749 §4.4) |
+//! | `GET /.well-known/cheq-resource` | anyone | the RS's discovery document (§16.2) |
+//! | `POST /oauth/token` | CS, agents | client credentials grant (RFC 6749 §4.4); a CS trusted by issuer may authenticate with its own key (§16.4) |
 //! | `GET /tools`, `GET /tools/{id}` | agents | A2T enumeration (draft §6) |
 //! | `POST /tools/{id}:invoke` | agents | A2T invocation (draft §7); `202` + URI pack when confirmation is needed (§1) |
 //! | `GET /cheq/confirmations/{id}` | CS | the resource-signed CHEQ (§3) |
 //! | `POST /cheq/confirmations/{id}?accept` / `?reject` | CS | the decision (§6) |
 //! | `GET /cheq/results/{id}` | anyone holding the URI | the result (§7) |
 
+use super::assertion::TrustedIssuers;
 use super::cheq_rs::{CheqRs, ResultView, CONFIRMATIONS_PATH, RESULTS_PATH};
-use super::config::{ClientRole, RsConfig};
+use super::config::{ClientRole, CsNamed, RsConfig};
 use super::error::{ApiError, CheqRsError, RsError, ToolError};
 use super::oauth::{TokenInfo, TokenRequest, TokenService};
 use super::tools::{self, DemoTools, Policy, Tool};
+use super::trusted_cs::{ConfirmationServer, DiscoveredCs};
 use crate::cheq::Decision;
 use crate::configfile::ServerConfig as _;
 use crate::httpkit::{self, authorization, json_resource};
@@ -27,6 +30,7 @@ use crate::store::rs::RsStore;
 use crate::time::{Clock, SystemClock};
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, App, FromRequest, HttpRequest, HttpResponse, HttpServer};
+use cheq_core::discovery::{ResourceDocument, CLIENT_SECRET_BASIC, PRIVATE_KEY_JWT, RESOURCE_PATH};
 use chrono::Duration;
 use serde_json::{json, Value};
 use sha2::Digest;
@@ -43,7 +47,9 @@ pub struct RsState {
     /// What this instance counted (`/metrics`).
     pub metrics: crate::metrics::RsMetrics,
     pub cheq: Arc<CheqRs>,
-    pub tokens: TokenService,
+    pub tokens: Arc<TokenService>,
+    /// What `/.well-known/cheq-resource` answers (§16.2).
+    pub resource_document: ResourceDocument,
     pub tools: Arc<DemoTools>,
     pub catalogue: Vec<Tool>,
     pub policy: Policy,
@@ -70,29 +76,41 @@ pub async fn build_state(
     clock: Arc<dyn Clock>,
 ) -> Result<web::Data<RsState>, RsError> {
     config.validate()?;
-    let Some(cs) = &config.confirmation_server else {
+    let Some(named) = config.confirmation_server.as_ref().map(|cs| cs.named()) else {
         return Err(RsError::Config(crate::configfile::invalid(
             "confirmation_server",
             "this resource server serves the confirmation itself: run it with its confirmation (`cheq resource-server` does)",
         )));
     };
-    let cs_keys = PeerKeys::new(
-        cs.jwks_file.as_deref(),
-        cs.jwks_uri.as_deref(),
-        clock.clone(),
-    )?;
-    cs_keys.prefetch();
-    build_state_with(config, clock, cs_keys, None).await
+    let cs = match named {
+        CsNamed::InFull {
+            uri,
+            jwks_file,
+            jwks_uri,
+        } => ConfirmationServer::in_full(uri, PeerKeys::new(jwks_file, jwks_uri, clock.clone())?),
+        CsNamed::Issuer(issuer) => {
+            let outbound = cheq_support::outbound::Outbound::new(config.address_policy()?)
+                .map_err(|e| RsError::Io {
+                    what: "the fetcher of outside URLs".into(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+            ConfirmationServer::Discovered(DiscoveredCs::new(issuer, outbound, clock.clone()))
+        }
+    };
+    // In the background: the keys, or the discovery document and the
+    // registration there (the RS starts whether or not the CS answers).
+    cs.start(&config.base_url());
+    build_state_with(config, clock, cs, None).await
 }
 
-/// [`build_state`] with the confirmation server's keys given: read or
-/// fetched for a CS elsewhere, or the key set of the confirmation this RS
-/// serves itself (§12), which `/.well-known/jwks.json` then publishes too
+/// [`build_state`] with the confirmation server given: named in full or by
+/// its issuer for a CS elsewhere, or the confirmation this RS serves itself
+/// (§12), whose key set `/.well-known/jwks.json` then publishes too
 /// (`hosted`).
 pub async fn build_state_with(
     config: &RsConfig,
     clock: Arc<dyn Clock>,
-    cs_keys: PeerKeys,
+    cs: ConfirmationServer,
     hosted: Option<Arc<KeyRing>>,
 ) -> Result<web::Data<RsState>, RsError> {
     config.validate()?;
@@ -125,26 +143,29 @@ pub async fn build_state_with(
         })?;
     let metrics = crate::metrics::RsMetrics::new();
     let tools = Arc::new(DemoTools::new(&store).counting(metrics.executed.clone()));
-    let cheq = CheqRs::new(
-        &store,
-        keys,
-        cs_keys,
-        &config.base_url(),
-        &config.confirmation_uri(),
+    let resource_document = resource_document(config, cs.issuer().is_some());
+    let mut tokens = TokenService::new(
+        &config.clients,
+        Duration::seconds(config.token_ttl_secs),
         clock.clone(),
-        tools.clone(),
-    )?;
+        &token_secret,
+    );
+    if let Some(discovered) = cs.discovered() {
+        tokens = tokens.trusting(TrustedIssuers::new(
+            vec![discovered.clone()],
+            &resource_document.token_endpoint,
+            store.assertions.clone(),
+            clock.clone(),
+        ));
+    }
+    let cheq = CheqRs::new(&store, keys, cs, &config.base_url(), clock, tools.clone())?;
     Ok(web::Data::new(RsState {
         backend,
         readiness: store.readiness.clone(),
         metrics,
         cheq: Arc::new(cheq),
-        tokens: TokenService::new(
-            &config.clients,
-            Duration::seconds(config.token_ttl_secs),
-            clock,
-            &token_secret,
-        ),
+        tokens: Arc::new(tokens),
+        resource_document,
         tools,
         catalogue: tools::catalogue(),
         policy: Policy {
@@ -157,6 +178,32 @@ pub async fn build_state_with(
         hosted_keys: hosted,
     }))
 }
+
+/// This RS's discovery document (§16.2): its origin and name, where its
+/// resource URIs, keys and token endpoint are, and how a CS authenticates
+/// there: with a `cs` client's secret when it has one, with its own key
+/// when it trusts a CS by issuer (`by_issuer`).
+pub fn resource_document(config: &RsConfig, by_issuer: bool) -> ResourceDocument {
+    let base = config.base_url();
+    let mut methods = Vec::new();
+    if config.clients.iter().any(|c| c.role == ClientRole::Cs) {
+        methods.push(CLIENT_SECRET_BASIC.to_owned());
+    }
+    if by_issuer {
+        methods.push(PRIVATE_KEY_JWT.to_owned());
+    }
+    ResourceDocument {
+        resource: base.clone(),
+        name: config.display_name(),
+        resource_prefix: format!("{base}{CONFIRMATIONS_PATH}"),
+        jwks_uri: format!("{base}/.well-known/jwks.json"),
+        token_endpoint: format!("{base}{TOKEN_PATH}"),
+        token_endpoint_auth_methods_supported: methods,
+    }
+}
+
+/// The token endpoint's path.
+pub const TOKEN_PATH: &str = "/oauth/token";
 
 /// Opens the store the configuration names: PostgreSQL when `database_url`
 /// is set (its schema applied first), else sled in `data_dir`.
@@ -190,7 +237,8 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<RsState>) {
         .service(json_resource("/readyz").route(web::get().to(readyz)))
         .service(json_resource("/metrics").route(web::get().to(metrics)))
         .service(json_resource("/.well-known/jwks.json").route(web::get().to(jwks)))
-        .service(json_resource("/oauth/token").route(web::post().to(token)))
+        .service(json_resource(RESOURCE_PATH).route(web::get().to(cheq_resource)))
+        .service(json_resource(TOKEN_PATH).route(web::post().to(token)))
         .service(json_resource("/tools").route(web::get().to(list_tools)))
         .service(
             json_resource("/tools/{tail}")
@@ -279,21 +327,27 @@ pub async fn run(config: RsConfig) -> Result<(), RsError> {
     })
 }
 
-/// The RS's background job: expired nonces and old confirmations, collected
-/// every [`httpkit::COLLECT_EVERY`]. Abort the handle to stop it.
+/// The RS's background job: expired nonces, old confirmations and used
+/// client assertions, collected every [`httpkit::COLLECT_EVERY`]. Abort the
+/// handle to stop it.
 pub fn start_collector(state: &RsState) -> tokio::task::JoinHandle<()> {
     let cheq = state.cheq.clone();
+    let tokens = state.tokens.clone();
     httpkit::spawn_periodic(
-        "resource server: expired nonces and old confirmations",
+        "resource server: expired nonces, old confirmations and used client assertions",
         httpkit::COLLECT_EVERY,
         move || {
-            let cheq = cheq.clone();
+            let (cheq, tokens) = (cheq.clone(), tokens.clone());
             async move {
-                tokio::task::spawn_blocking(move || cheq.collect_expired(KEEP_DECIDED))
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map(|(nonces, records)| nonces + records)
-                    .map_err(|e| e.to_string())
+                tokio::task::spawn_blocking(move || {
+                    let (nonces, records) = cheq
+                        .collect_expired(KEEP_DECIDED)
+                        .map_err(|e| e.to_string())?;
+                    let assertions = tokens.collect_expired().map_err(|e| e.to_string())?;
+                    Ok(nonces + records + assertions)
+                })
+                .await
+                .map_err(|e| e.to_string())?
             }
         },
     )
@@ -343,6 +397,13 @@ async fn jwks(state: web::Data<RsState>) -> HttpResponse {
     httpkit::jwks_response(&jwks)
 }
 
+/// `GET /.well-known/cheq-resource` (§16.2).
+async fn cheq_resource(state: web::Data<RsState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "public, max-age=300"))
+        .json(&state.resource_document)
+}
+
 async fn token(
     state: web::Data<RsState>,
     req: HttpRequest,
@@ -360,7 +421,14 @@ async fn token(
         .peer_addr()
         .map(|a| a.ip().to_string())
         .unwrap_or_else(|| "?".into());
-    let answer = state.tokens.issue(authorization(&req), &address, &form)?;
+    let answer = if form.by_assertion() {
+        state
+            .tokens
+            .issue_by_assertion(authorization(&req), &address, &form)
+            .await?
+    } else {
+        state.tokens.issue(authorization(&req), &address, &form)?
+    };
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .insert_header((header::PRAGMA, "no-cache"))
@@ -481,12 +549,12 @@ async fn invoke_tool(
 
 async fn get_confirmation(
     state: web::Data<RsState>,
-    _: Caller<Cs>,
+    Caller(who, _): Caller<Cs>,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let cheq = state.cheq.clone();
     let id = id.into_inner();
-    let document = read(&state, move || cheq.fetch(&id)).await?;
+    let document = read(&state, move || cheq.fetch_for(&id, who.cs.as_deref())).await?;
     Ok(HttpResponse::Ok()
         .content_type("application/jose+json")
         .insert_header((header::CACHE_CONTROL, "no-store"))
@@ -511,7 +579,7 @@ fn decision_from_query(query: &str) -> Result<Decision, ApiError> {
 
 async fn post_decision(
     state: web::Data<RsState>,
-    _: Caller<Cs>,
+    Caller(who, _): Caller<Cs>,
     req: HttpRequest,
     id: web::Path<String>,
     body: web::Payload,
@@ -519,10 +587,17 @@ async fn post_decision(
     let decision = decision_from_query(req.query_string())?;
     let body: Arc<[u8]> = Arc::from(&read_body(body).await?[..]);
     let id = Arc::new(id.into_inner());
-    let decide = || state.cheq.decide_async(id.clone(), decision, body.clone());
+    // The CS the caller authenticated as with its own key (§16.4), if so.
+    let by: Option<Arc<str>> = who.cs.as_deref().map(Arc::from);
+    let decide = || {
+        state
+            .cheq
+            .decide_async_by(id.clone(), decision, body.clone(), by.clone())
+    };
+    let cs = state.cheq.confirmation_server();
     // The CS's keys as its cache headers allow; a key id this RS has not
     // seen may fetch them again (at most once a minute, §9).
-    state.cheq.cs_keys().ensure_fresh().await;
+    cs.ensure_fresh().await;
     let mut answer = decide().await;
     let mut later = None;
     if let Err(CheqRsError::Invalid {
@@ -530,16 +605,18 @@ async fn post_decision(
         ..
     }) = &answer
     {
-        match state.cheq.cs_keys().refetch_for(kid).await {
+        match cs.refetch_for(kid).await {
             Refetch::Found => answer = decide().await,
             // Only the CS (authenticated above) posts decisions: a key it
             // signs with and this RS cannot find yet (a cache in front of
             // its key set, another instance's newer key) is "try again",
             // never a refusal that would lose the decision; the CS gives up
-            // when the CHEQ expires.
-            // (Keys from a file never change while the RS runs: refused.)
+            // when the CHEQ expires. (Keys from a file never change while
+            // the RS runs: refused.) A CS that authenticated with its own
+            // key has had its set read again just now: a key not in it is
+            // not its key (below).
             Refetch::Absent => {
-                if matches!(state.cheq.cs_keys(), PeerKeys::Fetched(_)) {
+                if cs.keys_change() && by.is_none() {
                     later = Some(crate::peerkeys::REFETCH_EVERY_SECS);
                 }
             }
@@ -555,6 +632,12 @@ async fn post_decision(
             );
             e.retry_after = later;
             Err(e)
+        }
+        // Another CS's countersignature, delivered by the CS the token
+        // names: refused, nothing runs, the CHEQ stays pending (§16.4).
+        Err(e) if by.is_some() && e.countersigned_elsewhere() => {
+            log::info!("a decision countersigned by another confirmation server was refused ({e})");
+            Err(ApiError::from(CheqRsError::WrongConfirmationServer))
         }
         answer => answer.map_err(ApiError::from),
     };

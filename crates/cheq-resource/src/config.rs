@@ -11,8 +11,11 @@
 //! # retry_after_secs = 2                   # Retry-After on a pending result (§7)
 //!
 //! [confirmation_server]
-//! uri = "http://127.0.0.1:8080/confirm"    # its confirmation URI (§1)
-//! jwks_file = "cs-jwks.json"               # its public keys, or:
+//! issuer = "https://confirm.example"       # its origin: the rest is read from its
+//!                                          # /.well-known/cheq-configuration (§16.1)
+//! # or, named in full (no discovery):
+//! # uri = "http://127.0.0.1:8080/confirm"  # its confirmation URI (§1)
+//! # jwks_file = "cs-jwks.json"             # its public keys, or:
 //! # jwks_uri = "http://127.0.0.1:8080/.well-known/jwks.json"  (fetched at start-up)
 //!
 //! # Or, instead of [confirmation_server], the confirmation served by this RS
@@ -33,6 +36,8 @@
 //! role = "agent"                           # may call the tools
 //! subject = "alice"                        # the CHEQ subject for this agent's user
 //!
+//! # name = "Example Air"                  # (top level) the name in /.well-known/cheq-resource
+//! # allow_addresses = ["127.0.0.0/8"]      # (top level) networks an outside fetch may reach
 //! # database_url = "postgres://cheq@127.0.0.1:5432/cheq"  # (top level) state in PostgreSQL
 //! # log_format = "json"                    # (top level) or "text" (default)
 //! # Environment overrides: CHEQ_LISTEN, CHEQ_DATABASE_URL, CHEQ_LOG_FORMAT.
@@ -45,6 +50,13 @@
 //! use `https`; plain `http` is accepted only for loopback hosts
 //! (127.0.0.0/8, `[::1]`, `localhost`), as in PROTOCOL.md §1, so that the
 //! keys this RS trusts never cross a network in clear.
+//!
+//! A CS named by `issuer` (§16) is reached only through the fetcher of
+//! outside URLs (`cheq_support::outbound`): `https`, and none of the
+//! private, loopback, link-local or unspecified addresses unless the
+//! top-level `allow_addresses` lists their network (a loopback one also
+//! lets plain `http` through, for development). The issuer is checked
+//! against that list when the file is read.
 
 use cheq_core::cheq::uri::parse_cheq_uri;
 use serde::Deserialize;
@@ -54,6 +66,7 @@ use std::path::PathBuf;
 pub use cheq_support::configfile::ServerConfig;
 use cheq_support::configfile::{invalid, Env};
 pub use cheq_support::configfile::{ConfigError, DatabaseUrl, LogFormat};
+use cheq_support::outbound::{AddressPolicy, Outbound};
 use cheq_support::secret::Secret;
 
 /// What a registered client may do.
@@ -78,18 +91,38 @@ pub struct ClientConfig {
     pub subject: Option<String>,
 }
 
-/// The confirmation server this RS sends its users to.
-#[derive(Debug, Clone, Deserialize)]
+/// The confirmation server this RS sends its users to: by its issuer
+/// alone (§16), or named in full.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfirmationServerConfig {
-    /// Its confirmation URI (§1), also its identity for trust (origin).
-    pub uri: String,
-    /// A JWKS file with its public keys.
+    /// Its issuer (its origin): its confirmation URI and key set are read
+    /// from its discovery document (§16.1), and it authenticates here with
+    /// its own key (§16.4).
+    #[serde(default)]
+    pub issuer: Option<String>,
+    /// Or its confirmation URI (§1), also its identity for trust (origin).
+    #[serde(default)]
+    pub uri: Option<String>,
+    /// With `uri`: a JWKS file with its public keys.
     #[serde(default)]
     pub jwks_file: Option<PathBuf>,
     /// Or a URL to fetch its JWKS from at start-up.
     #[serde(default)]
     pub jwks_uri: Option<String>,
+}
+
+/// How a checked [`ConfirmationServerConfig`] names its CS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CsNamed<'a> {
+    /// By issuer: the rest comes from its discovery document (§16.1).
+    Issuer(&'a str),
+    /// In full: its confirmation URI, and a key file or a `jwks_uri`.
+    InFull {
+        uri: &'a str,
+        jwks_file: Option<&'a std::path::Path>,
+        jwks_uri: Option<&'a str>,
+    },
 }
 
 /// When confirmation is needed.
@@ -137,6 +170,15 @@ pub struct RsConfig {
     pub signing_key: PathBuf,
     #[serde(default)]
     pub key_id: Option<String>,
+    /// The name in this RS's discovery document (§16.2), what a CS shows
+    /// its users; the host of `public_url` when not given.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Networks (CIDR) or addresses exempt from the refusal of outside
+    /// fetches (§16.3): the CS named by `issuer` and what its document
+    /// names. Empty by default: only public addresses, over `https`.
+    #[serde(default)]
+    pub allow_addresses: Vec<String>,
     // `database_url`, `log_format` and `metrics` mean what they mean in the
     // CS's `cheq.toml` (docs/configuration.md).
     #[serde(default)]
@@ -181,8 +223,24 @@ impl ServerConfig for RsConfig {
                 "must be an origin (scheme://host[:port]) with no path or query",
             ));
         }
+        if let Some(name) = &self.name {
+            let name = name.trim();
+            if name.is_empty()
+                || name.chars().count() > cheq_core::discovery::MAX_NAME_LEN
+                || name.chars().any(char::is_control)
+            {
+                return Err(invalid(
+                    "name",
+                    format!(
+                        "must be 1 to {} characters, none of them a control character",
+                        cheq_core::discovery::MAX_NAME_LEN
+                    ),
+                ));
+            }
+        }
+        let policy = self.address_policy()?;
         match (&self.confirmation_server, self.embedded()) {
-            (Some(cs), false) => cs.validate()?,
+            (Some(cs), false) => cs.validate(&policy)?,
             (None, true) => {
                 // No CHEQ leaves an RS that confirms itself (§12).
                 if let Some(i) = self.clients.iter().position(|c| c.role == ClientRole::Cs) {
@@ -263,8 +321,34 @@ impl ServerConfig for RsConfig {
 }
 
 impl ConfirmationServerConfig {
-    fn validate(&self) -> Result<(), ConfigError> {
-        parse_cheq_uri(&self.uri).map_err(|e| invalid("confirmation_server.uri", e.to_string()))?;
+    fn validate(&self, policy: &AddressPolicy) -> Result<(), ConfigError> {
+        let Some(uri) = &self.uri else {
+            let Some(issuer) = &self.issuer else {
+                return Err(invalid(
+                    "confirmation_server.issuer",
+                    "missing: give `issuer` (the confirmation server's origin), or `uri` with `jwks_file` or `jwks_uri`",
+                ));
+            };
+            if self.jwks_file.is_some() || self.jwks_uri.is_some() {
+                let key = if self.jwks_file.is_some() {
+                    "confirmation_server.jwks_file"
+                } else {
+                    "confirmation_server.jwks_uri"
+                };
+                return Err(invalid(
+                    key,
+                    "not with `issuer`: the keys are read from the confirmation server's discovery document",
+                ));
+            }
+            return check_issuer(issuer, policy);
+        };
+        if self.issuer.is_some() {
+            return Err(invalid(
+                "confirmation_server.issuer",
+                "give `issuer` alone, or `uri` with `jwks_file` or `jwks_uri`, not both",
+            ));
+        }
+        parse_cheq_uri(uri).map_err(|e| invalid("confirmation_server.uri", e.to_string()))?;
         match (&self.jwks_file, &self.jwks_uri) {
             (Some(_), None) => Ok(()),
             (None, Some(uri)) => parse_cheq_uri(uri)
@@ -276,6 +360,42 @@ impl ConfirmationServerConfig {
             )),
         }
     }
+
+    /// How it names its CS (on a checked configuration).
+    pub fn named(&self) -> CsNamed<'_> {
+        match (&self.issuer, &self.uri) {
+            (Some(issuer), None) => CsNamed::Issuer(issuer),
+            (_, uri) => CsNamed::InFull {
+                uri: uri.as_deref().unwrap_or_default(),
+                jwks_file: self.jwks_file.as_deref(),
+                jwks_uri: self.jwks_uri.as_deref(),
+            },
+        }
+    }
+}
+
+/// An issuer is an origin that the fetcher of outside URLs may reach
+/// under `policy`.
+fn check_issuer(issuer: &str, policy: &AddressPolicy) -> Result<(), ConfigError> {
+    let key = "confirmation_server.issuer";
+    let url = parse_cheq_uri(issuer).map_err(|e| invalid(key, e.to_string()))?;
+    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid(
+            key,
+            "must be an origin (scheme://host[:port]) with no path or query",
+        ));
+    }
+    if cheq_core::discovery::origin(issuer).is_none() {
+        return Err(invalid(key, "must be an origin (scheme://host[:port])"));
+    }
+    let outbound = Outbound::new(policy.clone()).map_err(|e| invalid(key, e.to_string()))?;
+    outbound.check(issuer).map_err(|e| {
+        invalid(
+            key,
+            format!("{e}: list its network in the top-level allow_addresses to reach it"),
+        )
+    })?;
+    Ok(())
 }
 
 /// The path of the confirmation URI of a confirmation served by the RS
@@ -292,12 +412,32 @@ impl RsConfig {
             .unwrap_or(false)
     }
 
-    /// The confirmation URI put in URI packs (§1): the CS's, or this RS's own.
-    pub fn confirmation_uri(&self) -> String {
+    /// The confirmation URI put in URI packs (§1) when the file names it:
+    /// the CS's `uri`, or this RS's own (§12). `None` for a CS named by its
+    /// issuer, whose document names it (§16.1).
+    pub fn confirmation_uri(&self) -> Option<String> {
         match &self.confirmation_server {
             Some(cs) => cs.uri.clone(),
-            None => format!("{}{EMBEDDED_CONFIRMATION_PATH}", self.base_url()),
+            None => Some(format!("{}{EMBEDDED_CONFIRMATION_PATH}", self.base_url())),
         }
+    }
+
+    /// The networks outside fetches may reach (`allow_addresses`).
+    pub fn address_policy(&self) -> Result<AddressPolicy, ConfigError> {
+        AddressPolicy::new(&self.allow_addresses)
+            .map_err(|e| invalid("allow_addresses", e.to_string()))
+    }
+
+    /// The name in the discovery document (§16.2): `name`, or the host
+    /// (and port) of `public_url`.
+    pub fn display_name(&self) -> String {
+        if let Some(name) = &self.name {
+            return name.trim().to_owned();
+        }
+        let base = self.base_url();
+        base.split_once("://")
+            .map_or(base.as_str(), |(_, rest)| rest)
+            .to_owned()
     }
 
     /// The RS origin without a trailing slash.
@@ -394,5 +534,121 @@ subject = "alice"
         ] {
             RsConfig::from_toml(&text).unwrap();
         }
+    }
+
+    /// The file with `[confirmation_server]` replaced by `cs`, and `top`
+    /// added at the top level.
+    fn with_cs(top: &str, cs: &str) -> String {
+        let head = GOOD.split("[confirmation_server]").next().unwrap();
+        let clients = &GOOD[GOOD.find("[[clients]]").unwrap()..];
+        format!("{top}\n{head}[confirmation_server]\n{cs}\n{clients}")
+    }
+
+    const LOOPBACK: &str = "allow_addresses = [\"127.0.0.0/8\"]";
+
+    #[test]
+    fn a_cs_named_by_its_issuer_alone() {
+        let c = RsConfig::from_toml(&with_cs("", "issuer = \"https://cs.example\"")).unwrap();
+        let cs = c.confirmation_server.as_ref().unwrap();
+        assert_eq!(cs.named(), CsNamed::Issuer("https://cs.example"));
+        assert_eq!(c.confirmation_uri(), None);
+        let c = RsConfig::from_toml(GOOD).unwrap();
+        assert!(matches!(
+            c.confirmation_server.as_ref().unwrap().named(),
+            CsNamed::InFull {
+                uri: "http://127.0.0.1:8080/confirm",
+                jwks_file: Some(_),
+                jwks_uri: None
+            }
+        ));
+        // Loopback http when allowed.
+        RsConfig::from_toml(&with_cs(LOOPBACK, "issuer = \"http://127.0.0.1:8080\"")).unwrap();
+        RsConfig::from_toml(&with_cs(
+            "allow_addresses = [\"10.1.0.0/16\"]",
+            "issuer = \"https://10.1.2.3\"",
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn each_wrong_naming_of_the_cs_is_named() {
+        for (top, cs, key) in [
+            // Both forms.
+            (
+                "",
+                "issuer = \"https://cs.example\"\nuri = \"https://cs.example/confirm\"\njwks_file = \"k.json\"",
+                "confirmation_server.issuer",
+            ),
+            (
+                "",
+                "issuer = \"https://cs.example\"\njwks_file = \"k.json\"",
+                "confirmation_server.jwks_file",
+            ),
+            (
+                "",
+                "issuer = \"https://cs.example\"\njwks_uri = \"https://cs.example/k\"",
+                "confirmation_server.jwks_uri",
+            ),
+            // Neither.
+            ("", "", "confirmation_server.issuer"),
+            ("", "jwks_file = \"k.json\"", "confirmation_server.issuer"),
+            // Not an origin.
+            (
+                "",
+                "issuer = \"https://cs.example/confirm\"",
+                "confirmation_server.issuer",
+            ),
+            ("", "issuer = \"cs.example\"", "confirmation_server.issuer"),
+            // Not reachable under allow_addresses.
+            (
+                "",
+                "issuer = \"http://127.0.0.1:8080\"",
+                "confirmation_server.issuer",
+            ),
+            ("", "issuer = \"https://10.1.2.3\"", "confirmation_server.issuer"),
+            (
+                "",
+                "issuer = \"https://169.254.169.254\"",
+                "confirmation_server.issuer",
+            ),
+            (
+                LOOPBACK,
+                "issuer = \"http://cs.example\"",
+                "confirmation_server.issuer",
+            ),
+            // The list itself.
+            (
+                "allow_addresses = [\"not a network\"]",
+                "issuer = \"https://cs.example\"",
+                "allow_addresses",
+            ),
+            ("name = \"  \"", "issuer = \"https://cs.example\"", "name"),
+            (
+                "name = \"a\\nb\"",
+                "issuer = \"https://cs.example\"",
+                "name",
+            ),
+        ] {
+            let e = RsConfig::from_toml(&with_cs(top, cs)).unwrap_err().to_string();
+            assert!(e.contains(key), "{top} {cs}: {e}");
+        }
+        let long = format!("name = \"{}\"", "x".repeat(101));
+        let e = RsConfig::from_toml(&with_cs(&long, "issuer = \"https://cs.example\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("name"), "{e}");
+        // The loopback error says what to do.
+        let e = RsConfig::from_toml(&with_cs("", "issuer = \"http://127.0.0.1:8080\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("allow_addresses"), "{e}");
+    }
+
+    #[test]
+    fn the_name_defaults_to_the_host() {
+        let c = RsConfig::from_toml(GOOD).unwrap();
+        assert_eq!(c.display_name(), "127.0.0.1:8081");
+        let c = RsConfig::from_toml(&format!("name = \" Example Air \"\n{GOOD}")).unwrap();
+        assert_eq!(c.display_name(), "Example Air");
     }
 }

@@ -15,7 +15,10 @@
 //! - [`Executions::record`] stores an operation's result under its
 //!   idempotency key if the key is absent: that one atomic write *is* the
 //!   effect (§6: the operation runs at most once);
-//! - the nonces of §6 are the crate's [`NonceStore`].
+//! - the nonces of §6 are the crate's [`NonceStore`];
+//! - [`UsedAssertions::first_use`] is an "insert if absent" of a client
+//!   assertion's `jti` (§16.4), durable before it returns, so that an
+//!   assertion is taken once whichever instance it reaches.
 //!
 //! The steps a decision goes through, and why each write is durable or not,
 //! are in `resource::cheq_rs`.
@@ -266,6 +269,35 @@ pub trait Executions: Send + Sync {
     ) -> Result<Vec<(String, Value)>, StoreError>;
 }
 
+// ---- client assertions taken (§16.4) ----
+
+/// The client assertions a CS authenticated with at the token endpoint
+/// (§16.4), by issuer and `jti`: each is taken once, on every instance,
+/// until it expires (after which the assertion itself is refused as
+/// expired, so its record can go).
+pub trait UsedAssertions: Send + Sync {
+    /// Records the use of the assertion `jti` of the CS `issuer`, kept
+    /// until `expires_at` (unix seconds): `true` when this is its first
+    /// use, `false` when it was recorded before (insert if absent). Durable
+    /// before it returns `true`.
+    fn first_use(&self, issuer: &str, jti: &str, expires_at: i64) -> Result<bool, StoreError>;
+    /// Removes the records that expired before `now` (unix seconds);
+    /// returns how many went.
+    fn collect_expired(&self, now: i64) -> Result<usize, StoreError>;
+}
+
+/// The key an assertion's use is kept under: the SHA-256 of the issuer, a
+/// zero byte and the `jti` (a fixed length whatever theirs; no origin holds
+/// a zero byte, so two pairs never share the text hashed).
+pub fn assertion_key(issuer: &str, jti: &str) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(issuer.as_bytes());
+    h.update([0u8]);
+    h.update(jti.as_bytes());
+    h.finalize().into()
+}
+
 // ---- the bundle ----
 
 /// Everything the RS keeps, from one backend, in one database: a durable
@@ -281,6 +313,8 @@ pub struct RsStore {
     pub records: Arc<dyn CheqRecords>,
     /// The demo tools' execution log.
     pub executions: Arc<dyn Executions>,
+    /// The client assertions taken at the token endpoint (§16.4).
+    pub assertions: Arc<dyn UsedAssertions>,
     /// Whether the backend answers now.
     pub readiness: Arc<dyn super::Readiness>,
     /// Flushes awaited without a thread (sled); `None` where a durable

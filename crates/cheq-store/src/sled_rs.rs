@@ -9,6 +9,7 @@
 //! | `rs.results` | result id | confirmation id |
 //! | `rs.nonces` (and `rs.nonces.expiry`) | nonce | see [`SledNonceStore`] |
 //! | `rs.executions` | idempotency key | the operation's result |
+//! | `rs.assertions` | [`assertion_key`] of a client assertion (§16.4) | when it expires (unix seconds, 8 bytes big-endian) |
 //!
 //! No sled transaction (see `sled_store` for why). Each compare-and-set of
 //! [`super::rs`] is one sled `compare_and_swap`; where two trees change
@@ -38,6 +39,7 @@ const CONFIRMATIONS_TREE: &str = "rs.confirmations";
 const RESULTS_TREE: &str = "rs.results";
 const NONCES_TREE: &str = "rs.nonces";
 const EXECUTIONS_TREE: &str = "rs.executions";
+const ASSERTIONS_TREE: &str = "rs.assertions";
 
 /// How many times a compare-and-swap is retried after losing a race before
 /// the store gives up with an error (each retry re-reads what won).
@@ -63,6 +65,10 @@ pub fn open(db: &sled::Db) -> Result<RsStore, StoreError> {
         flusher: Some(durable.async_flush()),
         executions: Arc::new(SledExecutions {
             tree: tree(db, EXECUTIONS_TREE)?,
+            db: durable.clone(),
+        }),
+        assertions: Arc::new(SledAssertions {
+            tree: tree(db, ASSERTIONS_TREE)?,
             db: durable,
         }),
         readiness: Arc::new(super::AlwaysReady),
@@ -341,5 +347,53 @@ impl Executions for SledExecutions {
             .into_iter()
             .map(|(k, v)| Ok((key_text(&k)?, decode(&k, &v)?)))
             .collect()
+    }
+}
+
+// ---- client assertions taken ----
+
+struct SledAssertions {
+    db: Durable,
+    tree: sled::Tree,
+}
+
+impl UsedAssertions for SledAssertions {
+    fn first_use(&self, issuer: &str, jti: &str, expires_at: i64) -> Result<bool, StoreError> {
+        let key = assertion_key(issuer, jti);
+        let swapped = self
+            .tree
+            .compare_and_swap(
+                key,
+                None as Option<&[u8]>,
+                Some(&expires_at.to_be_bytes()[..]),
+            )
+            .map_err(|e| backend_error("record assertion", e))?;
+        if swapped.is_err() {
+            return Ok(false);
+        }
+        self.db.flush()?;
+        Ok(true)
+    }
+
+    fn collect_expired(&self, now: i64) -> Result<usize, StoreError> {
+        let err = |e| backend_error("collect assertions", e);
+        let mut n = 0;
+        for item in self.tree.iter() {
+            let (key, value) = item.map_err(err)?;
+            // A value that cannot be read says nothing of its expiry: it
+            // goes (it can only refuse an assertion, which expires in a
+            // minute anyway).
+            let expires_at = <[u8; 8]>::try_from(&value[..])
+                .map(i64::from_be_bytes)
+                .unwrap_or(i64::MIN);
+            if expires_at < now {
+                self.tree.remove(key).map_err(err)?;
+                n += 1;
+            }
+        }
+        if n > 0 {
+            self.db.flush()?;
+        }
+        Ok(n)
     }
 }

@@ -157,6 +157,15 @@ pub fn verify_client_assertion(
     })
 }
 
+/// The `iss` an assertion claims, read without checking anything else:
+/// only to choose whose keys to verify it with ([`verify_client_assertion`]
+/// then checks every claim, this one included).
+pub fn claimed_issuer(assertion: &str) -> Result<String, AssertionError> {
+    let parts = split(assertion)?;
+    let claims = read_claims(parts.payload)?;
+    Ok(text(&claims, "iss")?.to_owned())
+}
+
 struct Parts<'a> {
     header: &'a str,
     payload: &'a str,
@@ -343,6 +352,25 @@ mod tests {
         assert_eq!(v.issuer, ISS);
         assert_eq!(v.jti, JTI);
         assert_eq!(v.expires_at, 1060);
+    }
+
+    #[test]
+    fn the_claimed_issuer_is_read_unverified() {
+        let k = key("cs-1", 7);
+        let a = client_assertion(&k, &claims(1000));
+        assert_eq!(claimed_issuer(&a).unwrap(), ISS);
+        let other = forged(
+            &k,
+            &json!({"alg": "EdDSA"}),
+            &json!({"iss": "https://x.example"}),
+        );
+        assert_eq!(claimed_issuer(&other).unwrap(), "https://x.example");
+        assert_eq!(claimed_issuer("a.b"), Err(AssertionError::Malformed));
+        let none = forged(&k, &json!({}), &json!({"sub": ISS}));
+        assert_eq!(
+            claimed_issuer(&none),
+            Err(AssertionError::MissingClaim("iss"))
+        );
     }
 
     #[test]

@@ -45,8 +45,25 @@ impl CheqRs {
         decision: Decision,
         body: &[u8],
     ) -> Result<DecisionAnswer, CheqRsError> {
+        self.decide_by(id, decision, body, None)
+    }
+
+    /// [`decide`](Self::decide) for a caller that authenticated as the CS
+    /// of issuer `by` (§16.4), when it did: a decision whose CHEQ names
+    /// another CS is refused ([`CheqRsError::WrongConfirmationServer`]),
+    /// before anything is written. (A countersignature that is not that
+    /// CS's fails to verify against the keys trusted for the CHEQ's CS:
+    /// the front end tells that apart, [`CheqRsError::countersigned_elsewhere`],
+    /// once it has read the CS's keys again.)
+    pub fn decide_by(
+        &self,
+        id: &str,
+        decision: Decision,
+        body: &[u8],
+        by: Option<&str>,
+    ) -> Result<DecisionAnswer, CheqRsError> {
         let _guard = self.stripe(id).blocking_lock();
-        self.decide_locked(id, decision, body, Durability::Now)
+        self.decide_locked(id, decision, body, Durability::Now, by)
     }
 
     /// [`decide`](Self::decide) for an async caller. With a flusher and an
@@ -60,17 +77,30 @@ impl CheqRs {
         decision: Decision,
         body: Arc<[u8]>,
     ) -> Result<DecisionAnswer, CheqRsError> {
+        self.decide_async_by(id, decision, body, None).await
+    }
+
+    /// [`decide_async`](Self::decide_async) for a caller that
+    /// authenticated as the CS of issuer `by` ([`decide_by`](Self::decide_by)).
+    pub async fn decide_async_by(
+        self: &Arc<Self>,
+        id: Arc<String>,
+        decision: Decision,
+        body: Arc<[u8]>,
+        by: Option<Arc<str>>,
+    ) -> Result<DecisionAnswer, CheqRsError> {
         match &self.flusher {
             Some(flusher) if self.in_store() => {
                 let _guard = self.stripe(&id).lock().await;
-                let answer = self.decide_locked(&id, decision, &body, Durability::Deferred);
+                let answer =
+                    self.decide_locked(&id, decision, &body, Durability::Deferred, by.as_deref());
                 // Also after a refusal: what it read may be another
                 // decision's write, visible and not yet on disk.
                 flusher.flushed().await?;
                 answer
             }
             _ => {
-                self.on_blocking_thread(move |rs| rs.decide(&id, decision, &body))
+                self.on_blocking_thread(move |rs| rs.decide_by(&id, decision, &body, by.as_deref()))
                     .await
             }
         }
@@ -86,6 +116,7 @@ impl CheqRs {
         decision: Decision,
         body: &[u8],
         durability: Durability,
+        by: Option<&str>,
     ) -> Result<DecisionAnswer, CheqRsError> {
         // A kept record is taken out: whatever this decision does to the
         // record, a later one reads the store.
@@ -128,6 +159,15 @@ impl CheqRs {
             self.verify(&record, body, Some(decision), now)
         };
         let verified = match fresh {
+            // A CS that authenticated with its own key decides only the
+            // CHEQs that name it (§16.4).
+            Ok(verified)
+                if by.is_some_and(|cs| {
+                    verified.fields().confirmation_origin.ascii_serialization() != cs
+                }) =>
+            {
+                return Err(CheqRsError::WrongConfirmationServer)
+            }
             Ok(verified) => verified,
             Err(refused) => {
                 return match self.nonces.get(&record.nonce)? {

@@ -31,6 +31,32 @@ pub enum CheqRsError {
     Store(#[from] StoreError),
     #[error("the operation failed: {0}")]
     Operation(String),
+    /// The discovery document of the CS named by its issuer (§16.1) is not
+    /// read yet: nothing can be minted until it names the confirmation URI.
+    #[error("the confirmation server {0} has not been reached yet; try again in a moment")]
+    ConfirmationServerUnknown(String),
+    /// The caller is a CS that authenticated with its own key (§16.4), and
+    /// the CHEQ or the countersignature is another CS's.
+    #[error("this CHEQ's decision is not this confirmation server's to make")]
+    WrongConfirmationServer,
+}
+
+impl CheqRsError {
+    /// Whether the decision's countersignature failed on its key: not in
+    /// the set trusted for the CHEQ's confirmation server, or not
+    /// verifying with the key of that id there (§5 rule 2). With a caller
+    /// that authenticated as a CS (§16.4), that is another CS's signature.
+    pub fn countersigned_elsewhere(&self) -> bool {
+        matches!(
+            self,
+            CheqRsError::Invalid {
+                error: VerifyError::UntrustedConfirmationKey { .. }
+                    | VerifyError::BadSignature { index: 1, .. }
+                    | VerifyError::AlgorithmKeyMismatch { index: 1 },
+                ..
+            }
+        )
+    }
 }
 
 impl From<VerifyError> for CheqRsError {

@@ -96,6 +96,10 @@ impl CheqRs {
         if req.ttl <= Duration::zero() || req.ttl > Duration::seconds(MAX_TTL_SECS) {
             return Err(CheqRsError::Mint("the TTL must be from 1 s to 24 h".into()));
         }
+        let confirmation_uri = self
+            .cs
+            .confirmation_uri()
+            .ok_or_else(|| CheqRsError::ConfirmationServerUnknown(self.cs.origin()))?;
         let now = self.clock.now();
         let date = DateTime::<Utc>::from_timestamp(now.timestamp(), 0).unwrap_or(now);
         let expires = date + req.ttl;
@@ -112,7 +116,7 @@ impl CheqRs {
             "date": date.to_rfc3339_opts(SecondsFormat::Secs, true),
             "nonce": nonce,
             "resource uri": resource_uri,
-            "confirmation uri": self.confirmation_uri,
+            "confirmation uri": confirmation_uri,
             "subject": req.subject,
             "expires": expires.to_rfc3339_opts(SecondsFormat::Secs, true),
             "language": req.language.unwrap_or_else(|| "en".to_owned()),
@@ -128,7 +132,7 @@ impl CheqRs {
             .signer()
             .map_err(|e| CheqRsError::Keys(e.to_string()))?;
         let document = cheq_core::sign::sign_resource(&payload, &key)?;
-        let pack = UriPack::new(&self.confirmation_uri, &resource_uri, &result_uri)
+        let pack = UriPack::new(confirmation_uri, &resource_uri, &result_uri)
             .map_err(|e| CheqRsError::Mint(e.to_string()))?;
         let record = CheqRecord {
             id: id.clone(),

@@ -101,11 +101,11 @@ pub use mint::{MintRequest, Minted};
 pub use operation::{Effect, Operation};
 pub use records::ResultView;
 
+use crate::trusted_cs::ConfirmationServer;
 use cheq_core::sign::TrustStore;
 use cheq_store::rs::{CheqRecord, CheqRecords, RsStore};
 use cheq_store::{AsyncFlush, NonceStore, StoreError};
 use cheq_support::keyring::KeyRing;
-use cheq_support::peerkeys::PeerKeys;
 use cheq_support::recent::Recent;
 use cheq_support::time::Clock;
 use chrono::{DateTime, TimeZone, Utc};
@@ -143,10 +143,9 @@ pub struct CheqRs {
     records: Arc<dyn CheqRecords>,
     nonces: Arc<dyn NonceStore>,
     keys: Arc<KeyRing>,
-    cs_keys: PeerKeys,
+    cs: ConfirmationServer,
     trust: TrustStore,
     base_url: String,
-    confirmation_uri: String,
     clock: Arc<dyn Clock>,
     operation: Arc<dyn Operation>,
     /// Decisions are serialised per confirmation (striped by id): the
@@ -173,7 +172,7 @@ impl std::fmt::Debug for CheqRs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CheqRs")
             .field("base_url", &self.base_url)
-            .field("confirmation_uri", &self.confirmation_uri)
+            .field("confirmation_server", &self.cs)
             .field("keys", &self.keys)
             .finish_non_exhaustive()
     }
@@ -184,15 +183,14 @@ impl CheqRs {
     ///
     /// `base_url` is the RS origin (`https://api.example`); `keys` is its
     /// own key set (the active key signs; its published keys are trusted for
-    /// its own CHEQs, §9); `cs_keys` are the confirmation server's keys;
-    /// `confirmation_uri` goes into every URI pack and payload.
-    #[allow(clippy::too_many_arguments)]
+    /// its own CHEQs, §9); `cs` is the confirmation server, whose keys are
+    /// trusted for its origin and whose confirmation URI goes into every
+    /// URI pack and payload.
     pub fn new(
         store: &RsStore,
         keys: Arc<KeyRing>,
-        cs_keys: PeerKeys,
+        cs: ConfirmationServer,
         base_url: &str,
-        confirmation_uri: &str,
         clock: Arc<dyn Clock>,
         operation: Arc<dyn Operation>,
     ) -> Result<Self, CheqRsError> {
@@ -202,20 +200,15 @@ impl CheqRs {
             .add(true, &base_url, keys.clone())
             .map_err(|e| CheqRsError::Mint(e.to_string()))?;
         trust
-            .add(
-                false,
-                &cheq_core::cheq::uri::origin_of(confirmation_uri),
-                cs_keys.source(),
-            )
+            .add(false, &cs.origin(), cs.source())
             .map_err(|e| CheqRsError::Mint(e.to_string()))?;
         Ok(CheqRs {
             records: store.records.clone(),
             nonces: store.nonces.clone(),
             keys,
-            cs_keys,
+            cs,
             trust,
             base_url,
-            confirmation_uri: confirmation_uri.to_owned(),
             clock,
             operation,
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
@@ -235,10 +228,10 @@ impl CheqRs {
         &self.keys
     }
 
-    /// The confirmation server's keys, for the front end to refresh before
+    /// The confirmation server, whose keys the front end refreshes before
     /// a decision is verified (fetching is I/O, verification is not).
-    pub fn cs_keys(&self) -> &PeerKeys {
-        &self.cs_keys
+    pub fn confirmation_server(&self) -> &ConfirmationServer {
+        &self.cs
     }
 
     /// The RS origin.
@@ -246,9 +239,10 @@ impl CheqRs {
         &self.base_url
     }
 
-    /// The confirmation URI put in URI packs.
-    pub fn confirmation_uri(&self) -> &str {
-        &self.confirmation_uri
+    /// The confirmation URI put in URI packs; `None` while the CS's
+    /// discovery document is not read (§16.1).
+    pub fn confirmation_uri(&self) -> Option<&str> {
+        self.cs.confirmation_uri()
     }
 
     /// The canonical resource URI of confirmation `id`.

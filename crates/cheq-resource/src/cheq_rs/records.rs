@@ -2,7 +2,8 @@
 //! the result for the agent (§7), and forgetting what can no longer matter.
 
 use super::{expires_at, CheqRs, CheqRsError};
-use cheq_core::cheq::Decision;
+use cheq_core::cheq::{Cheq, Decision};
+use cheq_core::sign::jws::RawDocument;
 use cheq_core::sign::verify::CLOCK_SKEW_SECS;
 use cheq_store::rs::CheqState;
 use chrono::Duration;
@@ -32,11 +33,24 @@ impl ResultView {
 impl CheqRs {
     /// The resource-signed document of confirmation `id`, for the CS (§3).
     pub fn fetch(&self, id: &str) -> Result<String, CheqRsError> {
+        self.fetch_for(id, None)
+    }
+
+    /// [`fetch`](Self::fetch) for a caller that authenticated as the CS of
+    /// issuer `by` (§16.4), when it did: a CHEQ whose `confirmation uri`
+    /// is another CS's is `NotFound`, as if unknown. (A decided CHEQ no
+    /// longer holds its document, and is `AlreadyDecided` to anyone.)
+    pub fn fetch_for(&self, id: &str, by: Option<&str>) -> Result<String, CheqRsError> {
         let kept = self.recent.as_ref().and_then(|r| r.get(id));
         let record = match self.unexpired(kept) {
             Some(record) => record,
             None => self.records.get(id)?.ok_or(CheqRsError::NotFound)?,
         };
+        if let Some(cs) = by {
+            if !record.document.is_empty() && confirmation_origin(&record.document)? != cs {
+                return Err(CheqRsError::NotFound);
+            }
+        }
         if record.state != CheqState::Pending || self.nonces.get(&record.nonce)?.is_some() {
             return Err(CheqRsError::AlreadyDecided);
         }
@@ -102,4 +116,15 @@ impl CheqRs {
             }
         })
     }
+}
+
+/// The origin of the `confirmation uri` of a document this RS signed.
+fn confirmation_origin(document: &str) -> Result<String, CheqRsError> {
+    let unreadable = |e: String| CheqRsError::Mint(format!("a stored CHEQ cannot be read: {e}"));
+    let raw = RawDocument::parse(document.as_bytes()).map_err(|e| unreadable(e.to_string()))?;
+    let cheq = Cheq::parse(&raw.payload).map_err(|e| unreadable(e.to_string()))?;
+    let uri = cheq
+        .confirmation_uri
+        .ok_or_else(|| unreadable("no confirmation uri".into()))?;
+    Ok(cheq_core::discovery::origin(&uri).unwrap_or(uri))
 }

@@ -9,6 +9,7 @@
 //! | `rs_nonces` | nonce | digest of the decision document, expiry, caller data |
 //! | `rs_cheqs` | confirmation id (and unique result id) | [`CheqRecord`] (in `body`), a tag of its state for compare-and-set (in `state`), its document packed apart while it has one (in `packed`, [`crate::packed`]; in `body` in rows written before) |
 //! | `rs_executions` | idempotency key | the operation's result |
+//! | `rs_assertions` | [`assertion_key`] of a client assertion (§16.4) | when it expires |
 
 use super::nonce_batch::Gatherer;
 use super::{backend, client, corrupt, db_error, decode, encode, Migration, Pg, Source};
@@ -56,6 +57,18 @@ ALTER TABLE rs_cheqs ADD COLUMN packed bytea;
 ALTER TABLE rs_cheqs ALTER COLUMN packed SET STORAGE EXTERNAL;
 ",
     },
+    // The client assertions a CS authenticated with (§16.4), each taken
+    // once across every instance until it expires.
+    Migration {
+        version: 3,
+        name: "client assertions taken",
+        sql: "
+CREATE TABLE rs_assertions (
+    key bytea PRIMARY KEY,
+    expires_at bigint NOT NULL);
+CREATE INDEX rs_assertions_expires ON rs_assertions (expires_at);
+",
+    },
 ];
 
 /// How many pending records the RS keeps in memory on PostgreSQL
@@ -71,6 +84,7 @@ pub fn open(pg: &Pg) -> Result<RsStore, StoreError> {
         nonces: Arc::new(PgNonces::new(pg)),
         records: Arc::new(PgCheqs(pg.clone())),
         executions: Arc::new(PgExecutions(pg.clone())),
+        assertions: Arc::new(PgAssertions(pg.clone())),
         readiness: Arc::new(super::SchemaReadiness::new(pg, "rs", MIGRATIONS))
             as Arc<dyn Readiness>,
         flusher: None,
@@ -120,6 +134,36 @@ pub fn record_nonces(
                 .unwrap_or_else(|| Err(backend("record nonces", "an answer is missing"))),
         })
         .collect())
+}
+
+// ---- client assertions taken ----
+
+struct PgAssertions(Pg);
+
+impl UsedAssertions for PgAssertions {
+    fn first_use(&self, issuer: &str, jti: &str, expires_at: i64) -> Result<bool, StoreError> {
+        let key = assertion_key(issuer, jti).to_vec();
+        self.0.call("record assertion", move |pool| async move {
+            let err = db_error("record assertion");
+            let c = client(&pool, "record assertion").await?;
+            let s = c
+                .prepare_cached(
+                    "INSERT INTO rs_assertions (key, expires_at) VALUES ($1, $2)
+                     ON CONFLICT (key) DO NOTHING",
+                )
+                .await
+                .map_err(&err)?;
+            Ok(c.execute(&s, &[&key, &expires_at]).await.map_err(&err)? == 1)
+        })
+    }
+
+    fn collect_expired(&self, now: i64) -> Result<usize, StoreError> {
+        self.0.delete_where(
+            "collect assertions",
+            "DELETE FROM rs_assertions WHERE expires_at < $1",
+            now,
+        )
+    }
 }
 
 // ---- nonces ----
