@@ -7,6 +7,7 @@
 //! | `POST /api/v1/confirmations` | `{"resource uri"}` → `201` and a confirmation view |
 //! | `GET /api/v1/confirmations/{id}` | the confirmation view |
 //! | `POST /api/v1/confirmations/{id}/decision` | `{"decision","collected","acknowledge_warnings","view"}` |
+//! | `POST /api/v1/resource-servers` | a resource server registers itself (§16.3) |
 //!
 //! Errors are [`JsonError`]s; a flow error gets its status from the one table
 //! of [`crate::confirm::status`] ([`json_error`]). A token stands for one user
@@ -16,9 +17,11 @@
 
 pub mod doc;
 mod gateway;
+mod registration;
 mod views;
 
 pub use gateway::{ApiUser, TokenForm, Tokens};
+pub use registration::registration_error;
 pub use views::{decided_status, open_view, ConfirmationView, DecisionAnswer};
 
 use crate::cheq::{Channel, Decision};
@@ -72,6 +75,9 @@ pub fn json_error(e: CsError) -> JsonError {
     err
 }
 
+/// Where resource servers register (§16.3).
+pub const REGISTRATION_PATH: &str = "/api/v1/resource-servers";
+
 fn bad(description: impl Into<String>) -> JsonError {
     JsonError::new(StatusCode::BAD_REQUEST, "invalid_request", description)
 }
@@ -85,6 +91,8 @@ pub struct Api {
     token_ttl: i64,
     limiter: Limiter,
     log_key: Vec<u8>,
+    /// Takes registrations of resource servers (§16.3).
+    registrar: Arc<crate::confirm::registration::Registrar>,
     /// See [`client_address`].
     pub trusted_proxies: Vec<std::net::IpAddr>,
 }
@@ -104,6 +112,7 @@ impl Api {
         limiter: Limiter,
         log_key: Vec<u8>,
         token_secret: &[u8],
+        registrar: Arc<crate::confirm::registration::Registrar>,
     ) -> Self {
         Api {
             cs,
@@ -113,6 +122,7 @@ impl Api {
             token_ttl,
             limiter,
             log_key,
+            registrar,
             trusted_proxies: Vec::new(),
         }
     }
@@ -180,7 +190,7 @@ pub struct Route {
 }
 
 /// Every route of the raw API.
-pub static ROUTES: [Route; 5] = [
+pub static ROUTES: [Route; 6] = [
     Route {
         method: Method::POST,
         path: "/api/v1/token",
@@ -205,6 +215,11 @@ pub static ROUTES: [Route; 5] = [
         method: Method::GET,
         path: "/api/v1/openapi.json",
         add: |r| r.route(web::get().to(openapi_document)),
+    },
+    Route {
+        method: Method::POST,
+        path: REGISTRATION_PATH,
+        add: |r| r.route(web::post().to(registration::register)),
     },
 ];
 

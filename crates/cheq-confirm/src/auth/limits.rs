@@ -42,7 +42,32 @@ pub enum LimitKey {
     Account(String),
     /// One user's voice PIN, through any gateway: delayed.
     Pin(String),
+    /// Registrations of resource servers (§16.3) from one address: every
+    /// attempt counts, and past the rate the address is refused.
+    RegistrationFrom(String),
+    /// Registrations of one resource server's origin, from anywhere: every
+    /// attempt counts, and past the rate the origin is refused.
+    RegistrationOf(String),
 }
+
+/// Registrations from one address (§16.3): 20 within a quiet window of
+/// 10 min, then refused for 10 s doubling up to 15 min.
+pub const REGISTRATION_ADDRESS: Policy = Policy {
+    free_failures: 20,
+    base_secs: 10,
+    max_secs: 900,
+    window_secs: 600,
+};
+
+/// Registrations of one origin (§16.3): 10 within a quiet window of 10
+/// min, then refused for 10 s doubling up to 15 min. An RS registers once
+/// at its start; a refresh now and then stays far below.
+pub const REGISTRATION_ORIGIN: Policy = Policy {
+    free_failures: 10,
+    base_secs: 10,
+    max_secs: 900,
+    window_secs: 600,
+};
 
 impl LimitKey {
     fn store_key(&self) -> String {
@@ -53,6 +78,8 @@ impl LimitKey {
             LimitKey::CallbackAt(a) => format!("oidc@ip:{a}"),
             LimitKey::Account(a) => format!("acct:{a}"),
             LimitKey::Pin(u) => format!("pin:{u}"),
+            LimitKey::RegistrationFrom(a) => format!("reg@ip:{a}"),
+            LimitKey::RegistrationOf(o) => format!("reg:{o}"),
         }
     }
 
@@ -63,6 +90,8 @@ impl LimitKey {
             LimitKey::Address(_) | LimitKey::CallbackAt(_) => Policy::ADDRESS,
             LimitKey::GatewayAt { .. } => Policy::GATEWAY_AT_ADDRESS,
             LimitKey::Account(_) | LimitKey::Pin(_) => Policy::ACCOUNT,
+            LimitKey::RegistrationFrom(_) => REGISTRATION_ADDRESS,
+            LimitKey::RegistrationOf(_) => REGISTRATION_ORIGIN,
         }
     }
 
@@ -128,6 +157,19 @@ impl Limiter {
             }
         }
         Ok(left)
+    }
+
+    /// Counts one attempt on each of `keys` (each a rate: every attempt
+    /// counts, whatever its outcome), unless one of them is locked: then
+    /// nothing is counted, and the answer is how long to wait.
+    pub fn count_attempt(&self, keys: &[LimitKey], now: i64) -> Result<Option<i64>, StoreError> {
+        if let Some(wait) = self.locked(keys, now)? {
+            return Ok(Some(wait));
+        }
+        for key in keys {
+            self.fail(key, now)?;
+        }
+        Ok(None)
     }
 
     /// Records a failure for `key`.
@@ -234,7 +276,11 @@ impl Limiter {
             match key {
                 // A shared key (an address, a gateway) gets back only the
                 // failure counted in advance.
-                LimitKey::Address(_) | LimitKey::GatewayAt { .. } | LimitKey::CallbackAt(_) => {
+                LimitKey::Address(_)
+                | LimitKey::GatewayAt { .. }
+                | LimitKey::CallbackAt(_)
+                | LimitKey::RegistrationFrom(_)
+                | LimitKey::RegistrationOf(_) => {
                     self.take_back(key, now)?;
                 }
                 LimitKey::AccountAt { .. } | LimitKey::Account(_) | LimitKey::Pin(_) => {

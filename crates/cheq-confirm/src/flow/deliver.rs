@@ -10,11 +10,15 @@
 //!
 //! The worker leases due deliveries from the store (so that two workers, or
 //! the immediate delivery and the worker, never deliver one decision at
-//! once), and runs across restarts. When a sealed document's delivery is
+//! once), and runs across restarts. A decision for a resource server the
+//! operator blocked (§16.3) is not tried while it is blocked, and stays
+//! pending: its lease runs out, and it is tried again once the RS is
+//! unblocked. When a sealed document's delivery is
 //! final, the record keeps redacted evidence only (§8.1, in its current
 //! format) and the key is shredded (§8).
 
 use super::{stripe, Cs};
+use crate::directory::Found;
 use crate::fetch::RsAnswer;
 use crate::seal::redact;
 use cheq_core::sign::verify::CLOCK_SKEW_SECS;
@@ -128,12 +132,19 @@ impl Cs {
         // the decision before a crash here lost the word of it, and then it
         // answers the same again.
         let late = now > record.expires + CLOCK_SKEW_SECS;
-        let Ok(rs) = self.registry.find(&record.resource_uri).cloned() else {
-            let gone = Delivery::Refused {
-                refusal: Refusal::Unregistered,
-                at: now,
-            };
-            return self.finish_blocking(record, gone, Some(document)).await;
+        let rs = match self.directory.find(&record.resource_uri) {
+            Ok(Found::Served(rs)) => rs,
+            // Blocked by the operator (§16.3): not tried, not dropped. The
+            // lease keeps it from being tried again for a while; it goes
+            // out once the RS is unblocked.
+            Ok(Found::Blocked(_)) => return Some(record),
+            Err(_) => {
+                let gone = Delivery::Refused {
+                    refusal: Refusal::Unregistered,
+                    at: now,
+                };
+                return self.finish_blocking(record, gone, Some(document)).await;
+            }
         };
         let answer = rs
             .client
