@@ -672,3 +672,203 @@ async fn read_limited(
 fn snippet(body: &[u8]) -> String {
     cheq_support::text::snippet(body, 200)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cheq_core::sign::assertion::{verify_client_assertion, Expected};
+    use cheq_support::time::ManualClock;
+    use std::collections::HashSet;
+    use std::io::{BufRead, BufReader, Read, Write};
+
+    /// What the token endpoint read of one request.
+    #[derive(Debug, Clone)]
+    struct Seen {
+        form: Vec<(String, String)>,
+        authorization: Option<String>,
+    }
+
+    impl Seen {
+        fn value(&self, name: &str) -> Option<&str> {
+            self.form
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        }
+    }
+
+    /// A token endpoint on a real loopback socket, answering each request
+    /// with `answer(its own URL, the request)`: (status, JSON body). Every
+    /// request it read is kept in the returned list.
+    fn token_endpoint(
+        answer: impl Fn(&str, &Seen) -> (u16, String) + Send + 'static,
+    ) -> (String, Arc<Mutex<Vec<Seen>>>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!(
+            "http://127.0.0.1:{}/oauth/token",
+            listener.local_addr().unwrap().port()
+        );
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (own, kept) = (url.clone(), seen.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let (mut length, mut authorization) = (0, None);
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        break;
+                    }
+                    let line = line.trim_end();
+                    if line.is_empty() {
+                        break;
+                    }
+                    if let Some((k, v)) = line.split_once(':') {
+                        match k.to_ascii_lowercase().as_str() {
+                            "content-length" => length = v.trim().parse().unwrap_or(0),
+                            "authorization" => authorization = Some(v.trim().to_owned()),
+                            _ => {}
+                        }
+                    }
+                }
+                let mut body = vec![0; length];
+                reader.read_exact(&mut body).unwrap();
+                let request = Seen {
+                    form: url::form_urlencoded::parse(&body).into_owned().collect(),
+                    authorization,
+                };
+                let (status, text) = answer(&own, &request);
+                kept.lock().unwrap().push(request);
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+                    text.len()
+                );
+            }
+        });
+        (url, seen)
+    }
+
+    const ISSUER: &str = "https://confirm.example";
+
+    /// The CS's client assertion at a real token endpoint that checks it as
+    /// §16.4 says (`verify_client_assertion` against the CS's published
+    /// keys, `aud` its own URL, each `jti` once): no secret is sent, a
+    /// token is asked for once and cached, and a new request (the token
+    /// forgotten) carries a fresh assertion. An assertion by another key is
+    /// refused there, and that refusal is `Unauthorized` here.
+    #[tokio::test]
+    async fn the_client_assertion_is_what_the_token_endpoint_checks() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+        let keys = KeyRing::open(&dir.path().join("cs.jwk"), None, "cs", clock.clone()).unwrap();
+        let published = keys.published();
+        let jtis = Mutex::new(HashSet::new());
+        let endpoint_clock = clock.clone();
+        let (url, seen) = token_endpoint(move |own, s| {
+            let refuse = |why: String| {
+                (
+                    401,
+                    serde_json::json!({"error": "invalid_client", "error_description": why})
+                        .to_string(),
+                )
+            };
+            if s.value("grant_type") != Some("client_credentials")
+                || s.value("client_assertion_type") != Some(ASSERTION_TYPE)
+            {
+                return refuse("not a client-credentials request with an assertion".into());
+            }
+            let Some(assertion) = s.value("client_assertion") else {
+                return refuse("no assertion".into());
+            };
+            let expected = Expected {
+                issuer: ISSUER,
+                audience: own,
+                now: endpoint_clock.now().timestamp(),
+            };
+            match verify_client_assertion(assertion, &published, expected) {
+                Ok(v) if jtis.lock().unwrap().insert(v.jti.clone()) => (
+                    200,
+                    format!(
+                        r#"{{"access_token":"token-{n}","token_type":"Bearer","expires_in":3600}}"#,
+                        n = jtis.lock().unwrap().len()
+                    ),
+                ),
+                Ok(_) => refuse("jti seen before".into()),
+                Err(e) => refuse(e.to_string()),
+            }
+        });
+        let tls = tls_connector().unwrap();
+        let signer = AssertionSigner::new(keys.clone(), ISSUER, clock.clone());
+        let client = RsClient::with(&url, ClientAuth::Assertion(signer), None, &tls).unwrap();
+        assert_eq!(client.token().await.unwrap(), "token-1");
+        assert_eq!(client.token().await.unwrap(), "token-1", "cached");
+        assert_eq!(seen.lock().unwrap().len(), 1);
+        client.forget_token("token-1");
+        assert_eq!(
+            client.token().await.unwrap(),
+            "token-2",
+            "a fresh assertion, accepted"
+        );
+        {
+            let seen = seen.lock().unwrap();
+            assert_eq!(seen.len(), 2);
+            for s in seen.iter() {
+                assert_eq!(s.authorization, None, "no secret is sent");
+                assert_eq!(s.value("scope"), Some("cheq"));
+                assert_eq!(s.value("client_id"), None);
+            }
+            assert_ne!(
+                seen[0].value("client_assertion"),
+                seen[1].value("client_assertion")
+            );
+        }
+
+        // The same CS name with a key of another set: refused there.
+        let other = tempfile::tempdir().unwrap();
+        let impostor =
+            KeyRing::open(&other.path().join("cs.jwk"), None, "cs", clock.clone()).unwrap();
+        let client = RsClient::with(
+            &url,
+            ClientAuth::Assertion(AssertionSigner::new(impostor, ISSUER, clock.clone())),
+            None,
+            &tls,
+        )
+        .unwrap();
+        match client.token().await {
+            Err(FetchError::Unauthorized(code)) => assert_eq!(code, "invalid_client"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// An assertion names the CS as `iss` and `sub`, the token endpoint as
+    /// `aud`, and lives 60 s from the clock's now.
+    #[test]
+    fn an_assertion_is_for_one_token_endpoint_and_a_minute() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+        let keys = KeyRing::open(&dir.path().join("cs.jwk"), None, "cs", clock.clone()).unwrap();
+        let signer = AssertionSigner::new(keys.clone(), ISSUER, clock.clone());
+        let aud = "https://rs.example/oauth/token";
+        let assertion = signer.assertion(aud).unwrap();
+        let now = clock.now().timestamp();
+        let expected = |audience, now| Expected {
+            issuer: ISSUER,
+            audience,
+            now,
+        };
+        let ok = verify_client_assertion(&assertion, &keys.published(), expected(aud, now));
+        assert_eq!(ok.unwrap().expires_at, now + 60);
+        for (audience, at) in [
+            ("https://other.example/oauth/token", now),
+            (aud, now + 61),
+        ] {
+            assert!(
+                verify_client_assertion(&assertion, &keys.published(), expected(audience, at))
+                    .is_err(),
+                "{audience} at {at}"
+            );
+        }
+    }
+}
