@@ -31,14 +31,13 @@
 
 mod common;
 
-use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use actix_web::{web, App, HttpResponse, HttpServer};
 use cheq::discovery::{CsConfiguration, CS_CONFIGURATION_PATH};
 use cheq::sign::assertion::{verify_client_assertion, Expected, ASSERTION_TYPE};
-use cheq::store::registrations::RegistrationStatus;
 use common::*;
 use serde_json::{json, Value};
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Write};
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -46,125 +45,6 @@ use std::time::{Duration, Instant};
 /// The `[registration]` table of an open host that may fetch loopback.
 const OPEN_LOOPBACK: &str =
     "\n[registration]\nmode = \"open\"\nallow_addresses = [\"127.0.0.0/8\"]\n";
-
-// ---------------------------------------------------------------------------
-// A small HTTP server that serves what a test tells it
-// ---------------------------------------------------------------------------
-
-/// One answer of a [`DocServer`].
-#[derive(Clone)]
-struct Reply {
-    head: String,
-    body: Vec<u8>,
-    delay: Duration,
-}
-
-impl Reply {
-    fn json(v: &Value) -> Reply {
-        Reply::with("200 OK\r\ncontent-type: application/json", v.to_string())
-    }
-
-    fn with(head: &str, body: impl Into<Vec<u8>>) -> Reply {
-        Reply {
-            head: head.to_owned(),
-            body: body.into(),
-            delay: Duration::ZERO,
-        }
-    }
-
-    fn after(mut self, delay: Duration) -> Reply {
-        self.delay = delay;
-        self
-    }
-}
-
-type Answer = dyn Fn(&str, &str) -> Reply + Send + Sync;
-
-/// A threaded HTTP/1.1 server on 127.0.0.1 that answers each `GET` with
-/// `answer(its own origin, the path)`, and counts the requests.
-struct DocServer {
-    origin: String,
-    port: u16,
-    hits: Arc<AtomicUsize>,
-}
-
-impl DocServer {
-    fn start(answer: impl Fn(&str, &str) -> Reply + Send + Sync + 'static) -> DocServer {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let origin = format!("http://127.0.0.1:{port}");
-        let hits = Arc::new(AtomicUsize::new(0));
-        let answer: Arc<Answer> = Arc::new(answer);
-        let (own, counted) = (origin.clone(), hits.clone());
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { continue };
-                let (answer, own, counted) = (answer.clone(), own.clone(), counted.clone());
-                std::thread::spawn(move || {
-                    let mut reader = BufReader::new(stream.try_clone().unwrap());
-                    let mut first = String::new();
-                    let _ = reader.read_line(&mut first);
-                    loop {
-                        let mut line = String::new();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty()
-                        {
-                            break;
-                        }
-                    }
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    let path = first.split_whitespace().nth(1).unwrap_or("/").to_owned();
-                    let reply = answer(&own, &path);
-                    std::thread::sleep(reply.delay);
-                    let mut out = format!(
-                        "HTTP/1.1 {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                        reply.head,
-                        reply.body.len()
-                    )
-                    .into_bytes();
-                    out.extend_from_slice(&reply.body);
-                    let _ = stream.write_all(&out);
-                });
-            }
-        });
-        DocServer { origin, port, hits }
-    }
-
-    /// An RS whose documents are as §16.2 says, with `change` applied to
-    /// its discovery document.
-    fn rs(change: impl Fn(&str, &mut Value) + Send + Sync + 'static) -> DocServer {
-        DocServer::start(move |origin, path| match path {
-            "/.well-known/cheq-resource" => {
-                let mut doc = rs_document(origin, "/cheq/confirmations/", "/oauth/token");
-                change(origin, &mut doc);
-                Reply::json(&doc)
-            }
-            "/.well-known/jwks.json" => Reply::json(&rs_keys()),
-            _ => Reply::with("404 Not Found", ""),
-        })
-    }
-
-    fn hits(&self) -> usize {
-        self.hits.load(Ordering::SeqCst)
-    }
-}
-
-/// An RS discovery document (§16.2) for `origin`.
-fn rs_document(origin: &str, prefix: &str, token_path: &str) -> Value {
-    json!({
-        "resource": origin,
-        "name": "Example Air",
-        "resource_prefix": format!("{origin}{prefix}"),
-        "jwks_uri": format!("{origin}/.well-known/jwks.json"),
-        "token_endpoint": format!("{origin}{token_path}"),
-        "token_endpoint_auth_methods_supported": ["client_secret_basic", "private_key_jwt"],
-    })
-}
-
-/// A key set with one public key.
-fn rs_keys() -> Value {
-    let key = cheq::sign::SigningKey::from_seed("rs-1", &[7; 32]).unwrap();
-    json!({"keys": [key.public_jwk()]})
-}
 
 /// `POST <cs>/api/v1/resource-servers` with `body`: (status, headers, JSON).
 async fn register_with(
@@ -187,14 +67,19 @@ async fn register_with(
     let status = res.status().as_u16();
     let headers = res.headers().clone();
     let text = res.text().await.unwrap();
-    let json = serde_json::from_str(&text)
-        .unwrap_or_else(|_| panic!("not JSON: {status} {text}"));
+    let json = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {status} {text}"));
     (status, headers, json)
 }
 
 async fn register(cs: &str, origin: &str) -> (u16, Value) {
-    let (status, _, body) =
-        register_with(&http_client(), cs, &json!({ "resource": origin }), None, None).await;
+    let (status, _, body) = register_with(
+        &http_client(),
+        cs,
+        &json!({ "resource": origin }),
+        None,
+        None,
+    )
+    .await;
     (status, body)
 }
 
@@ -251,7 +136,11 @@ fn max_age(headers: &reqwest::header::HeaderMap) -> i64 {
 async fn the_discovery_document_says_what_this_host_offers() {
     for open in [false, true] {
         let env = Env::start(Options {
-            cs_toml_tables: if open { OPEN_LOOPBACK.into() } else { String::new() },
+            cs_toml_tables: if open {
+                OPEN_LOOPBACK.into()
+            } else {
+                String::new()
+            },
             ..Options::default()
         })
         .await;
@@ -284,7 +173,10 @@ async fn the_discovery_document_says_what_this_host_offers() {
         assert_eq!(log.prefix, format!("{}{START}/log/", env.cs_origin));
         assert_eq!(log.key, log_key(&format!("{}{START}", env.cs_origin)).await);
         // Nothing this CS does not do.
-        assert!(v.get("push_key").is_none() && v.get("inbox").is_none(), "{v}");
+        assert!(
+            v.get("push_key").is_none() && v.get("inbox").is_none(),
+            "{v}"
+        );
         match open {
             false => assert!(v.get("registration_endpoint").is_none(), "{v}"),
             true => assert_eq!(
@@ -406,10 +298,17 @@ async fn registration_is_404_when_off_and_needs_a_json_origin() {
             json!({"resource": format!("{}?x=1", rs.origin)}),
             "invalid_resource",
         ),
-        (json!({"resource": "file:///etc/passwd"}), "invalid_resource"),
+        (
+            json!({"resource": "file:///etc/passwd"}),
+            "invalid_resource",
+        ),
     ] {
         let (status, _, answer) = register_with(&http, &env.cs_origin, &body, None, None).await;
-        assert_eq!((status, answer["error"].as_str()), (400, Some(code)), "{body}: {answer}");
+        assert_eq!(
+            (status, answer["error"].as_str()),
+            (400, Some(code)),
+            "{body}: {answer}"
+        );
     }
     let res = http
         .post(format!("{}/api/v1/resource-servers", env.cs_origin))
@@ -500,11 +399,9 @@ async fn every_bad_document_is_refused_and_nothing_is_stored() {
         (
             "a key set that is not a JWKS",
             DocServer::start(|origin, path| match path {
-                "/.well-known/cheq-resource" => Reply::json(&rs_document(
-                    origin,
-                    "/cheq/confirmations/",
-                    "/oauth/token",
-                )),
+                "/.well-known/cheq-resource" => {
+                    Reply::json(&rs_document(origin, "/cheq/confirmations/", "/oauth/token"))
+                }
                 _ => Reply::json(&json!({"keys": [{"kty": "oct", "k": "AAAA"}]})),
             }),
             "key set is not a usable JWKS",
@@ -512,11 +409,9 @@ async fn every_bad_document_is_refused_and_nothing_is_stored() {
         (
             "a key set with no key",
             DocServer::start(|origin, path| match path {
-                "/.well-known/cheq-resource" => Reply::json(&rs_document(
-                    origin,
-                    "/cheq/confirmations/",
-                    "/oauth/token",
-                )),
+                "/.well-known/cheq-resource" => {
+                    Reply::json(&rs_document(origin, "/cheq/confirmations/", "/oauth/token"))
+                }
                 _ => Reply::json(&json!({"keys": []})),
             }),
             "no key",
@@ -546,9 +441,16 @@ async fn every_bad_document_is_refused_and_nothing_is_stored() {
     let started = Instant::now();
     let (status, body) = register(&env.cs_origin, &slow.origin).await;
     let took = started.elapsed();
-    assert_eq!((status, body["error"].as_str()), (400, Some("invalid_resource")), "{body}");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("invalid_resource")),
+        "{body}"
+    );
     assert!(
-        body["error_description"].as_str().unwrap().contains("did not answer in time"),
+        body["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer in time"),
         "{body}"
     );
     assert!(
@@ -587,7 +489,10 @@ async fn addresses_the_operator_did_not_allow_are_refused() {
         (format!("https://localhost:{}", rs.port), "does not fetch"),
         (format!("https://127.0.0.1:{}", rs.port), "does not fetch"),
         (format!("https://[::1]:{}", rs.port), "does not fetch"),
-        (format!("https://[::ffff:127.0.0.1]:{}", rs.port), "does not fetch"),
+        (
+            format!("https://[::ffff:127.0.0.1]:{}", rs.port),
+            "does not fetch",
+        ),
         (rs.origin.clone(), "not https"),
     ] {
         let (status, body) = register(&env.cs_origin, &origin).await;
@@ -652,8 +557,7 @@ async fn token_mode_takes_one_registration_per_token_made_by_cheq_rs_token() {
     .await;
     assert_eq!(status, 400, "{answer}");
     // … a good one does,
-    let (status, _, answer) =
-        register_with(&http, &env.cs_origin, &body, Some(&token), None).await;
+    let (status, _, answer) = register_with(&http, &env.cs_origin, &body, Some(&token), None).await;
     assert_eq!(status, 201, "{answer}");
     // … and it is good for one registration only.
     let other = DocServer::rs(|_, _| {});
@@ -665,8 +569,660 @@ async fn token_mode_takes_one_registration_per_token_made_by_cheq_rs_token() {
         None,
     )
     .await;
-    assert_eq!((status, answer["error"].as_str()), (401, Some("invalid_token")));
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (401, Some("invalid_token"))
+    );
     assert_eq!(other.hits(), 0);
     assert_eq!(stored(&env), [good.origin.clone()]);
     env.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// A registered resource server, end to end: served, blocked, unblocked
+// ---------------------------------------------------------------------------
+
+/// What the reference RS adds to itself to be registrable here: its
+/// discovery document (§16.2) and a token endpoint that takes the CS's
+/// client assertion (§16.4), checked with `verify_client_assertion` against
+/// the CS's published keys, each `jti` once, before it hands out the RS's
+/// own token for the CS's client.
+struct Shim {
+    cs_keys: Arc<cheq::keyring::KeyRing>,
+    cs_origin: String,
+    rs_origin: String,
+    jtis: Mutex<HashSet<String>>,
+    /// Token requests whose assertion verified.
+    verified: AtomicUsize,
+    /// While set, decisions posted to the RS are answered 503.
+    gate: AtomicBool,
+}
+
+const TOKEN_PATH: &str = "/assertion/token";
+
+async fn shim_document(shim: web::Data<Shim>) -> HttpResponse {
+    let mut doc = rs_document(&shim.rs_origin, "/cheq/confirmations/", TOKEN_PATH);
+    doc["name"] = json!("Self-registered Air");
+    doc["token_endpoint_auth_methods_supported"] = json!(["private_key_jwt"]);
+    HttpResponse::Ok().json(doc)
+}
+
+async fn shim_token(
+    shim: web::Data<Shim>,
+    form: web::Form<std::collections::HashMap<String, String>>,
+) -> HttpResponse {
+    let refuse = |why: String| {
+        HttpResponse::Unauthorized()
+            .json(json!({"error": "invalid_client", "error_description": why}))
+    };
+    if form.get("client_assertion_type").map(String::as_str) != Some(ASSERTION_TYPE)
+        || form.get("grant_type").map(String::as_str) != Some("client_credentials")
+    {
+        return refuse("not a client-credentials request with an assertion".into());
+    }
+    let Some(assertion) = form.get("client_assertion") else {
+        return refuse("no assertion".into());
+    };
+    let expected = Expected {
+        issuer: &shim.cs_origin,
+        audience: &format!("{}{TOKEN_PATH}", shim.rs_origin),
+        now: chrono::Utc::now().timestamp(),
+    };
+    let checked = match verify_client_assertion(assertion, &shim.cs_keys.published(), expected) {
+        Ok(v) => v,
+        Err(e) => return refuse(e.to_string()),
+    };
+    if !shim.jtis.lock().unwrap().insert(checked.jti) {
+        return refuse("jti seen before".into());
+    }
+    shim.verified.fetch_add(1, Ordering::SeqCst);
+    let res = reqwest::Client::new()
+        .post(format!("{}/oauth/token", shim.rs_origin))
+        .basic_auth("cs", Some(CS_SECRET))
+        .form(&[("grant_type", "client_credentials"), ("scope", "cheq")])
+        .send()
+        .await
+        .unwrap();
+    let status = res.status().as_u16();
+    HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap())
+        .content_type("application/json")
+        .body(res.text().await.unwrap())
+}
+
+/// A CS with no resource server in its file (registration open, loopback
+/// allowed) and the reference RS, able to register, in this process.
+struct Hosting {
+    _dir: tempfile::TempDir,
+    cs: web::Data<cheq::confirm::CsState>,
+    cs_origin: String,
+    cs_url: String,
+    cs_config: String,
+    rs_origin: String,
+    shim: web::Data<Shim>,
+    handles: Vec<actix_web::dev::ServerHandle>,
+    _background: cheq::confirm::server::Background,
+}
+
+const GW: &str = "voice-gw";
+const GW_SECRET: &str = "voice-gateway-secret-0123";
+const ALICE_PIN: &str = "432109";
+
+impl Hosting {
+    async fn start() -> Hosting {
+        use cheq::configfile::ServerConfig as _;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_owned();
+        let keys = root.join("keys");
+        let cs_key = cheq::keyfile::load_or_create_key(&keys.join("cs.jwk"), None, "cs").unwrap();
+        cheq::keyfile::load_or_create_key(&keys.join("rs.jwk"), None, "rs").unwrap();
+        std::fs::write(keys.join("cs.pub.jwks.json"), public_jwks(&cs_key)).unwrap();
+        let rs_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let cs_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let rs_port = rs_listener.local_addr().unwrap().port();
+        let cs_port = cs_listener.local_addr().unwrap().port();
+        let pair = cheq::testkit::LoopbackPair {
+            dir: root.clone(),
+            rs_port,
+            cs_port,
+            cs_path: START.into(),
+            rs_key: keys.join("rs.jwk"),
+            cs_key: keys.join("cs.jwk"),
+            rs_jwks: None,
+            cs_jwks: Some(keys.join("cs.pub.jwks.json")),
+            cs_secret: CS_SECRET.into(),
+            agent_id: "agent".into(),
+            agent_secret: AGENT_SECRET.into(),
+            host: "127.0.0.1".into(),
+        };
+        let rs_toml = pair.rs_toml().unwrap();
+        // The CS's file names no resource server.
+        let full = pair.cs_toml().unwrap();
+        let head = &full[..full.find("\n[[resource_servers]]").unwrap()];
+        let cs_toml = format!(
+            "{head}\n{OPEN_LOOPBACK}\n[[gateways]]\nclient_id = \"{GW}\"\nsecret_hash = \"{}\"\n",
+            cheq::confirm::auth::hash_secret(GW_SECRET).unwrap()
+        );
+        let (rs_path, cs_path) = (root.join("rs.toml"), root.join("cs.toml"));
+        std::fs::write(&rs_path, &rs_toml).unwrap();
+        std::fs::write(&cs_path, &cs_toml).unwrap();
+        let rs_config = cheq::resource::RsConfig::from_toml(&rs_toml).unwrap();
+        let cs_config = cheq::confirm::CsConfig::from_toml(&cs_toml).unwrap();
+        assert!(cs_config.resource_servers.is_empty());
+        let clock: Arc<dyn cheq::time::Clock> = Arc::new(cheq::time::SystemClock);
+
+        let cs = cheq::confirm::build_state(&cs_config, clock.clone())
+            .await
+            .unwrap();
+        let mut alice = cheq::confirm::auth::new_account("alice", None, ALICE_PW).unwrap();
+        let pepper = cheq::keyfile::load_or_create_secret(
+            &cs_config
+                .data_dir
+                .join(cheq::confirm::auth::PIN_PEPPER_FILE),
+        )
+        .unwrap();
+        alice.pin_hash = Some(cheq::confirm::auth::pin_hash(&pepper, ALICE_PIN).unwrap());
+        cs.accounts.put(&alice, false).unwrap();
+        let background = cheq::confirm::server::start_background(&cs, &cs_config.data_dir);
+        let cs_server = cheq::confirm::serve(cs_listener, cs.clone()).unwrap();
+
+        let rs = cheq::resource::build_state(&rs_config, clock)
+            .await
+            .unwrap();
+        let rs_origin = format!("http://127.0.0.1:{rs_port}");
+        let cs_origin = format!("http://127.0.0.1:{cs_port}");
+        let shim = web::Data::new(Shim {
+            cs_keys: cs.cs.keys().clone(),
+            cs_origin: cs_origin.clone(),
+            rs_origin: rs_origin.clone(),
+            jtis: Mutex::new(HashSet::new()),
+            verified: AtomicUsize::new(0),
+            gate: AtomicBool::new(false),
+        });
+        let (rs_state, shim_data) = (rs.clone(), shim.clone());
+        let rs_server = HttpServer::new(move || {
+            let (rs_state, shim) = (rs_state.clone(), shim_data.clone());
+            let gate = shim.clone();
+            App::new().app_data(shim).configure(move |c| {
+                c.service(
+                    web::resource("/.well-known/cheq-resource").route(web::get().to(shim_document)),
+                )
+                .service(web::resource(TOKEN_PATH).route(web::post().to(shim_token)))
+                .service(
+                    web::resource("/cheq/confirmations/{id}")
+                        .guard(actix_web::guard::Post())
+                        .guard(actix_web::guard::fn_guard(move |_| {
+                            gate.gate.load(Ordering::SeqCst)
+                        }))
+                        .to(|| async {
+                            HttpResponse::ServiceUnavailable().json(json!({"error": "unavailable"}))
+                        }),
+                );
+                cheq::resource::configure(c, rs_state);
+            })
+        })
+        .workers(2)
+        .listen(rs_listener)
+        .unwrap()
+        .run();
+        let handles = vec![cs_server.handle(), rs_server.handle()];
+        actix_web::rt::spawn(cs_server);
+        actix_web::rt::spawn(rs_server);
+        Hosting {
+            _dir: dir,
+            cs,
+            cs_url: format!("{cs_origin}{START}"),
+            cs_origin,
+            cs_config: cs_path.display().to_string(),
+            rs_origin,
+            shim,
+            handles,
+            _background: background,
+        }
+    }
+
+    /// The status and page of the start link of `uri`, for a visitor not
+    /// signed in (`GET <confirmation uri>?resource_uri=…`, §2).
+    async fn start_link(&self, uri: &str) -> (u16, String) {
+        let url = reqwest::Url::parse_with_params(&self.cs_url, &[("resource_uri", uri)]).unwrap();
+        let res = http_client().get(url).send().await.unwrap();
+        (res.status().as_u16(), unescape(&res.text().await.unwrap()))
+    }
+
+    /// Polls the start link of `uri` until it answers `status`; the time
+    /// it took (at most `limit`).
+    async fn until_link(&self, uri: &str, status: u16, limit: Duration) -> Duration {
+        let started = Instant::now();
+        loop {
+            let (got, page) = self.start_link(uri).await;
+            if got == status {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < limit,
+                "the start link still answers {got}, not {status}, after {limit:?}: {page}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// alice's one decision record.
+    fn record(&self) -> cheq::store::cs::DecisionRecord {
+        let mut records = self.cs.cs.records().for_user("alice", 10).unwrap();
+        assert_eq!(records.len(), 1);
+        records.remove(0)
+    }
+
+    async fn stop(self) {
+        for h in self.handles {
+            h.stop(true).await;
+        }
+    }
+}
+
+/// The attempts, next try and last error of a pending delivery.
+fn pending(record: &cheq::store::cs::DecisionRecord) -> (u32, i64, Option<String>) {
+    match &record.delivery {
+        cheq::store::cs::Delivery::Pending {
+            attempts,
+            next_try,
+            last_error,
+        } => (*attempts, *next_try, last_error.clone()),
+        other => panic!("not pending: {other:?}"),
+    }
+}
+
+#[actix_web::test]
+async fn a_registered_resource_server_is_served_blocked_and_unblocked_without_a_restart() {
+    let h = Hosting::start().await;
+    let pack = invoke_flight(&h.rs_origin).await;
+    assert_eq!(pack.confirmation_uri, h.cs_url);
+    let uri = pack.resource_uri.clone();
+    // Not served before it registers: refused before anything is fetched.
+    let (status, page) = h.start_link(&uri).await;
+    assert_eq!(status, 400, "{page}");
+    assert!(
+        page.contains("does not work for that resource server"),
+        "{page}"
+    );
+
+    let (status, body) = register(&h.cs_origin, &h.rs_origin).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["name"], "Self-registered Air");
+    let took = h.until_link(&uri, 303, Duration::from_secs(5)).await;
+    println!("registered RS served after {took:?}");
+    let (ok, list, err) = cheq_async(&["rs", "list", "--config", &h.cs_config]).await;
+    assert!(ok, "{err}");
+    let row = list.lines().find(|l| l.starts_with(&h.rs_origin)).unwrap();
+    assert!(
+        row.contains("Self-registered Air") && row.contains("active"),
+        "{list}"
+    );
+
+    // alice confirms: the CHEQ fetched with the CS's client assertion, the
+    // RS's keys read from its registered jwks_uri.
+    let mut b = Browser::new(&h.cs_origin);
+    let (path, page) = b.open(START, &uri, "alice", ALICE_PW).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(page.text.contains("Book a flight"), "{}", page.text);
+    assert!(h.shim.verified.load(Ordering::SeqCst) >= 1);
+    // The RS does not take decisions for a moment: the decision waits.
+    h.shim.gate.store(true, Ordering::SeqCst);
+    let outcome = b.decide(&path, &page, "accept").await;
+    assert_eq!(outcome.status, 200, "{}", outcome.text);
+    let (attempts, _, _) = pending(&h.record());
+    assert!(attempts >= 1);
+
+    // Blocked, while the server runs (through its admin socket).
+    let (ok, out, err) = cheq_async(&["rs", "block", &h.rs_origin, "--config", &h.cs_config]).await;
+    assert!(ok && out.contains("blocked"), "{out}{err}");
+    let took = h.until_link(&uri, 403, Duration::from_secs(5)).await;
+    println!("blocked RS refused after {took:?}");
+    let (_, page) = h.start_link(&uri).await;
+    assert!(
+        page.contains("no longer serves Self-registered Air"),
+        "{page}"
+    );
+    // The browser's POST of a new start link: the same page.
+    let second = invoke_flight(&h.rs_origin).await;
+    let res = b
+        .post(START, &[("resource_uri", &second.resource_uri)])
+        .await;
+    assert_eq!(res.status, 403, "{}", res.text);
+    assert!(res.text.contains("no longer serves"), "{}", res.text);
+    // The raw API: a JSON error.
+    let voice = VoiceClient::new(&h.cs_origin, GW, GW_SECRET);
+    let token = voice.user_token("alice", ALICE_PIN).await;
+    let answer = voice.create(Some(&token), &second.resource_uri).await;
+    answer.expect(403, "a blocked RS over the raw API");
+    assert_eq!(answer.error(), "resource_server_blocked");
+    // Its registration is refused.
+    let (status, body) = register(&h.cs_origin, &h.rs_origin).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("blocked")),
+        "{body}"
+    );
+    let (_, list, _) = cheq_async(&["rs", "list", "--config", &h.cs_config]).await;
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with(&h.rs_origin) && l.contains("blocked")),
+        "{list}"
+    );
+
+    // The RS takes decisions again, but the blocked one's decision is not
+    // tried: the worker looks at it twice and leaves it pending, untried.
+    h.shim.gate.store(false, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut looks = Vec::new();
+    while looks.len() < 3 {
+        let (a, next_try, last_error) = pending(&h.record());
+        assert_eq!(a, attempts, "a blocked RS's delivery was tried");
+        if last_error.as_deref() == Some(cheq::confirm::flow::deliver::BLOCKED_WAIT)
+            && looks.last() != Some(&next_try)
+        {
+            looks.push(next_try);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker never looked: {looks:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, result) = result_of(&pack.result_uri).await;
+    assert_eq!(status, 202, "the RS ran nothing: {result}");
+
+    // Unblocked: served again, and the decision goes out.
+    let (ok, out, err) =
+        cheq_async(&["rs", "unblock", &h.rs_origin, "--config", &h.cs_config]).await;
+    assert!(ok && out.contains("unblocked"), "{out}{err}");
+    h.until_link(&uri, 303, Duration::from_secs(5)).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, result) = result_of(&pack.result_uri).await;
+        if status == 200 {
+            assert_eq!(result["status"], "accepted", "{result}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not delivered after unblock: {result}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(matches!(
+        h.record().delivery,
+        cheq::store::cs::Delivery::Delivered { .. }
+    ));
+
+    // Removed: no longer served, and it may register again.
+    let (ok, out, err) =
+        cheq_async(&["rs", "remove", &h.rs_origin, "--config", &h.cs_config]).await;
+    assert!(ok && out.contains("removed"), "{out}{err}");
+    h.until_link(&uri, 400, Duration::from_secs(5)).await;
+    let (ok, _, err) = cheq_async(&["rs", "remove", &h.rs_origin, "--config", &h.cs_config]).await;
+    assert!(!ok && err.contains("not registered"), "{err}");
+    let (status, body) = register(&h.cs_origin, &h.rs_origin).await;
+    assert_eq!(status, 201, "{body}");
+    h.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// Two CS processes on one PostgreSQL database
+// ---------------------------------------------------------------------------
+
+fn postgres() -> bool {
+    cheq::store::testing::can_run(
+        "the registration tests on PostgreSQL",
+        &[cheq::store::testing::Outside::Postgres],
+    )
+}
+
+/// The status of the start link of `uri` at the CS `base`.
+async fn link_status(base: &str, uri: &str) -> u16 {
+    let url =
+        reqwest::Url::parse_with_params(&format!("{base}/"), &[("resource_uri", uri)]).unwrap();
+    http_client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// Polls the start link of `uri` at every base until each answers
+/// `status`; the time it took (at most 5 s, with the logs on failure).
+async fn until_everywhere(bases: &[&str], uri: &str, status: u16, logs: &[&Proc]) -> Duration {
+    let started = Instant::now();
+    for base in bases {
+        loop {
+            let got = link_status(base, uri).await;
+            if got == status {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(5) {
+                let logs: Vec<String> = logs.iter().map(|p| p.log()).collect();
+                panic!(
+                    "{base} answers {got}, not {status}, 5 s on\n{}",
+                    logs.join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    started.elapsed()
+}
+
+/// A CS configuration: open registration, loopback allowed, `more` at the
+/// top (`database_url`, `trusted_proxies`).
+fn host_toml(dir: &std::path::Path, port: u16, more: &str) -> String {
+    let text = format!(
+        "listen = \"127.0.0.1:{port}\"\npublic_url = \"http://127.0.0.1:{port}\"\n\
+         data_dir = \"{data}\"\nsigning_key = \"{key}\"\nmetrics = \"open\"\n{more}\n{OPEN_LOOPBACK}",
+        data = toml_path(&dir.join("cs")),
+        key = toml_path(&dir.join("cs.jwk")),
+    );
+    let path = dir.join("cs.toml");
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn two_instances_on_one_database_serve_and_refuse_within_5_s() {
+    if !postgres() {
+        return;
+    }
+    let db = cheq::store::pg::test_database("registration").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (p1, p2) = (free_port(), free_port());
+    let config = host_toml(dir.path(), p1, &format!("database_url = {db:?}"));
+    let (cs1, cs2) = (
+        format!("http://127.0.0.1:{p1}"),
+        format!("http://127.0.0.1:{p2}"),
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let a = start_server(
+            "cs1",
+            &["serve", "--config", &config],
+            &dir.path().join("cs1.log"),
+            &cs1,
+        )
+        .await;
+        let listen = format!("127.0.0.1:{p2}");
+        let b = start_server_with(
+            "cs2",
+            &["serve", "--config", &config],
+            &[("CHEQ_LISTEN", &listen)],
+            &dir.path().join("cs2.log"),
+            &cs2,
+        )
+        .await;
+        let logs = [&a, &b];
+        let rs = DocServer::rs(|_, _| {});
+        let uri = format!("{}/cheq/confirmations/abc", rs.origin);
+        assert_eq!(link_status(&cs1, &uri).await, 400);
+        assert_eq!(link_status(&cs2, &uri).await, 400);
+
+        // Registered at the first, served by the second.
+        let (status, body) = register(&cs1, &rs.origin).await;
+        assert_eq!(status, 201, "{body}");
+        let took = until_everywhere(&[&cs2, &cs1], &uri, 303, &logs).await;
+        println!("a registration at instance 1 served by instance 2 after {took:?}");
+
+        // Blocked in the database itself, while both run.
+        let (ok, out, err) = cheq_cmd(&["rs", "block", &rs.origin, "--config", &config]);
+        assert!(ok, "{out}{err}");
+        let took = until_everywhere(&[&cs2, &cs1], &uri, 403, &logs).await;
+        println!("a block refused by both instances after {took:?}");
+        let (status, body) = register(&cs2, &rs.origin).await;
+        assert_eq!((status, body["error"].as_str()), (403, Some("blocked")));
+        let (ok, list, _) = cheq_cmd(&["rs", "list", "--config", &config]);
+        assert!(ok);
+        assert!(
+            list.lines()
+                .any(|l| l.starts_with(&rs.origin) && l.contains("blocked")),
+            "{list}"
+        );
+
+        let (ok, out, err) = cheq_cmd(&["rs", "unblock", &rs.origin, "--config", &config]);
+        assert!(ok, "{out}{err}");
+        let took = until_everywhere(&[&cs1, &cs2], &uri, 303, &logs).await;
+        println!("an unblock served by both instances after {took:?}");
+
+        let (ok, out, err) = cheq_cmd(&["rs", "remove", &rs.origin, "--config", &config]);
+        assert!(ok, "{out}{err}");
+        until_everywhere(&[&cs1, &cs2], &uri, 400, &logs).await;
+
+        // Blocked before it ever registered: refused on both.
+        let other = DocServer::rs(|_, _| {});
+        let (ok, _, err) = cheq_cmd(&["rs", "block", &other.origin, "--config", &config]);
+        assert!(ok, "{err}");
+        for base in [&cs1, &cs2] {
+            let (status, body) = register(base, &other.origin).await;
+            assert_eq!((status, body["error"].as_str()), (403, Some("blocked")));
+        }
+        assert_eq!(other.hits(), 0);
+    });
+}
+
+// ---------------------------------------------------------------------------
+// A flood of registrations
+// ---------------------------------------------------------------------------
+
+/// The time one browser sign-in takes at `base`.
+async fn sign_in_time(base: &str) -> Duration {
+    let mut b = Browser::new(base);
+    let started = Instant::now();
+    b.sign_in("alice", ALICE_PW).await;
+    started.elapsed()
+}
+
+#[test]
+fn a_flood_of_registrations_is_refused_past_the_rate_and_users_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // Behind a proxy on loopback: the flood names many addresses.
+    let config = host_toml(dir.path(), port, "trusted_proxies = [\"127.0.0.1\"]");
+    let (ok, out) = user_add("alice", ALICE_PW, &["--config", &config]);
+    assert!(ok, "{out}");
+    let base = format!("http://127.0.0.1:{port}");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let cs = start_server(
+            "cs",
+            &["serve", "--config", &config],
+            &dir.path().join("cs.log"),
+            &base,
+        )
+        .await;
+        // At rest: the middle of three.
+        let mut rest = Vec::new();
+        for _ in 0..3 {
+            rest.push(sign_in_time(&base).await);
+        }
+        rest.sort();
+        let at_rest = rest[1];
+
+        let rs = DocServer::rs(|_, _| {});
+        let http = http_client();
+        let statuses = Arc::new(Mutex::new(Vec::<(&str, u16)>::new()));
+        let flood = Arc::new(AtomicBool::new(true));
+        let mut tasks = tokio::task::JoinSet::new();
+        // One origin from many addresses, and one address for many
+        // origins (nothing listens there: each fetch fails at once), 16
+        // requests at a time each, until the sign-ins are measured.
+        for kind in ["one origin", "one address"] {
+            for worker in 0..16 {
+                let (http, statuses, flood) = (http.clone(), statuses.clone(), flood.clone());
+                let (base, origin) = (base.clone(), rs.origin.clone());
+                tasks.spawn(async move {
+                    let mut n = 0u32;
+                    while flood.load(Ordering::SeqCst) {
+                        n += 1;
+                        let (origin, from) = match kind {
+                            "one origin" => (origin.clone(), format!("198.51.{worker}.{}", n % 250)),
+                            _ => (format!("http://127.0.0.1:{}", 1 + (worker * 1000 + n) % 60_000), "203.0.113.7".to_owned()),
+                        };
+                        let (status, _, _) = register_with(
+                            &http,
+                            &base,
+                            &json!({ "resource": origin }),
+                            None,
+                            Some(&from),
+                        )
+                        .await;
+                        statuses.lock().unwrap().push((kind, status));
+                    }
+                });
+            }
+        }
+        // The flood is on: measure the sign-ins meanwhile.
+        while statuses.lock().unwrap().len() < 200 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let mut during = Vec::new();
+        for _ in 0..3 {
+            during.push(sign_in_time(&base).await);
+        }
+        during.sort();
+        let in_flood = during[1];
+        flood.store(false, Ordering::SeqCst);
+        while tasks.join_next().await.is_some() {}
+        let statuses = statuses.lock().unwrap().clone();
+        let count = |kind: &str, status: u16| {
+            statuses
+                .iter()
+                .filter(|(k, s)| *k == kind && *s == status)
+                .count()
+        };
+        println!(
+            "a browser sign-in: {at_rest:?} at rest, {in_flood:?} during a flood of {} registrations",
+            statuses.len()
+        );
+        // One origin: its allowance registered (201 then 200s), the rest 429.
+        let allowed = cheq::confirm::auth::limits::REGISTRATION_ORIGIN.free_failures as usize;
+        assert_eq!(count("one origin", 201), 1, "{statuses:?}");
+        assert_eq!(count("one origin", 200), allowed - 1);
+        assert!(count("one origin", 429) > 100, "{statuses:?}");
+        // One address: its allowance tried (each 400: nothing listens),
+        // the rest 429.
+        let allowed = cheq::confirm::auth::limits::REGISTRATION_ADDRESS.free_failures as usize;
+        assert_eq!(count("one address", 400), allowed);
+        assert!(count("one address", 429) > 100);
+        assert!(
+            statuses.iter().all(|(_, s)| [200, 201, 400, 429].contains(s)),
+            "{statuses:?}"
+        );
+        assert!(
+            in_flood <= at_rest * 2 + Duration::from_millis(750),
+            "a sign-in took {in_flood:?} during the flood, {at_rest:?} at rest\n{}",
+            cs.log()
+        );
+        assert_eq!(rs.hits(), 2 * 10, "each registration of the origin fetched its two documents");
+    });
 }

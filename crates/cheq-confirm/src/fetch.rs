@@ -860,10 +860,7 @@ mod tests {
         };
         let ok = verify_client_assertion(&assertion, &keys.published(), expected(aud, now));
         assert_eq!(ok.unwrap().expires_at, now + 60);
-        for (audience, at) in [
-            ("https://other.example/oauth/token", now),
-            (aud, now + 61),
-        ] {
+        for (audience, at) in [("https://other.example/oauth/token", now), (aud, now + 61)] {
             assert!(
                 verify_client_assertion(&assertion, &keys.published(), expected(audience, at))
                     .is_err(),

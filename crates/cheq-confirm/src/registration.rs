@@ -199,6 +199,11 @@ impl Registrar {
             (RegistrationMode::Token, Some(t)) => Some(token_digest(t)),
             _ => None,
         };
+        // Past the cap of registrations at once, refused before it is
+        // counted: a burst does not use up an origin's allowance.
+        let Ok(_slot) = self.in_flight.try_acquire() else {
+            return Err(RegistrationError::TooMany { retry_after: 1 });
+        };
         let now = self.clock.now().timestamp();
         let keys = [
             LimitKey::RegistrationFrom(request.address.to_owned()),
@@ -214,9 +219,6 @@ impl Registrar {
         if let Some(retry_after) = counted {
             return Err(RegistrationError::TooMany { retry_after });
         }
-        let Ok(_slot) = self.in_flight.try_acquire() else {
-            return Err(RegistrationError::TooMany { retry_after: 1 });
-        };
         let store = self.store.clone();
         let o = origin.clone();
         let existing = blocking(move || store.get(&o)).await?;

@@ -159,17 +159,29 @@ impl Limiter {
         Ok(left)
     }
 
-    /// Counts one attempt on each of `keys` (each a rate: every attempt
-    /// counts, whatever its outcome), unless one of them is locked: then
-    /// nothing is counted, and the answer is how long to wait.
+    /// Counts one attempt on each of `keys`, each a rate (every attempt
+    /// counts, whatever its outcome): the answer is how long to wait when a
+    /// key is locked already (then nothing is counted, so that a flood past
+    /// the rate costs one read per key), or when this attempt is past a
+    /// key's free allowance. Each count is one atomic update of the stored
+    /// state, so concurrent attempts on every instance never pass more than
+    /// the allowance.
     pub fn count_attempt(&self, keys: &[LimitKey], now: i64) -> Result<Option<i64>, StoreError> {
         if let Some(wait) = self.locked(keys, now)? {
             return Ok(Some(wait));
         }
+        let mut wait = None;
         for key in keys {
-            self.fail(key, now)?;
+            let policy = key.policy();
+            let state = self
+                .store
+                .update(&key.store_key(), &mut |old| Some(policy.fail(old, now)))?;
+            if let Some(s) = state.filter(|s| s.failures > policy.free_failures) {
+                let w = (s.locked_until - now).max(1);
+                wait = Some(wait.map_or(w, |x: i64| x.max(w)));
+            }
         }
-        Ok(None)
+        Ok(wait)
     }
 
     /// Records a failure for `key`.
@@ -544,6 +556,42 @@ mod tests {
         // Nothing to take back: nothing is written.
         l.take_back(&address, 100).unwrap();
         assert_eq!(l.store.get(&address.store_key()).unwrap(), None);
+    }
+
+    /// A rate lets exactly its allowance through, even to attempts that
+    /// race, then refuses without counting until the lock ends.
+    #[test]
+    fn a_rate_lets_its_allowance_through_and_no_more() {
+        let (_dir, l) = limiter();
+        let keys = [
+            LimitKey::RegistrationFrom("10.0.0.1".into()),
+            LimitKey::RegistrationOf("https://rs.example".into()),
+        ];
+        let passed = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..5 {
+                        if l.count_attempt(&keys, 100).unwrap().is_none() {
+                            passed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                    }
+                });
+            }
+        });
+        let allowance = REGISTRATION_ORIGIN.free_failures as usize;
+        assert_eq!(passed.into_inner(), allowance);
+        let refused = l.count_attempt(&keys, 100).unwrap();
+        assert!(
+            refused.is_some_and(|w| w >= REGISTRATION_ORIGIN.base_secs),
+            "{refused:?}"
+        );
+        // Another origin from the same address still has its own count.
+        let other = [
+            LimitKey::RegistrationFrom("10.0.0.2".into()),
+            LimitKey::RegistrationOf("https://other.example".into()),
+        ];
+        assert_eq!(l.count_attempt(&other, 100).unwrap(), None);
     }
 
     #[test]
