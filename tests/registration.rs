@@ -467,11 +467,11 @@ async fn every_bad_document_is_refused_and_nothing_is_stored() {
         body,
         json!({"resource": good.origin, "name": "Example Air", "status": "active"})
     );
-    assert_eq!(stored(&env), [good.origin.clone()]);
+    assert_eq!(stored(&env), vec![good.origin.clone()]);
     // Again: a refresh.
     let (status, body) = register(&env.cs_origin, &format!("{}/", good.origin)).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(stored(&env), [good.origin.clone()]);
+    assert_eq!(stored(&env), vec![good.origin.clone()]);
     env.stop().await;
 }
 
@@ -574,7 +574,7 @@ async fn token_mode_takes_one_registration_per_token_made_by_cheq_rs_token() {
         (401, Some("invalid_token"))
     );
     assert_eq!(other.hits(), 0);
-    assert_eq!(stored(&env), [good.origin.clone()]);
+    assert_eq!(stored(&env), vec![good.origin.clone()]);
     env.stop().await;
 }
 

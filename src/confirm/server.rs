@@ -206,8 +206,8 @@ pub async fn build_state_with(
         log_key.clone(),
         // Shared by every instance on this data directory.
         &load_or_create_secret(&config.data_dir.join(API_TOKEN_SECRET_FILE))?,
-        registrar,
-    );
+    )
+    .with_registrar(registrar);
     api.trusted_proxies = config.trusted_proxies.clone();
     Ok(web::Data::new(CsState {
         backend,

@@ -220,12 +220,14 @@ fn classify(e: reqwest::Error) -> FetchError {
 enum TokenAuth {
     /// Through the `oauth2` crate, with the client id and secret.
     Secret(
-        BasicClient<
-            oauth2::EndpointNotSet,
-            oauth2::EndpointNotSet,
-            oauth2::EndpointNotSet,
-            oauth2::EndpointNotSet,
-            oauth2::EndpointSet,
+        Box<
+            BasicClient<
+                oauth2::EndpointNotSet,
+                oauth2::EndpointNotSet,
+                oauth2::EndpointNotSet,
+                oauth2::EndpointNotSet,
+                oauth2::EndpointSet,
+            >,
         >,
     ),
     /// With a client assertion for `token_url`.
@@ -303,11 +305,14 @@ impl RsClient {
             ClientAuth::Secret {
                 client_id,
                 client_secret,
-            } => TokenAuth::Secret(
-                BasicClient::new(ClientId::new(client_id))
-                    .set_client_secret(ClientSecret::new(client_secret))
-                    .set_token_uri(TokenUrl::new(token_url.to_owned()).map_err(|e| e.to_string())?),
-            ),
+            } => {
+                let token_url = TokenUrl::new(token_url.to_owned()).map_err(|e| e.to_string())?;
+                TokenAuth::Secret(Box::new(
+                    BasicClient::new(ClientId::new(client_id))
+                        .set_client_secret(ClientSecret::new(client_secret))
+                        .set_token_uri(token_url),
+                ))
+            }
             ClientAuth::Assertion(signer) => TokenAuth::Assertion {
                 signer,
                 token_url: cheq_core::cheq::uri::parse_cheq_uri(token_url)

@@ -91,8 +91,9 @@ pub struct Api {
     token_ttl: i64,
     limiter: Limiter,
     log_key: Vec<u8>,
-    /// Takes registrations of resource servers (§16.3).
-    registrar: Arc<crate::confirm::registration::Registrar>,
+    /// Takes registrations of resource servers (§16.3); none: they are
+    /// refused as off.
+    registrar: Option<Arc<crate::confirm::registration::Registrar>>,
     /// See [`client_address`].
     pub trusted_proxies: Vec<std::net::IpAddr>,
 }
@@ -112,7 +113,6 @@ impl Api {
         limiter: Limiter,
         log_key: Vec<u8>,
         token_secret: &[u8],
-        registrar: Arc<crate::confirm::registration::Registrar>,
     ) -> Self {
         Api {
             cs,
@@ -122,9 +122,19 @@ impl Api {
             token_ttl,
             limiter,
             log_key,
-            registrar,
+            registrar: None,
             trusted_proxies: Vec::new(),
         }
+    }
+
+    /// The same API, taking registrations of resource servers (§16.3)
+    /// through `registrar`.
+    pub fn with_registrar(
+        mut self,
+        registrar: Arc<crate::confirm::registration::Registrar>,
+    ) -> Self {
+        self.registrar = Some(registrar);
+        self
     }
 
     /// The key of the digests that stand for typed names in log lines.

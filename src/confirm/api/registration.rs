@@ -66,9 +66,10 @@ pub(super) async fn register(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, JsonError> {
-    if !api.registrar.mode().is_on() {
-        return Err(registration_error(&RegistrationError::Off));
-    }
+    let registrar = match &api.registrar {
+        Some(r) if r.mode().is_on() => r,
+        _ => return Err(registration_error(&RegistrationError::Off)),
+    };
     let body = parse_json(&read_body(&req, payload, "application/json").await?)?;
     let resource = body
         .get("resource")
@@ -83,8 +84,7 @@ pub(super) async fn register(
         Err(_) => return Err(registration_error(&RegistrationError::TokenRefused)),
     };
     let address = client_address(&req, &api.trusted_proxies);
-    let registered = api
-        .registrar
+    let registered = registrar
         .register(RegistrationRequest {
             resource,
             token,
