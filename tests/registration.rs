@@ -669,6 +669,12 @@ const ALICE_PIN: &str = "432109";
 
 impl Hosting {
     async fn start() -> Hosting {
+        Hosting::with(false).await
+    }
+
+    /// `configured`: the RS is in the CS's file, with `auth =
+    /// "private_key_jwt"`, rather than registering itself.
+    async fn with(configured: bool) -> Hosting {
         use cheq::configfile::ServerConfig as _;
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_owned();
@@ -698,8 +704,18 @@ impl Hosting {
         // The CS's file names no resource server.
         let full = pair.cs_toml().unwrap();
         let head = &full[..full.find("\n[[resource_servers]]").unwrap()];
+        let rs_url = pair.rs_url();
+        let entry = if configured {
+            format!(
+                "\n[[resource_servers]]\norigin = \"{rs_url}\"\npath_prefix = \"/cheq/\"\n\
+                 jwks_uri = \"{rs_url}/.well-known/jwks.json\"\ntoken_url = \"{rs_url}{TOKEN_PATH}\"\n\
+                 auth = \"private_key_jwt\"\n"
+            )
+        } else {
+            String::new()
+        };
         let cs_toml = format!(
-            "{head}\n{OPEN_LOOPBACK}\n[[gateways]]\nclient_id = \"{GW}\"\nsecret_hash = \"{}\"\n",
+            "{head}\n{OPEN_LOOPBACK}\n[[gateways]]\nclient_id = \"{GW}\"\nsecret_hash = \"{}\"\n{entry}",
             cheq::confirm::auth::hash_secret(GW_SECRET).unwrap()
         );
         let (rs_path, cs_path) = (root.join("rs.toml"), root.join("cs.toml"));
@@ -707,7 +723,7 @@ impl Hosting {
         std::fs::write(&cs_path, &cs_toml).unwrap();
         let rs_config = cheq::resource::RsConfig::from_toml(&rs_toml).unwrap();
         let cs_config = cheq::confirm::CsConfig::from_toml(&cs_toml).unwrap();
-        assert!(cs_config.resource_servers.is_empty());
+        assert_eq!(cs_config.resource_servers.is_empty(), !configured);
         let clock: Arc<dyn cheq::time::Clock> = Arc::new(cheq::time::SystemClock);
 
         let cs = cheq::confirm::build_state(&cs_config, clock.clone())
@@ -963,6 +979,34 @@ async fn a_registered_resource_server_is_served_blocked_and_unblocked_without_a_
     assert!(!ok && err.contains("not registered"), "{err}");
     let (status, body) = register(&h.cs_origin, &h.rs_origin).await;
     assert_eq!(status, 201, "{body}");
+    h.stop().await;
+}
+
+/// A resource server of the CS's file may take the CS's client assertion
+/// instead of a secret (`auth = "private_key_jwt"`): the whole flow runs
+/// with no secret of the CS's configured anywhere.
+#[actix_web::test]
+async fn a_configured_resource_server_may_take_the_cs_key_instead_of_a_secret() {
+    let h = Hosting::with(true).await;
+    let pack = invoke_flight(&h.rs_origin).await;
+    let mut b = Browser::new(&h.cs_origin);
+    let (path, page) = b.open(START, &pack.resource_uri, "alice", ALICE_PW).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let outcome = b.decide(&path, &page, "accept").await;
+    assert_eq!(outcome.status, 200, "{}", outcome.text);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, result) = result_of(&pack.result_uri).await;
+        if status == 200 {
+            assert_eq!(result["status"], "accepted", "{result}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not delivered: {result}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(h.shim.verified.load(Ordering::SeqCst) >= 1);
+    let config = std::fs::read_to_string(&h.cs_config).unwrap();
+    assert!(!config.contains(CS_SECRET), "no secret in the CS's file");
     h.stop().await;
 }
 

@@ -776,6 +776,76 @@ client_secret = "s3cret-s3cret"
     }
 
     #[test]
+    fn registration_is_off_unless_asked_and_its_networks_are_checked() {
+        let c = CsConfig::from_toml(GOOD).unwrap();
+        assert_eq!(c.registration.mode, RegistrationMode::Off);
+        assert!(c.registration.allow_addresses.is_empty());
+        let with = |table: &str| CsConfig::from_toml(&format!("{GOOD}\n[registration]\n{table}"));
+        let c = with("mode = \"open\"\nallow_addresses = [\"127.0.0.0/8\", \"::1\"]").unwrap();
+        assert_eq!(c.registration.mode, RegistrationMode::Open);
+        let policy = c.registration.address_policy().unwrap();
+        assert!(policy.permits("127.0.0.9".parse().unwrap()));
+        assert!(!policy.permits("10.0.0.1".parse().unwrap()));
+        assert_eq!(
+            with("mode = \"token\"").unwrap().registration.mode,
+            RegistrationMode::Token
+        );
+        for (bad, key) in [
+            (
+                "allow_addresses = [\"nowhere\"]",
+                "registration.allow_addresses",
+            ),
+            (
+                "allow_addresses = [\"10.0.0.0/33\"]",
+                "registration.allow_addresses",
+            ),
+            ("mode = \"sometimes\"", "mode"),
+            ("modes = \"open\"", "modes"),
+        ] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains(key), "{bad}: {e}");
+        }
+        // No resource server of the file: only when they may register.
+        let head = &GOOD[..GOOD.find("[[resource_servers]]").unwrap()];
+        let e = CsConfig::from_toml(head).unwrap_err().to_string();
+        assert!(
+            e.contains("resource_servers") && e.contains("[registration]"),
+            "{e}"
+        );
+        let open =
+            CsConfig::from_toml(&format!("{head}[registration]\nmode = \"open\"\n")).unwrap();
+        assert!(open.resource_servers.is_empty());
+    }
+
+    #[test]
+    fn a_resource_server_takes_a_secret_or_the_cs_key() {
+        let c = CsConfig::from_toml(GOOD).unwrap();
+        assert_eq!(c.resource_servers[0].auth, RsAuth::ClientSecretBasic);
+        let jwt = GOOD.replace(
+            "client_id = \"cs\"\nclient_secret = \"s3cret-s3cret\"",
+            "auth = \"private_key_jwt\"",
+        );
+        let c = CsConfig::from_toml(&jwt).unwrap();
+        assert_eq!(c.resource_servers[0].auth, RsAuth::PrivateKeyJwt);
+        assert!(c.resource_servers[0].client_secret.is_none());
+        // Both at once, or neither: refused by name.
+        let both = GOOD.replace(
+            "client_secret = \"s3cret-s3cret\"",
+            "client_secret = \"s3cret-s3cret\"\nauth = \"private_key_jwt\"",
+        );
+        let e = CsConfig::from_toml(&both).unwrap_err().to_string();
+        assert!(e.contains("resource_servers[0].client_secret"), "{e}");
+        let neither = GOOD.replace("client_secret = \"s3cret-s3cret\"", "");
+        let e = CsConfig::from_toml(&neither).unwrap_err().to_string();
+        assert!(e.contains("resource_servers[0].client_secret"), "{e}");
+        let other = GOOD.replace(
+            "client_id = \"cs\"",
+            "auth = \"client_secret_post\"\nclient_id = \"cs\"",
+        );
+        assert!(CsConfig::from_toml(&other).is_err());
+    }
+
+    #[test]
     fn history_days_is_kept_at_least_until_the_cheq_has_expired() {
         assert_eq!(CsConfig::from_toml(GOOD).unwrap().history_days, None);
         let with = |days: &str| CsConfig::from_toml(&format!("history_days = {days}\n{GOOD}"));
