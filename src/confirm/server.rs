@@ -91,8 +91,9 @@ pub async fn build_state_with(
         ));
     }
     let issuer = config.origin();
+    // One TLS connector for every resource server's client.
     let tls = crate::confirm::fetch::tls_connector()
-        .map_err(|message| ServerError::RsClient { index: 0, message })?;
+        .map_err(|e| ServerError::Other(format!("TLS for resource servers: {e}")))?;
     let mut fixed = Vec::new();
     for (i, rs) in config.resource_servers.iter().enumerate() {
         let peer_keys = PeerKeys::new(rs.jwks.as_deref(), rs.jwks_uri.as_deref(), clock.clone())
@@ -134,6 +135,7 @@ pub async fn build_state_with(
         clock.clone(),
         policy,
         config.max_auth_age_secs,
+        &tls,
     )
     .map_err(ServerError::Other)?;
     let outbound = links.outbound().clone();
@@ -156,7 +158,7 @@ pub async fn build_state_with(
         load_or_create_secret(&config.data_dir.join(EVIDENCE_SECRET_FILE))?,
     );
     let log = open_log(config, &store)?;
-    let clock_for_providers = clock.clone();
+    let clock_kept = clock.clone();
     let cs = Arc::new(
         Cs::new(Deps {
             public_url: config.public_url.clone(),
@@ -174,7 +176,7 @@ pub async fn build_state_with(
         &config.identity_providers,
         &config.origin(),
         &secret,
-        clock_for_providers.clone(),
+        clock_kept.clone(),
     )
     .map_err(ServerError::Other)?;
     let login = LocalLogin {
@@ -193,7 +195,7 @@ pub async fn build_state_with(
         outbound,
         store.registrations.clone(),
         limiter.clone(),
-        clock_for_providers.clone(),
+        clock_kept.clone(),
     ));
     let discovery = discovery_document(config, cs.transparency().map(|l| l.verifier_key()));
     let log_key = load_or_create_secret(&config.log_pseudonym_file())?;

@@ -94,20 +94,21 @@ pub struct RegisteredLinks {
 
 impl RegisteredLinks {
     /// Registered RSes are reached as `issuer` (the CS's origin), with
-    /// assertions signed by `keys`, under `policy`.
+    /// assertions signed by `keys`, under `policy`, over `tls`.
     pub fn new(
         keys: Arc<KeyRing>,
         issuer: &str,
         clock: Arc<dyn Clock>,
         policy: AddressPolicy,
         max_auth_age: Option<i64>,
+        tls: &native_tls::TlsConnector,
     ) -> Result<Self, String> {
         Ok(RegisteredLinks {
             keys,
             issuer: issuer.to_owned(),
             clock,
             outbound: Outbound::new(policy).map_err(|e| e.to_string())?,
-            tls: crate::fetch::tls_connector()?,
+            tls: tls.clone(),
             max_auth_age,
         })
     }

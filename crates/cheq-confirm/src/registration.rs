@@ -251,7 +251,9 @@ impl Registrar {
             Ok(Registered::Refreshed(r)) => {
                 log::info!("refreshed the registration of resource server {}", r.origin);
             }
-            Err(e) => log::info!(
+            // At debug only: anyone can send refused registrations, as many
+            // as the rates let through.
+            Err(e) => log::debug!(
                 "registration of {origin} refused: {}",
                 cheq_support::text::one_line(&e.to_string())
             ),
