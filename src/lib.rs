@@ -23,7 +23,7 @@
 //!   sides in one process, the CS flow reaching the RS without HTTP.
 //! - [`cli`]: the `cheq` command line.
 
-pub use cheq_core::{cheq, evidence, sign, tlog};
+pub use cheq_core::{cheq, discovery, evidence, sign, tlog};
 pub use cheq_mcp as mcp;
 pub use cheq_store as store;
 pub use cheq_store::throttle;

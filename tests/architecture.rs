@@ -47,6 +47,8 @@ fn rules() -> Vec<Rule> {
                 "confirm/warnings.rs",
                 "confirm/seal.rs",
                 "confirm/registry.rs",
+                "confirm/directory.rs",
+                "confirm/registration.rs",
                 "confirm/config.rs",
                 "confirm/link.rs",
                 "confirm/passkeys.rs",

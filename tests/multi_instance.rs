@@ -887,7 +887,7 @@ fn cheq_migrate_applies_the_schema_of_the_server_a_configuration_names() {
     let (ok, out) = cheq_cli(&["migrate", "--config", &cs], &envs);
     assert!(ok, "{out}");
     assert!(
-        out.contains("cs schema at version 7 (7 steps applied now)"),
+        out.contains("cs schema at version 8 (8 steps applied now)"),
         "{out}"
     );
     let (ok, out) = cheq_cli(&["migrate", "--config", &cs], &envs);
@@ -897,7 +897,7 @@ fn cheq_migrate_applies_the_schema_of_the_server_a_configuration_names() {
     let pg = cheq::store::pg::Pg::new(&db, 1).unwrap();
     assert_eq!(
         cheq::store::pg::applied(&pg, "cs").unwrap(),
-        vec![1, 2, 3, 4, 5, 6, 7]
+        vec![1, 2, 3, 4, 5, 6, 7, 8]
     );
     assert_eq!(cheq::store::pg::applied(&pg, "rs").unwrap(), vec![1, 2, 3]);
     // Without a database there is nothing to migrate: said in one line.

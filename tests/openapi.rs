@@ -364,6 +364,7 @@ const TOKEN: &str = "/api/v1/token";
 const CREATE: &str = "/api/v1/confirmations";
 const GET: &str = "/api/v1/confirmations/{id}";
 const DECIDE: &str = "/api/v1/confirmations/{id}/decision";
+const REGISTER: &str = "/api/v1/resource-servers";
 
 #[actix_web::test]
 async fn real_answers_validate_against_the_description() {
@@ -532,6 +533,64 @@ async fn real_answers_validate_against_the_description() {
         raw: text,
     };
     d.check("GET", "/api/v1/openapi.json", &a, "the description");
+
+    // POST /api/v1/resource-servers (§16.3): off here, …
+    let register = |base: &str, body: Value| http.post(format!("{base}{REGISTER}")).json(&body);
+    let a = gw
+        .send(register(
+            &env.cs_origin,
+            json!({"resource": "https://rs.example"}),
+        ))
+        .await;
+    a.expect(404, "registration off");
+    d.check("POST", REGISTER, &a, "registration off");
+    // … and open at another host.
+    let host = Env::start(Options {
+        cs_toml_tables: "\n[registration]\nmode = \"open\"\nallow_addresses = [\"127.0.0.0/8\"]\n"
+            .into(),
+        ..Options::default()
+    })
+    .await;
+    let rs = DocServer::rs(|_, _| {});
+    let a = gw
+        .send(register(&host.cs_origin, json!({"resource": rs.origin})))
+        .await;
+    a.expect(201, "a registration");
+    d.check("POST", REGISTER, &a, "a registration");
+    let a = gw
+        .send(register(&host.cs_origin, json!({"resource": rs.origin})))
+        .await;
+    a.expect(200, "a refresh");
+    d.check("POST", REGISTER, &a, "a refresh");
+    let html = DocServer::start(|_, _| Reply::with("200 OK", "<html>"));
+    let a = gw
+        .send(register(&host.cs_origin, json!({"resource": html.origin})))
+        .await;
+    a.expect(400, "a document that is not JSON");
+    assert_eq!(a.error(), "invalid_resource");
+    d.check("POST", REGISTER, &a, "a document that is not JSON");
+    let a = gw
+        .send(register(&host.cs_origin, json!({"origin": rs.origin})))
+        .await;
+    a.expect(400, "no resource member");
+    d.check("POST", REGISTER, &a, "no resource member");
+    let a = gw
+        .send(
+            http.post(format!("{}{REGISTER}", host.cs_origin))
+                .header("content-type", "text/plain")
+                .body("{}"),
+        )
+        .await;
+    a.expect(415, "not JSON");
+    d.check("POST", REGISTER, &a, "not JSON");
+    host.cs.cs.registrations().block(&rs.origin, 0).unwrap();
+    let a = gw
+        .send(register(&host.cs_origin, json!({"resource": rs.origin})))
+        .await;
+    a.expect(403, "a blocked origin");
+    assert_eq!(a.error(), "blocked");
+    d.check("POST", REGISTER, &a, "a blocked origin");
+    host.stop().await;
 
     // Every described operation was met.
     let checked = d.checked.take();

@@ -1068,7 +1068,7 @@ fn postgres_migrations_apply_once_when_instances_start_together() {
         .iter()
         .map(|m| m.version)
         .collect();
-    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8]);
     assert_eq!(cheq::store::pg::applied(&pg, "cs").unwrap(), versions);
     assert_eq!(
         cheq::store::pg::applied(&pg, "rs").unwrap(),

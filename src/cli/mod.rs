@@ -22,6 +22,7 @@ pub mod logging;
 pub mod mcp;
 pub mod migrate;
 pub mod reference;
+pub mod rs;
 pub mod servers;
 pub mod sign;
 pub mod store;
@@ -72,6 +73,9 @@ pub enum Command {
     Serve(servers::ServeArgs),
     /// Manage the confirmation server's local accounts.
     User(user::Args),
+    /// Manage the resource servers registered at the confirmation server
+    /// (list, block, unblock, remove) and its initial access tokens.
+    Rs(rs::Args),
     /// Manage a server's signing keys: rotate, list, retire, remove (§9).
     Keys(keys::Args),
     /// Run the demo: confirmation server + reference resource server + user alice.
@@ -105,6 +109,7 @@ pub fn dispatch(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Agent(args) => agent::run(args, out),
         Command::Serve(args) => servers::serve(args, out),
         Command::User(args) => user::run(args, out),
+        Command::Rs(args) => rs::run(args, out),
         Command::Keys(args) => keys::run(args, out),
         Command::Demo(args) => demo::run(args, out),
         Command::HashSecret(args) => user::hash_secret_cmd(args, out),

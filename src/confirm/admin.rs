@@ -1,4 +1,5 @@
-//! The local admin socket: lets `cheq user add` work while the server runs.
+//! The local admin socket: lets `cheq user add` and `cheq rs` work while the
+//! server runs.
 //!
 //! sled lets one process open a data directory, so a second process cannot
 //! write accounts into it while the CS runs. The CS therefore listens on a
@@ -12,6 +13,7 @@
 
 use super::auth::{add_account, Account};
 use crate::store::cs::Accounts;
+use crate::store::registrations::{RegisteredRecord, Registrations};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -43,12 +45,59 @@ enum Request {
         username: String,
         password_hash: String,
     },
+    /// Every registered resource server (§16.3).
+    RsList,
+    RsBlock {
+        origin: String,
+        now: i64,
+    },
+    RsUnblock {
+        origin: String,
+        now: i64,
+    },
+    RsRemove {
+        origin: String,
+    },
+    /// Keeps a new initial access token, by its digest.
+    RsToken {
+        digest: String,
+        now: i64,
+    },
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 struct Answer {
     #[serde(default)]
     error: Option<String>,
+    /// What [`Request::RsList`] read.
+    #[serde(default)]
+    records: Option<Vec<RegisteredRecord>>,
+    /// Whether a block, an unblock or a removal changed anything.
+    #[serde(default)]
+    changed: Option<bool>,
+}
+
+/// What an applied request gives back.
+#[derive(Debug, Default)]
+struct Done {
+    records: Option<Vec<RegisteredRecord>>,
+    changed: Option<bool>,
+}
+
+impl Done {
+    fn changed(changed: bool) -> Self {
+        Done {
+            records: None,
+            changed: Some(changed),
+        }
+    }
+}
+
+/// The parts of the store the admin requests write.
+#[derive(Clone)]
+pub struct AdminStores {
+    pub accounts: Arc<dyn Accounts>,
+    pub registrations: Arc<dyn Registrations>,
 }
 
 /// Why an admin operation failed.
@@ -62,18 +111,22 @@ pub enum AdminError {
     Io(String),
 }
 
-fn apply(accounts: &dyn Accounts, request: Request) -> Result<(), String> {
+fn apply(stores: &AdminStores, request: Request) -> Result<Done, String> {
+    let accounts = &*stores.accounts;
+    let registrations = &*stores.registrations;
+    let store_err = |e: crate::store::StoreError| e.to_string();
     match request {
-        Request::PutUser { account, replace } => {
-            add_account(accounts, &account, replace).map_err(|e| e.to_string())
-        }
+        Request::PutUser { account, replace } => add_account(accounts, &account, replace)
+            .map(|()| Done::default())
+            .map_err(|e| e.to_string()),
         Request::SetPin { username, pin_hash } => {
             let mut account = accounts
                 .get(&username)
-                .map_err(|e| e.to_string())?
+                .map_err(store_err)?
                 .ok_or_else(|| format!("no user {username:?}"))?;
             account.pin_hash = Some(pin_hash);
-            accounts.put(&account, true).map_err(|e| e.to_string())
+            accounts.put(&account, true).map_err(|e| e.to_string())?;
+            Ok(Done::default())
         }
         Request::SetPassword {
             username,
@@ -81,7 +134,7 @@ fn apply(accounts: &dyn Accounts, request: Request) -> Result<(), String> {
         } => {
             let mut account = accounts
                 .get(&username)
-                .map_err(|e| e.to_string())?
+                .map_err(store_err)?
                 .ok_or_else(|| format!("no user {username:?}"))?;
             if account.external.is_some() {
                 return Err(format!(
@@ -89,13 +142,34 @@ fn apply(accounts: &dyn Accounts, request: Request) -> Result<(), String> {
                 ));
             }
             account.password_hash = password_hash;
-            accounts.put(&account, true).map_err(|e| e.to_string())
+            accounts.put(&account, true).map_err(|e| e.to_string())?;
+            Ok(Done::default())
         }
+        Request::RsList => Ok(Done {
+            records: Some(registrations.list().map_err(store_err)?),
+            changed: None,
+        }),
+        Request::RsBlock { origin, now } => registrations
+            .block(&origin, now)
+            .map(Done::changed)
+            .map_err(store_err),
+        Request::RsUnblock { origin, now } => registrations
+            .unblock(&origin, now)
+            .map(Done::changed)
+            .map_err(store_err),
+        Request::RsRemove { origin } => registrations
+            .remove(&origin)
+            .map(Done::changed)
+            .map_err(store_err),
+        Request::RsToken { digest, now } => registrations
+            .add_access_token(&digest, now)
+            .map(|()| Done::default())
+            .map_err(store_err),
     }
 }
 
 /// Serves the admin socket until the task is dropped.
-pub async fn listen(data_dir: &Path, accounts: Arc<dyn Accounts>) -> std::io::Result<()> {
+pub async fn listen(data_dir: &Path, stores: AdminStores) -> std::io::Result<()> {
     let path = socket_path(data_dir);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
@@ -116,7 +190,7 @@ pub async fn listen(data_dir: &Path, accounts: Arc<dyn Accounts>) -> std::io::Re
     }
     loop {
         let (stream, _) = listener.accept().await?;
-        let accounts = accounts.clone();
+        let stores = stores.clone();
         tokio::spawn(async move {
             use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
             let (read, mut write) = stream.into_split();
@@ -129,18 +203,26 @@ pub async fn listen(data_dir: &Path, accounts: Arc<dyn Accounts>) -> std::io::Re
             }
             let answer = match serde_json::from_str::<Request>(&line) {
                 Ok(request) => {
-                    let result =
-                        tokio::task::spawn_blocking(move || apply(&*accounts, request)).await;
+                    let result = tokio::task::spawn_blocking(move || apply(&stores, request)).await;
                     match result {
-                        Ok(Ok(())) => Answer { error: None },
-                        Ok(Err(e)) => Answer { error: Some(e) },
+                        Ok(Ok(done)) => Answer {
+                            error: None,
+                            records: done.records,
+                            changed: done.changed,
+                        },
+                        Ok(Err(e)) => Answer {
+                            error: Some(e),
+                            ..Answer::default()
+                        },
                         Err(_) => Answer {
                             error: Some("the worker failed".into()),
+                            ..Answer::default()
                         },
                     }
                 }
                 Err(e) => Answer {
                     error: Some(format!("bad request: {e}")),
+                    ..Answer::default()
                 },
             };
             let mut out = serde_json::to_string(&answer).unwrap_or_else(|_| "{}".into());
@@ -160,7 +242,7 @@ impl<R: tokio::io::AsyncRead> TakeLimit for R {
     }
 }
 
-fn send(data_dir: &Path, request: Request) -> Result<(), AdminError> {
+fn send(data_dir: &Path, request: Request) -> Result<Done, AdminError> {
     let path = socket_path(data_dir);
     match std::os::unix::net::UnixStream::connect(&path) {
         Ok(mut stream) => {
@@ -179,7 +261,10 @@ fn send(data_dir: &Path, request: Request) -> Result<(), AdminError> {
             })?;
             match answer.error {
                 Some(e) => Err(AdminError::Refused(e)),
-                None => Ok(()),
+                None => Ok(Done {
+                    records: answer.records,
+                    changed: answer.changed,
+                }),
             }
         }
         Err(_) => {
@@ -191,9 +276,9 @@ fn send(data_dir: &Path, request: Request) -> Result<(), AdminError> {
                 .map_err(|_| AdminError::Busy(data_dir.display().to_string()))?;
             let store =
                 crate::store::sled_cs::open(&db).map_err(|e| AdminError::Io(e.to_string()))?;
-            apply(&*store.accounts, request).map_err(AdminError::Refused)?;
+            let done = apply(&stores_of(&store), request).map_err(AdminError::Refused)?;
             db.flush().map_err(|e| AdminError::Io(e.to_string()))?;
-            Ok(())
+            Ok(done)
         }
     }
 }
@@ -206,8 +291,16 @@ pub enum Place {
     Database(crate::configfile::DatabaseUrl),
 }
 
+/// The parts of `store` the admin requests write.
+pub fn stores_of(store: &crate::store::cs::CsStore) -> AdminStores {
+    AdminStores {
+        accounts: store.accounts.clone(),
+        registrations: store.registrations.clone(),
+    }
+}
+
 /// Applies `request` at `place`.
-fn apply_at(place: &Place, request: Request) -> Result<(), AdminError> {
+fn apply_at(place: &Place, request: Request) -> Result<Done, AdminError> {
     match place {
         Place::DataDir(dir) => send(dir, request),
         Place::Database(url) => {
@@ -216,7 +309,7 @@ fn apply_at(place: &Place, request: Request) -> Result<(), AdminError> {
                 crate::store::pg::Pg::new(&url.0, 1).map_err(|e| AdminError::Io(e.to_string()))?;
             let store =
                 crate::store::pg::cs::open(&pg).map_err(|e| AdminError::Io(e.to_string()))?;
-            apply(&*store.accounts, request).map_err(AdminError::Refused)
+            apply(&stores_of(&store), request).map_err(AdminError::Refused)
         }
     }
 }
@@ -224,7 +317,7 @@ fn apply_at(place: &Place, request: Request) -> Result<(), AdminError> {
 /// Adds (or, with `replace`, overwrites) an account, through the running
 /// server when there is one.
 pub fn put_user(place: &Place, account: Account, replace: bool) -> Result<(), AdminError> {
-    apply_at(place, Request::PutUser { account, replace })
+    apply_at(place, Request::PutUser { account, replace }).map(drop)
 }
 
 /// Sets a user's password hash, through the running server when there is
@@ -241,6 +334,7 @@ pub fn set_password(
             password_hash,
         },
     )
+    .map(drop)
 }
 
 /// Sets a user's voice PIN hash, through the running server when there is one.
@@ -252,4 +346,44 @@ pub fn set_pin(place: &Place, username: &str, pin_hash: String) -> Result<(), Ad
             pin_hash,
         },
     )
+    .map(drop)
+}
+
+/// Every registered resource server (§16.3), through the running server
+/// when there is one.
+pub fn rs_list(place: &Place) -> Result<Vec<RegisteredRecord>, AdminError> {
+    Ok(apply_at(place, Request::RsList)?
+        .records
+        .unwrap_or_default())
+}
+
+/// Blocks `origin` (recorded even when it never registered); `true` when
+/// its status changed.
+pub fn rs_block(place: &Place, origin: &str, now: i64) -> Result<bool, AdminError> {
+    let origin = origin.to_owned();
+    Ok(apply_at(place, Request::RsBlock { origin, now })?
+        .changed
+        .unwrap_or(false))
+}
+
+/// Serves a blocked `origin` again; `true` when it was blocked.
+pub fn rs_unblock(place: &Place, origin: &str, now: i64) -> Result<bool, AdminError> {
+    let origin = origin.to_owned();
+    Ok(apply_at(place, Request::RsUnblock { origin, now })?
+        .changed
+        .unwrap_or(false))
+}
+
+/// Forgets `origin`; `true` when it was recorded.
+pub fn rs_remove(place: &Place, origin: &str) -> Result<bool, AdminError> {
+    let origin = origin.to_owned();
+    Ok(apply_at(place, Request::RsRemove { origin })?
+        .changed
+        .unwrap_or(false))
+}
+
+/// Keeps a new initial access token by its `digest`.
+pub fn rs_add_token(place: &Place, digest: &str, now: i64) -> Result<(), AdminError> {
+    let digest = digest.to_owned();
+    apply_at(place, Request::RsToken { digest, now }).map(drop)
 }

@@ -5,6 +5,9 @@
 //!   decide, deliver with retries, history, evidence (§2–§6, §8).
 //! - [`auth`]: accounts, sessions and CSRF tokens, failed-attempt limits.
 //! - [`registry`]: which resource URIs may be fetched at all (§2).
+//! - [`directory`]: the configured and the registered resource servers as
+//!   one list, reloaded when registrations change (§16.3).
+//! - [`registration`]: a resource server registering itself (§16.3).
 //! - [`view`]: what the user is shown, and the text `cheq_view` hashes (§5).
 //! - [`voice`]: the speakable text and SSML of the voice view (§10).
 //! - [`warnings`]: deceptive-text warnings (§10).
@@ -21,8 +24,8 @@
 //! jobs), [`admin`] (the local admin socket).
 
 pub use cheq_confirm::{
-    auth, config, fetch, flow, link, oidc, passkeys, registry, seal, transparency, view, voice,
-    warnings,
+    auth, config, directory, fetch, flow, link, oidc, passkeys, registration, registry, seal,
+    transparency, view, voice, warnings,
 };
 
 pub mod admin;

@@ -2,10 +2,11 @@
 //! listener (PROTOCOL.md §3, §9).
 
 use super::auth::{Limiter, LocalLogin, SessionService};
-use super::config::{ConfigError, CsConfig};
-use super::fetch::RsClient;
+use super::config::{ConfigError, CsConfig, RsAuth};
+use super::directory::{Directory, RegisteredLinks};
+use super::fetch::{AssertionSigner, ClientAuth, RsClient};
 use super::flow::{Cs, Deps, RegisteredRs};
-use super::registry::Registry;
+use super::registration::Registrar;
 use super::web::{configure, security_headers, CsState};
 use crate::configfile::ServerConfig as _;
 use crate::httpkit::{spawn_periodic, COLLECT_EVERY};
@@ -89,53 +90,80 @@ pub async fn build_state_with(
             "a confirmation served by a resource server itself works for that resource server alone".into(),
         ));
     }
-    let mut registered = Vec::new();
+    let issuer = config.origin();
+    // One TLS connector for every resource server's client.
+    let tls = crate::confirm::fetch::tls_connector()
+        .map_err(|e| ServerError::Other(format!("TLS for resource servers: {e}")))?;
+    let mut fixed = Vec::new();
     for (i, rs) in config.resource_servers.iter().enumerate() {
-        let keys = PeerKeys::new(rs.jwks.as_deref(), rs.jwks_uri.as_deref(), clock.clone())
+        let peer_keys = PeerKeys::new(rs.jwks.as_deref(), rs.jwks_uri.as_deref(), clock.clone())
             .map_err(|e| ServerError::Jwks {
                 index: i,
                 message: e.to_string(),
             })?;
-        keys.prefetch();
-        let client = RsClient::new(&rs.token_url, &rs.client_id, rs.client_secret.expose())
+        peer_keys.prefetch();
+        let auth = match rs.auth {
+            RsAuth::ClientSecretBasic => ClientAuth::Secret {
+                client_id: rs.client_id.clone(),
+                client_secret: rs
+                    .client_secret
+                    .as_ref()
+                    .map(|s| s.expose().to_owned())
+                    .unwrap_or_default(),
+            },
+            RsAuth::PrivateKeyJwt => {
+                ClientAuth::Assertion(AssertionSigner::new(keys.clone(), &issuer, clock.clone()))
+            }
+        };
+        let client = RsClient::with(&rs.token_url, auth, None, &tls)
             .map_err(|message| ServerError::RsClient { index: i, message })?;
-        registered.push((
-            rs.origin.as_str(),
-            rs.path_prefix.as_str(),
+        fixed.push((
+            rs.origin.clone(),
+            rs.path_prefix.clone(),
             RegisteredRs {
                 client: Arc::new(client),
-                keys,
+                keys: peer_keys,
                 max_auth_age: config.max_auth_age(i),
             },
         ));
     }
-    let hosted_rs = hosted.map(|h| ((h.origin, h.path_prefix), h.rs));
-    let (hosted_at, hosted_rs): (Vec<_>, Vec<_>) = hosted_rs.into_iter().unzip();
-    registered.extend(
-        hosted_at
-            .iter()
-            .zip(hosted_rs)
-            .map(|((origin, prefix), rs)| (origin.as_str(), prefix.as_str(), rs)),
-    );
-    let registry = Registry::new(registered);
+    fixed.extend(hosted.map(|h| (h.origin, h.path_prefix, h.rs)));
+    let policy = config.registration.address_policy()?;
+    let links = RegisteredLinks::new(
+        keys.clone(),
+        &issuer,
+        clock.clone(),
+        policy,
+        config.max_auth_age_secs,
+        &tls,
+    )
+    .map_err(ServerError::Other)?;
+    let outbound = links.outbound().clone();
+    let (store, backend) = open_store(config)?;
+    let registrations = config
+        .registration
+        .mode
+        .is_on()
+        .then(|| (store.registrations.clone(), links));
+    let directory = Directory::new(fixed, registrations)
+        .map_err(|e| ServerError::Other(format!("resource_servers: {e}")))?;
     let secret = match &config.session_secret {
         Some(s) => s.expose().as_bytes().to_vec(),
         None => load_or_create_secret(&config.data_dir.join(SESSION_SECRET_FILE))?,
     };
     let ceremonies = crate::confirm::passkeys::Ceremonies::new(&secret, &config.public_url)
         .ok_or_else(|| ServerError::Other("public_url has no host".into()))?;
-    let (store, backend) = open_store(config)?;
     let sealer = super::seal::Sealer::new(
         &config.data_dir.join(SEALED_DIR),
         load_or_create_secret(&config.data_dir.join(EVIDENCE_SECRET_FILE))?,
     );
     let log = open_log(config, &store)?;
-    let clock_for_providers = clock.clone();
+    let clock_kept = clock.clone();
     let cs = Arc::new(
         Cs::new(Deps {
             public_url: config.public_url.clone(),
             keys,
-            registry,
+            directory,
             store: store.clone(),
             clock,
             sealer,
@@ -148,7 +176,7 @@ pub async fn build_state_with(
         &config.identity_providers,
         &config.origin(),
         &secret,
-        clock_for_providers,
+        clock_kept.clone(),
     )
     .map_err(ServerError::Other)?;
     let login = LocalLogin {
@@ -156,7 +184,20 @@ pub async fn build_state_with(
         pin_pepper: load_or_create_secret(&config.data_dir.join(super::auth::PIN_PEPPER_FILE))?
             .into(),
     };
+    // The registered resource servers, read before the first request.
+    cs.reload_registered().map_err(|e| ServerError::Db {
+        path: "registered resource servers".into(),
+        message: e.to_string(),
+    })?;
     let limiter = Limiter::new(store.limits.clone());
+    let registrar = Arc::new(Registrar::new(
+        config.registration.mode,
+        outbound,
+        store.registrations.clone(),
+        limiter.clone(),
+        clock_kept.clone(),
+    ));
+    let discovery = discovery_document(config, cs.transparency().map(|l| l.verifier_key()));
     let log_key = load_or_create_secret(&config.log_pseudonym_file())?;
     let mut api = super::api::Api::new(
         cs.clone(),
@@ -167,7 +208,8 @@ pub async fn build_state_with(
         log_key.clone(),
         // Shared by every instance on this data directory.
         &load_or_create_secret(&config.data_dir.join(API_TOKEN_SECRET_FILE))?,
-    );
+    )
+    .with_registrar(registrar);
     api.trusted_proxies = config.trusted_proxies.clone();
     Ok(web::Data::new(CsState {
         backend,
@@ -183,8 +225,47 @@ pub async fn build_state_with(
         log_key,
         metrics_token: crate::httpkit::MetricsToken::for_access(config.metrics, &config.data_dir)?,
         ceremonies,
+        discovery: Arc::new(discovery),
     }))
 }
+
+/// The CS's discovery document (§16.1), as served at
+/// `/.well-known/cheq-configuration`: on the origin of `public_url` (a
+/// confirmation hosted by a resource server, §12, serves it on the RS's
+/// origin, with the RS's key set, which publishes the confirmation's keys
+/// too). `log_key` is the transparency log's verifier key, when the log is
+/// kept.
+pub fn discovery_document(config: &CsConfig, log_key: Option<String>) -> String {
+    use crate::discovery::{CsConfiguration, LogInfo, VERSIONS};
+    let origin = config.origin();
+    let (_, log_path) = config.log_origin();
+    let document = CsConfiguration {
+        issuer: origin.clone(),
+        confirmation_uri: config.public_url.clone(),
+        jwks_uri: format!("{origin}/.well-known/jwks.json"),
+        registration_endpoint: config
+            .registration
+            .mode
+            .is_on()
+            .then(|| format!("{origin}{}", super::api::REGISTRATION_PATH)),
+        raw_api: Some(format!("{origin}/api/v1")),
+        inbox: None,
+        push_key: None,
+        log: log_key.map(|key| LogInfo {
+            prefix: format!("{origin}{log_path}/"),
+            key,
+        }),
+        assurances_supported: ASSURANCES.iter().map(|s| (*s).to_owned()).collect(),
+        versions: VERSIONS.iter().map(|s| (*s).to_owned()).collect(),
+    };
+    // Plain strings and lists: serialising cannot fail.
+    serde_json::to_string(&document).unwrap_or_else(|_| "{}".to_owned())
+}
+
+/// How a decision may be made here (§16.1 `assurances_supported`): by a
+/// signed-in user (password or an identity provider), and bound to the
+/// user's passkey (§14).
+pub const ASSURANCES: [&str; 2] = ["password", "passkey"];
 
 /// The sealed documents' keys, a folder in the data directory.
 pub const SEALED_DIR: &str = "sealed";
@@ -405,7 +486,11 @@ pub fn start_background(state: &web::Data<CsState>, data_dir: &std::path::Path) 
     }
     let cs = state.cs.clone();
     let deliveries = tokio::spawn(cs.run_deliveries());
-    let accounts = state.accounts.clone();
+    let reloads = tokio::spawn(state.cs.clone().run_reloads());
+    let stores = super::admin::AdminStores {
+        accounts: state.accounts.clone(),
+        registrations: state.cs.registrations(),
+    };
     let dir = data_dir.to_owned();
     // On PostgreSQL, `cheq user` writes to the database itself: no socket
     // (several instances share the data directory).
@@ -414,7 +499,7 @@ pub fn start_background(state: &web::Data<CsState>, data_dir: &std::path::Path) 
         if !sled {
             return;
         }
-        if let Err(e) = super::admin::listen(&dir, accounts).await {
+        if let Err(e) = super::admin::listen(&dir, stores).await {
             log::warn!("admin socket: {e}");
         }
     });
@@ -429,7 +514,7 @@ pub fn start_background(state: &web::Data<CsState>, data_dir: &std::path::Path) 
                 .map_err(|e| e.to_string())?
         }
     });
-    let mut tasks = vec![deliveries, admin, collector];
+    let mut tasks = vec![deliveries, reloads, admin, collector];
     if let Some(log) = state.cs.transparency().cloned() {
         tasks.push(tokio::spawn(sequence(log)));
     }

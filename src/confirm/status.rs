@@ -4,6 +4,7 @@
 //! statuses.
 
 use super::flow::{CsError, PasskeyProblem};
+use super::registration::RegistrationError;
 use actix_web::http::StatusCode;
 
 /// Seconds a client is asked to wait when the CS cannot sign (an operator
@@ -14,6 +15,7 @@ pub const SIGNING_RETRY_AFTER: i64 = 60;
 pub fn of(e: &CsError) -> (StatusCode, &'static str) {
     match e {
         CsError::NotRegistered(_) => (StatusCode::BAD_REQUEST, "unregistered_resource_server"),
+        CsError::Blocked { .. } => (StatusCode::FORBIDDEN, "resource_server_blocked"),
         CsError::BadRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
         CsError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
         CsError::UnknownAtRs { .. } => (StatusCode::NOT_FOUND, "unknown_at_resource_server"),
@@ -45,6 +47,20 @@ pub fn of(e: &CsError) -> (StatusCode, &'static str) {
     }
 }
 
+/// The status and `error` code of a refused registration (§16.3).
+pub fn registration(e: &RegistrationError) -> (StatusCode, &'static str) {
+    match e {
+        RegistrationError::Off => (StatusCode::NOT_FOUND, "not_found"),
+        RegistrationError::TokenMissing | RegistrationError::TokenRefused => {
+            (StatusCode::UNAUTHORIZED, "invalid_token")
+        }
+        RegistrationError::Blocked { .. } => (StatusCode::FORBIDDEN, "blocked"),
+        RegistrationError::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_resource"),
+        RegistrationError::TooMany { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
+        RegistrationError::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+    }
+}
+
 /// Every variant once, for the tests of both front ends.
 #[cfg(test)]
 pub fn every_error() -> Vec<(CsError, u16)> {
@@ -62,6 +78,13 @@ pub fn every_error() -> Vec<(CsError, u16)> {
             400,
         ),
         (CsError::NotFound, 404),
+        (
+            CsError::Blocked {
+                origin: "https://rs.example".into(),
+                name: "Example Air".into(),
+            },
+            403,
+        ),
         (
             CsError::UnknownAtRs {
                 origin: "http://rs".into(),

@@ -21,7 +21,7 @@ use cheq::store::cs::DecisionRecord;
 use cheq::testkit::LoopbackPair;
 use cheq::time::{Clock, ManualClock, SystemClock};
 use serde_json::{json, Map, Value};
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -1660,4 +1660,123 @@ pub async fn spawn_bridge(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("the bridge did not start:\n{}", proc.log());
+}
+
+// ---------------------------------------------------------------------------
+// A small HTTP server that serves what a test tells it (an RS's discovery
+// documents, §16.2)
+// ---------------------------------------------------------------------------
+
+/// One answer of a [`DocServer`].
+#[derive(Clone)]
+pub struct Reply {
+    head: String,
+    body: Vec<u8>,
+    delay: Duration,
+}
+
+impl Reply {
+    pub fn json(v: &Value) -> Reply {
+        Reply::with("200 OK\r\ncontent-type: application/json", v.to_string())
+    }
+
+    pub fn with(head: &str, body: impl Into<Vec<u8>>) -> Reply {
+        Reply {
+            head: head.to_owned(),
+            body: body.into(),
+            delay: Duration::ZERO,
+        }
+    }
+
+    pub fn after(mut self, delay: Duration) -> Reply {
+        self.delay = delay;
+        self
+    }
+}
+
+pub type DocAnswer = dyn Fn(&str, &str) -> Reply + Send + Sync;
+
+/// A threaded HTTP/1.1 server on 127.0.0.1 that answers each `GET` with
+/// `answer(its own origin, the path)`, and counts the requests.
+pub struct DocServer {
+    pub origin: String,
+    pub port: u16,
+    hits: Arc<AtomicUsize>,
+}
+
+impl DocServer {
+    pub fn start(answer: impl Fn(&str, &str) -> Reply + Send + Sync + 'static) -> DocServer {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let origin = format!("http://127.0.0.1:{port}");
+        let hits = Arc::new(AtomicUsize::new(0));
+        let answer: Arc<DocAnswer> = Arc::new(answer);
+        let (own, counted) = (origin.clone(), hits.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let (answer, own, counted) = (answer.clone(), own.clone(), counted.clone());
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut first = String::new();
+                    let _ = reader.read_line(&mut first);
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+                            break;
+                        }
+                    }
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let path = first.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                    let reply = answer(&own, &path);
+                    std::thread::sleep(reply.delay);
+                    let mut out = format!(
+                        "HTTP/1.1 {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        reply.head,
+                        reply.body.len()
+                    )
+                    .into_bytes();
+                    out.extend_from_slice(&reply.body);
+                    let _ = stream.write_all(&out);
+                });
+            }
+        });
+        DocServer { origin, port, hits }
+    }
+
+    /// An RS whose documents are as §16.2 says, with `change` applied to
+    /// its discovery document.
+    pub fn rs(change: impl Fn(&str, &mut Value) + Send + Sync + 'static) -> DocServer {
+        DocServer::start(move |origin, path| match path {
+            "/.well-known/cheq-resource" => {
+                let mut doc = rs_document(origin, "/cheq/confirmations/", "/oauth/token");
+                change(origin, &mut doc);
+                Reply::json(&doc)
+            }
+            "/.well-known/jwks.json" => Reply::json(&rs_keys()),
+            _ => Reply::with("404 Not Found", ""),
+        })
+    }
+
+    pub fn hits(&self) -> usize {
+        self.hits.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// An RS discovery document (§16.2) for `origin`.
+pub fn rs_document(origin: &str, prefix: &str, token_path: &str) -> Value {
+    json!({
+        "resource": origin,
+        "name": "Example Air",
+        "resource_prefix": format!("{origin}{prefix}"),
+        "jwks_uri": format!("{origin}/.well-known/jwks.json"),
+        "token_endpoint": format!("{origin}{token_path}"),
+        "token_endpoint_auth_methods_supported": ["client_secret_basic", "private_key_jwt"],
+    })
+}
+
+/// A key set with one public key.
+pub fn rs_keys() -> Value {
+    let key = cheq::sign::SigningKey::from_seed("rs-1", &[7; 32]).unwrap();
+    json!({"keys": [key.public_jwk()]})
 }

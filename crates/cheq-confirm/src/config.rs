@@ -19,6 +19,12 @@
 //! token_url = "http://127.0.0.1:8081/oauth/token"
 //! client_id = "cs"
 //! client_secret = "…"
+//! # auth = "private_key_jwt"                # instead of client_id and client_secret:
+//!                                            # a client assertion signed with the CS's key (§16.4)
+//!
+//! [registration]                             # resource servers that register themselves (§16.3)
+//! mode = "off"                               # "off" (default), "token" or "open"
+//! allow_addresses = ["127.0.0.0/8"]          # networks fetched although private or loopback
 //!
 //! [[gateways]]                               # voice gateways for the raw API (§10)
 //! client_id = "voice-gw"
@@ -44,6 +50,16 @@
 //! `[::1]`, `localhost`), as for the URIs of PROTOCOL.md §1, so that a client
 //! secret or a trusted key never crosses a network in clear.
 //!
+//! With `[registration] mode = "token"` or `"open"`, resource servers the
+//! file does not name register themselves (§16.3) and are served without a
+//! restart; `resource_servers` may then be empty. Whatever such a server's
+//! documents name is fetched under the rules of `cheq_support::outbound`:
+//! `https`, bounded, no redirect, and never to a private, loopback,
+//! link-local or unspecified address unless `allow_addresses` lists its
+//! network (plain `http` then only to an allowed loopback address). A
+//! resource server of the file wins over a registered one of the same
+//! origin.
+//!
 //! Environment overrides (they win over the file): `CHEQ_LISTEN`,
 //! `CHEQ_PUBLIC_URL`, `CHEQ_DATA_DIR`, `CHEQ_SIGNING_KEY`, `CHEQ_SESSION_SECRET`,
 //! `CHEQ_DATABASE_URL`, `CHEQ_LOG_FORMAT`.
@@ -64,7 +80,20 @@ pub use cheq_support::configfile::ConfigError;
 pub use cheq_support::configfile::ServerConfig;
 use cheq_support::configfile::{invalid, Env};
 pub use cheq_support::configfile::{DatabaseUrl, LogFormat};
+use cheq_support::outbound::AddressPolicy;
 use cheq_support::secret::Secret;
+
+/// How the CS authenticates at a configured resource server's token
+/// endpoint (§3, §16.4).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RsAuth {
+    /// `client_id` and `client_secret`, issued by the RS (HTTP Basic).
+    #[default]
+    ClientSecretBasic,
+    /// A client assertion signed with the CS's own key (§16.4): no secret.
+    PrivateKeyJwt,
+}
 
 /// One resource server this CS works for (§2, §3).
 #[derive(Debug, Clone, Deserialize)]
@@ -82,8 +111,14 @@ pub struct ResourceServerConfig {
     pub jwks_uri: Option<String>,
     /// The RS token endpoint (client credentials, §3).
     pub token_url: String,
+    /// How the CS authenticates there.
+    #[serde(default)]
+    pub auth: RsAuth,
+    /// With `client_secret_basic` (the default).
+    #[serde(default)]
     pub client_id: String,
-    pub client_secret: Secret,
+    #[serde(default)]
+    pub client_secret: Option<Secret>,
     /// A sign-in older than this must be renewed before deciding for this
     /// RS (replaces the top-level `max_auth_age_secs`).
     #[serde(default)]
@@ -219,6 +254,49 @@ pub fn renamed_file(dir: &Path, name: &str, old: &str) -> PathBuf {
     }
 }
 
+/// Whether resource servers may register themselves (§16.3).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RegistrationMode {
+    /// Only the resource servers of the configuration (the default).
+    #[default]
+    Off,
+    /// A registration presents an initial access token the operator issued
+    /// (`cheq rs token`), good for one registration.
+    Token,
+    /// Anyone may register a resource server (a public host).
+    Open,
+}
+
+impl RegistrationMode {
+    /// Whether registrations are taken at all.
+    pub fn is_on(self) -> bool {
+        self != RegistrationMode::Off
+    }
+}
+
+/// `[registration]`: self-service registration of resource servers (§16.3).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistrationConfig {
+    #[serde(default)]
+    pub mode: RegistrationMode,
+    /// Networks (CIDR) or addresses that registered resource servers'
+    /// documents may be fetched from although they are private, loopback,
+    /// link-local or unspecified (`127.0.0.0/8` also allows plain `http`
+    /// to a loopback address: for development only).
+    #[serde(default)]
+    pub allow_addresses: Vec<String>,
+}
+
+impl RegistrationConfig {
+    /// The addresses registered resource servers may be fetched from.
+    pub fn address_policy(&self) -> Result<AddressPolicy, ConfigError> {
+        AddressPolicy::new(&self.allow_addresses)
+            .map_err(|e| invalid("registration.allow_addresses", e.to_string()))
+    }
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -273,6 +351,9 @@ pub struct CsConfig {
     /// The public log of every countersignature (§15).
     #[serde(default)]
     pub transparency_log: TransparencyLogConfig,
+    /// Resource servers that register themselves (§16.3).
+    #[serde(default)]
+    pub registration: RegistrationConfig,
     /// Served by a resource server itself (§12, [`CsConfig::embedded`]): its
     /// one resource server is registered in the process, not here.
     #[serde(skip)]
@@ -363,10 +444,17 @@ impl ServerConfig for CsConfig {
         if self.session_ttl_secs < 60 {
             return Err(invalid("session_ttl_secs", "must be at least 60"));
         }
-        if self.resource_servers.is_empty() && !self.embedded {
+        self.registration.address_policy()?;
+        if self.embedded && self.registration.mode.is_on() {
+            return Err(invalid(
+                "registration.mode",
+                "a confirmation served by a resource server itself works for that resource server alone: leave it \"off\"",
+            ));
+        }
+        if self.resource_servers.is_empty() && !self.embedded && !self.registration.mode.is_on() {
             return Err(invalid(
                 "resource_servers",
-                "register at least one resource server ([[resource_servers]])",
+                "register at least one resource server ([[resource_servers]]), or let them register themselves ([registration] mode = \"token\" or \"open\")",
             ));
         }
         for (i, rs) in self.resource_servers.iter().enumerate() {
@@ -379,21 +467,8 @@ impl ServerConfig for CsConfig {
                     "must be an origin (scheme://host[:port]) with no path",
                 ));
             }
-            if !rs.path_prefix.starts_with('/') || !rs.path_prefix.ends_with('/') {
-                return Err(invalid(
-                    key("path_prefix"),
-                    "must start and end with '/' (\"/cheq/\"), so that it matches whole path segments",
-                ));
-            }
-            // It is compared with the percent-decoded path (§2).
-            if rs.path_prefix.contains(['%', '\\', '?', '#'])
-                || rs.path_prefix.split('/').any(|s| s == "." || s == "..")
-            {
-                return Err(invalid(
-                    key("path_prefix"),
-                    "must be a plain path: no '%', '\\', '?', '#' or dot segments",
-                ));
-            }
+            crate::registry::check_path_prefix(&rs.path_prefix)
+                .map_err(|reason| invalid(key("path_prefix"), reason))?;
             match (&rs.jwks, &rs.jwks_uri) {
                 (Some(_), None) => {}
                 (None, Some(uri)) => {
@@ -407,11 +482,26 @@ impl ServerConfig for CsConfig {
                 }
             }
             parse_cheq_uri(&rs.token_url).map_err(|e| invalid(key("token_url"), e.to_string()))?;
-            if rs.client_id.is_empty() {
-                return Err(invalid(key("client_id"), "must not be empty"));
-            }
-            if rs.client_secret.is_empty() {
-                return Err(invalid(key("client_secret"), "must not be empty"));
+            match rs.auth {
+                RsAuth::ClientSecretBasic => {
+                    if rs.client_id.is_empty() {
+                        return Err(invalid(key("client_id"), "must not be empty"));
+                    }
+                    if rs.client_secret.as_ref().is_none_or(|s| s.is_empty()) {
+                        return Err(invalid(
+                            key("client_secret"),
+                            "must be given and not empty (or set auth = \"private_key_jwt\")",
+                        ));
+                    }
+                }
+                RsAuth::PrivateKeyJwt => {
+                    if !rs.client_id.is_empty() || rs.client_secret.is_some() {
+                        return Err(invalid(
+                            key("client_secret"),
+                            "auth = \"private_key_jwt\" signs a client assertion with this service's key: give no client_id or client_secret",
+                        ));
+                    }
+                }
             }
         }
         for (i, g) in self.gateways.iter().enumerate() {
@@ -683,6 +773,76 @@ client_secret = "s3cret-s3cret"
                 ("data_dir", "data_directory", "data_dir"),
             ],
         );
+    }
+
+    #[test]
+    fn registration_is_off_unless_asked_and_its_networks_are_checked() {
+        let c = CsConfig::from_toml(GOOD).unwrap();
+        assert_eq!(c.registration.mode, RegistrationMode::Off);
+        assert!(c.registration.allow_addresses.is_empty());
+        let with = |table: &str| CsConfig::from_toml(&format!("{GOOD}\n[registration]\n{table}"));
+        let c = with("mode = \"open\"\nallow_addresses = [\"127.0.0.0/8\", \"::1\"]").unwrap();
+        assert_eq!(c.registration.mode, RegistrationMode::Open);
+        let policy = c.registration.address_policy().unwrap();
+        assert!(policy.permits("127.0.0.9".parse().unwrap()));
+        assert!(!policy.permits("10.0.0.1".parse().unwrap()));
+        assert_eq!(
+            with("mode = \"token\"").unwrap().registration.mode,
+            RegistrationMode::Token
+        );
+        for (bad, key) in [
+            (
+                "allow_addresses = [\"nowhere\"]",
+                "registration.allow_addresses",
+            ),
+            (
+                "allow_addresses = [\"10.0.0.0/33\"]",
+                "registration.allow_addresses",
+            ),
+            ("mode = \"sometimes\"", "mode"),
+            ("modes = \"open\"", "modes"),
+        ] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains(key), "{bad}: {e}");
+        }
+        // No resource server of the file: only when they may register.
+        let head = &GOOD[..GOOD.find("[[resource_servers]]").unwrap()];
+        let e = CsConfig::from_toml(head).unwrap_err().to_string();
+        assert!(
+            e.contains("resource_servers") && e.contains("[registration]"),
+            "{e}"
+        );
+        let open =
+            CsConfig::from_toml(&format!("{head}[registration]\nmode = \"open\"\n")).unwrap();
+        assert!(open.resource_servers.is_empty());
+    }
+
+    #[test]
+    fn a_resource_server_takes_a_secret_or_the_cs_key() {
+        let c = CsConfig::from_toml(GOOD).unwrap();
+        assert_eq!(c.resource_servers[0].auth, RsAuth::ClientSecretBasic);
+        let jwt = GOOD.replace(
+            "client_id = \"cs\"\nclient_secret = \"s3cret-s3cret\"",
+            "auth = \"private_key_jwt\"",
+        );
+        let c = CsConfig::from_toml(&jwt).unwrap();
+        assert_eq!(c.resource_servers[0].auth, RsAuth::PrivateKeyJwt);
+        assert!(c.resource_servers[0].client_secret.is_none());
+        // Both at once, or neither: refused by name.
+        let both = GOOD.replace(
+            "client_secret = \"s3cret-s3cret\"",
+            "client_secret = \"s3cret-s3cret\"\nauth = \"private_key_jwt\"",
+        );
+        let e = CsConfig::from_toml(&both).unwrap_err().to_string();
+        assert!(e.contains("resource_servers[0].client_secret"), "{e}");
+        let neither = GOOD.replace("client_secret = \"s3cret-s3cret\"", "");
+        let e = CsConfig::from_toml(&neither).unwrap_err().to_string();
+        assert!(e.contains("resource_servers[0].client_secret"), "{e}");
+        let other = GOOD.replace(
+            "client_id = \"cs\"",
+            "auth = \"client_secret_post\"\nclient_id = \"cs\"",
+        );
+        assert!(CsConfig::from_toml(&other).is_err());
     }
 
     #[test]

@@ -1,8 +1,18 @@
 //! Talking to a registered resource server (PROTOCOL.md §3, §6): an OAuth 2.0
-//! client-credentials token (RFC 6749 §4.4, scope `cheq`, through the `oauth2`
-//! crate) cached until shortly before it expires, `GET <resource uri>` for the
-//! resource-signed CHEQ, and `POST <resource uri>?accept|reject` for the
-//! decision.
+//! client-credentials token (RFC 6749 §4.4, scope `cheq`) cached until
+//! shortly before it expires, `GET <resource uri>` for the resource-signed
+//! CHEQ, and `POST <resource uri>?accept|reject` for the decision.
+//!
+//! The CS authenticates at the token endpoint in one of two ways
+//! ([`ClientAuth`]): with the client id and secret the RS issued (HTTP Basic,
+//! through the `oauth2` crate), or with a client assertion signed by its own
+//! active key (§16.4, RFC 7523 §2.2: `private_key_jwt`), made afresh for each
+//! token request (a new `jti`, `aud` the token endpoint, 60 s of life).
+//!
+//! A resource server that registered itself (§16.3) is reached through
+//! clients built from `cheq_support::outbound::client_builder`: the
+//! operator's address policy applies to every connection, so a registered
+//! origin whose name comes to resolve to a refused address is not reached.
 //!
 //! Everything read from an RS is bounded: a connect timeout, a total timeout
 //! per request that covers reading the body (so a user gets an answer within
@@ -17,10 +27,14 @@
 //! answer, success or failure, instead of each asking on its own.
 
 use cheq_core::cheq::{Decision, DecisionAnswer};
+use cheq_core::sign::assertion::{client_assertion, new_jti, AssertionClaims, ASSERTION_TYPE};
+use cheq_support::keyring::KeyRing;
+use cheq_support::outbound::AddressPolicy;
+use cheq_support::time::Clock;
 use oauth2::basic::BasicClient;
 use oauth2::{ClientId, ClientSecret, Scope, TokenResponse, TokenUrl};
 use reqwest::header;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use thread_local::ThreadLocal;
 use tokio::sync::Mutex as AsyncMutex;
@@ -60,13 +74,17 @@ pub enum FetchError {
     /// An unexpected status; `body` (its start) is for the log, not for users.
     #[error("the resource server answered HTTP {status}")]
     Status { status: u16, body: String },
+    /// This service could not sign its client assertion (§16.4): no key is
+    /// active, or its file cannot be read.
+    #[error("this confirmation service cannot sign its client assertion: {0}")]
+    CannotSign(String),
 }
 
 impl FetchError {
     /// Worth trying again later (the RS may come back)?
     pub fn is_transient(&self) -> bool {
         match self {
-            FetchError::Unreachable(_) | FetchError::Timeout => true,
+            FetchError::Unreachable(_) | FetchError::Timeout | FetchError::CannotSign(_) => true,
             FetchError::Status { status, .. } => *status >= 500 || *status == 429,
             _ => false,
         }
@@ -95,6 +113,63 @@ pub enum RsAnswer {
 /// Longest `error` or `error_description` kept from an RS's answer.
 pub const MAX_RS_WORDS: usize = 200;
 
+/// How the CS authenticates at an RS's token endpoint.
+pub enum ClientAuth {
+    /// The client id and secret the RS issued (`client_secret_basic`).
+    Secret {
+        client_id: String,
+        client_secret: String,
+    },
+    /// A client assertion signed with the CS's own key (§16.4).
+    Assertion(AssertionSigner),
+}
+
+/// Signs the CS's client assertions (§16.4): `iss` and `sub` its issuer (its
+/// origin), signed by its active key, at the time of its clock.
+#[derive(Clone)]
+pub struct AssertionSigner {
+    keys: Arc<KeyRing>,
+    issuer: String,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for AssertionSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AssertionSigner")
+            .field("issuer", &self.issuer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AssertionSigner {
+    pub fn new(keys: Arc<KeyRing>, issuer: &str, clock: Arc<dyn Clock>) -> Self {
+        AssertionSigner {
+            keys,
+            issuer: issuer.to_owned(),
+            clock,
+        }
+    }
+
+    /// A new assertion for the token endpoint `audience`: a fresh `jti` of
+    /// 128 random bits, issued now, expiring in 60 s.
+    pub fn assertion(&self, audience: &str) -> Result<String, FetchError> {
+        let key = self
+            .keys
+            .signer()
+            .map_err(|e| FetchError::CannotSign(e.to_string()))?;
+        let jti = new_jti(&mut rand::rngs::OsRng);
+        Ok(client_assertion(
+            &key,
+            &AssertionClaims {
+                issuer: &self.issuer,
+                audience,
+                jti: &jti,
+                issued_at: self.clock.now().timestamp(),
+            },
+        ))
+    }
+}
+
 /// A client for one resource server.
 pub struct RsClient {
     /// One HTTP client per thread: hyper drives a connection on the runtime
@@ -105,16 +180,14 @@ pub struct RsClient {
     clients: ThreadLocal<reqwest::Client>,
     /// The TLS connector every thread's client shares (see [`http_client`]).
     tls: native_tls::TlsConnector,
+    /// The addresses that may be connected to, for an RS that registered
+    /// itself; `None` for one of the operator's configuration.
+    policy: Option<AddressPolicy>,
     /// The client of the thread that made this one, also used by a thread
     /// whose own could not be built.
     shared: reqwest::Client,
-    oauth: BasicClient<
-        oauth2::EndpointNotSet,
-        oauth2::EndpointNotSet,
-        oauth2::EndpointNotSet,
-        oauth2::EndpointNotSet,
-        oauth2::EndpointSet,
-    >,
+    /// How a token is asked for.
+    auth: TokenAuth,
     /// The cached token and until when it may be used.
     token: Mutex<Option<(String, Instant)>>,
     /// Held while a token is being requested (single flight); it keeps the
@@ -143,21 +216,52 @@ fn classify(e: reqwest::Error) -> FetchError {
     }
 }
 
+/// How [`RsClient`] asks for a token.
+enum TokenAuth {
+    /// Through the `oauth2` crate, with the client id and secret.
+    Secret(
+        Box<
+            BasicClient<
+                oauth2::EndpointNotSet,
+                oauth2::EndpointNotSet,
+                oauth2::EndpointNotSet,
+                oauth2::EndpointNotSet,
+                oauth2::EndpointSet,
+            >,
+        >,
+    ),
+    /// With a client assertion for `token_url`.
+    Assertion {
+        signer: AssertionSigner,
+        token_url: url::Url,
+    },
+}
+
 /// The TLS connector of the CS's clients: what reqwest builds by default
 /// (the system's root certificates, host names and certificates checked,
 /// SNI), built once. Building it reads and parses the system's root
 /// certificates, twice over: each thread's first request to an RS paid
 /// that when every client built its own, and the first confirmations after
-/// a start waited for it (BENCHMARKS.md: the p99 of a fresh demo).
-fn tls_connector() -> Result<native_tls::TlsConnector, String> {
+/// a start waited for it (BENCHMARKS.md: the p99 of a fresh demo). The
+/// clients of registered resource servers share one
+/// ([`RsClient::with`]).
+pub fn tls_connector() -> Result<native_tls::TlsConnector, String> {
     native_tls::TlsConnector::builder()
         .build()
         .map_err(|e| e.to_string())
 }
 
-/// An HTTP client as the CS talks to resource servers, over `tls`.
-fn http_client(tls: &native_tls::TlsConnector) -> Result<reqwest::Client, String> {
-    reqwest::Client::builder()
+/// An HTTP client as the CS talks to resource servers, over `tls`, under
+/// `policy` when the RS registered itself.
+fn http_client(
+    tls: &native_tls::TlsConnector,
+    policy: Option<&AddressPolicy>,
+) -> Result<reqwest::Client, String> {
+    let builder = match policy {
+        Some(policy) => cheq_support::outbound::client_builder(policy),
+        None => reqwest::Client::builder(),
+    };
+    builder
         .use_preconfigured_tls(tls.clone())
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(REQUEST_TIMEOUT)
@@ -172,20 +276,57 @@ fn http_client(tls: &native_tls::TlsConnector) -> Result<reqwest::Client, String
 }
 
 impl RsClient {
-    /// A client for the RS whose token endpoint is `token_url`.
+    /// A client for the RS whose token endpoint is `token_url`, with the
+    /// client id and secret it issued.
     pub fn new(token_url: &str, client_id: &str, client_secret: &str) -> Result<Self, String> {
-        let tls = tls_connector()?;
-        let shared = http_client(&tls)?;
-        let oauth = BasicClient::new(ClientId::new(client_id.to_owned()))
-            .set_client_secret(ClientSecret::new(client_secret.to_owned()))
-            .set_token_uri(TokenUrl::new(token_url.to_owned()).map_err(|e| e.to_string())?);
+        Self::with(
+            token_url,
+            ClientAuth::Secret {
+                client_id: client_id.to_owned(),
+                client_secret: client_secret.to_owned(),
+            },
+            None,
+            &tls_connector()?,
+        )
+    }
+
+    /// A client for the RS whose token endpoint is `token_url`,
+    /// authenticating as `auth` says, connecting only where `policy`
+    /// permits when one is given (an RS that registered itself), over the
+    /// TLS connector `tls`.
+    pub fn with(
+        token_url: &str,
+        auth: ClientAuth,
+        policy: Option<AddressPolicy>,
+        tls: &native_tls::TlsConnector,
+    ) -> Result<Self, String> {
+        let shared = http_client(tls, policy.as_ref())?;
+        let auth = match auth {
+            ClientAuth::Secret {
+                client_id,
+                client_secret,
+            } => {
+                let token_url = TokenUrl::new(token_url.to_owned()).map_err(|e| e.to_string())?;
+                TokenAuth::Secret(Box::new(
+                    BasicClient::new(ClientId::new(client_id))
+                        .set_client_secret(ClientSecret::new(client_secret))
+                        .set_token_uri(token_url),
+                ))
+            }
+            ClientAuth::Assertion(signer) => TokenAuth::Assertion {
+                signer,
+                token_url: cheq_core::cheq::uri::parse_cheq_uri(token_url)
+                    .map_err(|e| e.to_string())?,
+            },
+        };
         let clients = ThreadLocal::new();
         clients.get_or(|| shared.clone());
         Ok(RsClient {
             clients,
-            tls,
+            tls: tls.clone(),
+            policy,
             shared,
-            oauth,
+            auth,
             token: Mutex::new(None),
             refresh: AsyncMutex::new(None),
         })
@@ -194,7 +335,7 @@ impl RsClient {
     /// This thread's HTTP client.
     fn http(&self) -> &reqwest::Client {
         self.clients.get_or(|| {
-            http_client(&self.tls).unwrap_or_else(|e| {
+            http_client(&self.tls, self.policy.as_ref()).unwrap_or_else(|e| {
                 log::warn!("cannot build an HTTP client for this thread ({e}); sharing one");
                 self.shared.clone()
             })
@@ -254,11 +395,16 @@ impl RsClient {
     /// One client-credentials request (RFC 6749 §4.4): the token and how long
     /// to keep it.
     async fn request_token(&self) -> Result<(String, Duration), FetchError> {
+        let oauth = match &self.auth {
+            TokenAuth::Secret(oauth) => oauth,
+            TokenAuth::Assertion { signer, token_url } => {
+                return self.request_token_by_assertion(signer, token_url).await
+            }
+        };
         // The client is a handle (cloning it shares its pool); a future that
         // owns one borrows nothing, which keeps the caller's future `Send`.
         let bounded = |request: oauth2::HttpRequest| token_http(self.http().clone(), request);
-        let answer = self
-            .oauth
+        let answer = oauth
             .exchange_client_credentials()
             .add_scope(Scope::new("cheq".to_owned()))
             .request_async(&bounded)
@@ -277,6 +423,81 @@ impl RsClient {
             .saturating_sub(TOKEN_MARGIN)
             .max(Duration::from_secs(1));
         Ok((token, lifetime))
+    }
+
+    /// One client-credentials request authenticated by a client assertion
+    /// (§16.4; RFC 7523 §2.2): the token and how long to keep it. The
+    /// answer is read as RFC 6749 §5.1 and §5.2 say, at most
+    /// [`MAX_TOKEN_BODY`] bytes of it.
+    async fn request_token_by_assertion(
+        &self,
+        signer: &AssertionSigner,
+        token_url: &url::Url,
+    ) -> Result<(String, Duration), FetchError> {
+        let assertion = signer.assertion(token_url.as_str())?;
+        let res = self
+            .http()
+            .post(token_url.clone())
+            .header(header::ACCEPT, "application/json")
+            .form(&[
+                ("grant_type", "client_credentials"),
+                ("scope", "cheq"),
+                ("client_assertion_type", ASSERTION_TYPE),
+                ("client_assertion", assertion.as_str()),
+            ])
+            .send()
+            .await
+            .map_err(classify)?;
+        let status = res.status().as_u16();
+        let body = read_limited(res, "token answer", MAX_TOKEN_BODY).await?;
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let word = |k: &str| {
+            let t = json.get(k).and_then(|v| v.as_str()).unwrap_or("");
+            cheq_support::text::snippet(t.as_bytes(), MAX_RS_WORDS)
+        };
+        match status {
+            200 => {}
+            300..=399 => return Err(FetchError::Redirected("elsewhere".into())),
+            400 | 401 | 403 => {
+                let error = word("error");
+                return Err(FetchError::Unauthorized(if error.is_empty() {
+                    format!("HTTP {status}")
+                } else {
+                    error
+                }));
+            }
+            _ => {
+                return Err(FetchError::Status {
+                    status,
+                    body: snippet(&body),
+                })
+            }
+        }
+        let token = json
+            .get("access_token")
+            .and_then(|v| v.as_str())
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| FetchError::Status {
+                status,
+                body: "the token answer holds no access_token".into(),
+            })?;
+        let bearer = json
+            .get("token_type")
+            .and_then(|v| v.as_str())
+            .is_some_and(|t| t.eq_ignore_ascii_case("bearer"));
+        if !bearer {
+            return Err(FetchError::Status {
+                status,
+                body: "the token answer's token_type is not Bearer".into(),
+            });
+        }
+        let lifetime = json
+            .get("expires_in")
+            .and_then(serde_json::Value::as_u64)
+            .map_or(Duration::from_secs(60), Duration::from_secs)
+            .saturating_sub(TOKEN_MARGIN)
+            .max(Duration::from_secs(1));
+        Ok((token.to_owned(), lifetime))
     }
 
     /// Sends a request made by `make` with a bearer token; a 401 (the RS may
@@ -455,4 +676,201 @@ async fn read_limited(
 /// The start of a body, for an error message.
 fn snippet(body: &[u8]) -> String {
     cheq_support::text::snippet(body, 200)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cheq_core::sign::assertion::{verify_client_assertion, Expected};
+    use cheq_support::time::ManualClock;
+    use std::collections::HashSet;
+    use std::io::{BufRead, BufReader, Read, Write};
+
+    /// What the token endpoint read of one request.
+    #[derive(Debug, Clone)]
+    struct Seen {
+        form: Vec<(String, String)>,
+        authorization: Option<String>,
+    }
+
+    impl Seen {
+        fn value(&self, name: &str) -> Option<&str> {
+            self.form
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        }
+    }
+
+    /// A token endpoint on a real loopback socket, answering each request
+    /// with `answer(its own URL, the request)`: (status, JSON body). Every
+    /// request it read is kept in the returned list.
+    fn token_endpoint(
+        answer: impl Fn(&str, &Seen) -> (u16, String) + Send + 'static,
+    ) -> (String, Arc<Mutex<Vec<Seen>>>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!(
+            "http://127.0.0.1:{}/oauth/token",
+            listener.local_addr().unwrap().port()
+        );
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (own, kept) = (url.clone(), seen.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let (mut length, mut authorization) = (0, None);
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        break;
+                    }
+                    let line = line.trim_end();
+                    if line.is_empty() {
+                        break;
+                    }
+                    if let Some((k, v)) = line.split_once(':') {
+                        match k.to_ascii_lowercase().as_str() {
+                            "content-length" => length = v.trim().parse().unwrap_or(0),
+                            "authorization" => authorization = Some(v.trim().to_owned()),
+                            _ => {}
+                        }
+                    }
+                }
+                let mut body = vec![0; length];
+                reader.read_exact(&mut body).unwrap();
+                let request = Seen {
+                    form: url::form_urlencoded::parse(&body).into_owned().collect(),
+                    authorization,
+                };
+                let (status, text) = answer(&own, &request);
+                kept.lock().unwrap().push(request);
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+                    text.len()
+                );
+            }
+        });
+        (url, seen)
+    }
+
+    const ISSUER: &str = "https://confirm.example";
+
+    /// The CS's client assertion at a real token endpoint that checks it as
+    /// §16.4 says (`verify_client_assertion` against the CS's published
+    /// keys, `aud` its own URL, each `jti` once): no secret is sent, a
+    /// token is asked for once and cached, and a new request (the token
+    /// forgotten) carries a fresh assertion. An assertion by another key is
+    /// refused there, and that refusal is `Unauthorized` here.
+    #[tokio::test]
+    async fn the_client_assertion_is_what_the_token_endpoint_checks() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+        let keys = KeyRing::open(&dir.path().join("cs.jwk"), None, "cs", clock.clone()).unwrap();
+        let published = keys.published();
+        let jtis = Mutex::new(HashSet::new());
+        let endpoint_clock = clock.clone();
+        let (url, seen) = token_endpoint(move |own, s| {
+            let refuse = |why: String| {
+                (
+                    401,
+                    serde_json::json!({"error": "invalid_client", "error_description": why})
+                        .to_string(),
+                )
+            };
+            if s.value("grant_type") != Some("client_credentials")
+                || s.value("client_assertion_type") != Some(ASSERTION_TYPE)
+            {
+                return refuse("not a client-credentials request with an assertion".into());
+            }
+            let Some(assertion) = s.value("client_assertion") else {
+                return refuse("no assertion".into());
+            };
+            let expected = Expected {
+                issuer: ISSUER,
+                audience: own,
+                now: endpoint_clock.now().timestamp(),
+            };
+            match verify_client_assertion(assertion, &published, expected) {
+                Ok(v) if jtis.lock().unwrap().insert(v.jti.clone()) => (
+                    200,
+                    format!(
+                        r#"{{"access_token":"token-{n}","token_type":"Bearer","expires_in":3600}}"#,
+                        n = jtis.lock().unwrap().len()
+                    ),
+                ),
+                Ok(_) => refuse("jti seen before".into()),
+                Err(e) => refuse(e.to_string()),
+            }
+        });
+        let tls = tls_connector().unwrap();
+        let signer = AssertionSigner::new(keys.clone(), ISSUER, clock.clone());
+        let client = RsClient::with(&url, ClientAuth::Assertion(signer), None, &tls).unwrap();
+        assert_eq!(client.token().await.unwrap(), "token-1");
+        assert_eq!(client.token().await.unwrap(), "token-1", "cached");
+        assert_eq!(seen.lock().unwrap().len(), 1);
+        client.forget_token("token-1");
+        assert_eq!(
+            client.token().await.unwrap(),
+            "token-2",
+            "a fresh assertion, accepted"
+        );
+        {
+            let seen = seen.lock().unwrap();
+            assert_eq!(seen.len(), 2);
+            for s in seen.iter() {
+                assert_eq!(s.authorization, None, "no secret is sent");
+                assert_eq!(s.value("scope"), Some("cheq"));
+                assert_eq!(s.value("client_id"), None);
+            }
+            assert_ne!(
+                seen[0].value("client_assertion"),
+                seen[1].value("client_assertion")
+            );
+        }
+
+        // The same CS name with a key of another set: refused there.
+        let other = tempfile::tempdir().unwrap();
+        let impostor =
+            KeyRing::open(&other.path().join("cs.jwk"), None, "cs", clock.clone()).unwrap();
+        let client = RsClient::with(
+            &url,
+            ClientAuth::Assertion(AssertionSigner::new(impostor, ISSUER, clock.clone())),
+            None,
+            &tls,
+        )
+        .unwrap();
+        match client.token().await {
+            Err(FetchError::Unauthorized(code)) => assert_eq!(code, "invalid_client"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// An assertion names the CS as `iss` and `sub`, the token endpoint as
+    /// `aud`, and lives 60 s from the clock's now.
+    #[test]
+    fn an_assertion_is_for_one_token_endpoint_and_a_minute() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+        let keys = KeyRing::open(&dir.path().join("cs.jwk"), None, "cs", clock.clone()).unwrap();
+        let signer = AssertionSigner::new(keys.clone(), ISSUER, clock.clone());
+        let aud = "https://rs.example/oauth/token";
+        let assertion = signer.assertion(aud).unwrap();
+        let now = clock.now().timestamp();
+        let expected = |audience, now| Expected {
+            issuer: ISSUER,
+            audience,
+            now,
+        };
+        let ok = verify_client_assertion(&assertion, &keys.published(), expected(aud, now));
+        assert_eq!(ok.unwrap().expires_at, now + 60);
+        for (audience, at) in [("https://other.example/oauth/token", now), (aud, now + 61)] {
+            assert!(
+                verify_client_assertion(&assertion, &keys.published(), expected(audience, at))
+                    .is_err(),
+                "{audience} at {at}"
+            );
+        }
+    }
 }

@@ -9,6 +9,9 @@
 //! - [`flow`]: start, load, decide, deliver, history, evidence.
 //! - [`auth`]: accounts, sessions, failed-attempt limits.
 //! - [`registry`]: the resource servers this CS works for (§2).
+//! - [`directory`]: those of the configuration and those registered (§16.3)
+//!   as one list, reloaded when the registrations change.
+//! - [`registration`]: a resource server registering itself (§16.3).
 //! - [`link`]: how the flow reaches a resource server: over HTTP ([`fetch`],
 //!   bounded) or in the same process (§12).
 //! - [`fetch`]: the HTTP client of resource servers (§3, §6), bounded.
@@ -23,11 +26,13 @@
 
 pub mod auth;
 pub mod config;
+pub mod directory;
 pub mod fetch;
 pub mod flow;
 pub mod link;
 pub mod oidc;
 pub mod passkeys;
+pub mod registration;
 pub mod registry;
 pub mod seal;
 pub mod transparency;

@@ -16,6 +16,7 @@
 //! or is `.` or `..` (also before a `;` parameter).
 
 use cheq_core::cheq::uri::parse_cheq_uri;
+use std::collections::HashMap;
 use std::sync::Arc;
 use url::Url;
 
@@ -49,31 +50,90 @@ pub enum RegistryError {
 #[derive(Debug)]
 pub struct Registry<T> {
     entries: Vec<Registered<T>>,
+    /// The positions of each origin's entries (`scheme://host:port`, the
+    /// port always written): a look-up reads the entries of one origin,
+    /// however many resource servers a public host serves.
+    by_origin: HashMap<String, Vec<usize>>,
 }
 
 impl<T> Default for Registry<T> {
     fn default() -> Self {
         Registry {
             entries: Vec::new(),
+            by_origin: HashMap::new(),
         }
     }
 }
 
+/// The key of [`Registry::by_origin`]: scheme, host and port (the default
+/// port written out, so that `https://a` and `https://a:443` meet).
+fn origin_key(url: &Url) -> Option<String> {
+    Some(format!(
+        "{}://{}:{}",
+        url.scheme(),
+        url.host_str()?,
+        url.port_or_known_default()?
+    ))
+}
+
+/// Why a path prefix cannot delimit a resource server's URIs (§2), if it
+/// cannot: it must start and end with `/` (so that it matches whole path
+/// segments) and be a plain path, since it is compared with the
+/// percent-decoded path.
+pub fn check_path_prefix(prefix: &str) -> Result<(), &'static str> {
+    if !prefix.starts_with('/') || !prefix.ends_with('/') {
+        return Err(
+            "must start and end with '/' (\"/cheq/\"), so that it matches whole path segments",
+        );
+    }
+    if prefix.contains(['%', '\\', '?', '#'])
+        || prefix.split('/').any(|s| s == "." || s == "..")
+        || prefix.chars().any(char::is_control)
+    {
+        return Err(
+            "must be a plain path: no '%', '\\', '?', '#', control characters or dot segments",
+        );
+    }
+    Ok(())
+}
+
 impl<T> Registry<T> {
     /// Builds the registry from `(origin, path_prefix, value)` triples, the
-    /// origins and prefixes already validated by the configuration.
-    pub fn new<'a>(servers: impl IntoIterator<Item = (&'a str, &'a str, T)>) -> Self {
-        let entries = servers
-            .into_iter()
-            .filter_map(|(origin, prefix, value)| {
-                Url::parse(origin).ok().map(|origin| Registered {
-                    origin,
-                    path_prefix: prefix.to_owned(),
-                    value: Arc::new(value),
-                })
-            })
-            .collect();
-        Registry { entries }
+    /// origins and prefixes already validated; an origin that does not
+    /// parse is left out.
+    pub fn new<'a, V: Into<Arc<T>>>(
+        servers: impl IntoIterator<Item = (&'a str, &'a str, V)>,
+    ) -> Self {
+        let mut registry = Registry::default();
+        for (origin, prefix, value) in servers {
+            let Ok(origin) = Url::parse(origin) else {
+                continue;
+            };
+            let Some(key) = origin_key(&origin) else {
+                continue;
+            };
+            registry
+                .by_origin
+                .entry(key)
+                .or_default()
+                .push(registry.entries.len());
+            registry.entries.push(Registered {
+                origin,
+                path_prefix: prefix.to_owned(),
+                value: value.into(),
+            });
+        }
+        registry
+    }
+
+    /// How many resource servers it holds.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     /// Each registered resource server's origin and value, in order.
@@ -105,8 +165,13 @@ impl<T> Registry<T> {
             ));
         }
         let decoded = decoded_path(url.path()).map_err(unsafe_path)?;
-        self.entries
+        let candidates = origin_key(&url)
+            .and_then(|k| self.by_origin.get(&k))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        candidates
             .iter()
+            .filter_map(|&i| self.entries.get(i))
             .find(|r| {
                 r.origin.scheme() == url.scheme()
                     && r.origin.host() == url.host()

@@ -1,4 +1,5 @@
-//! The OpenAPI 3.1 description of the raw API (PROTOCOL.md §10), generated
+//! The OpenAPI 3.1 description of the raw API (PROTOCOL.md §10) and of the
+//! registration of resource servers (§16.3), generated
 //! from the code by `utoipa`: the handlers carry `#[utoipa::path]`, the
 //! answers are the types of [`super::views`] and the error body
 //! [`ErrorBody`]. It is served at `GET /api/v1/openapi.json` and checked in
@@ -23,6 +24,8 @@ use utoipa::{Modify, OpenApi, ToSchema};
 pub const GATEWAY_AUTH: &str = "gateway";
 /// The security scheme of the other routes: a user token from `/api/v1/token`.
 pub const USER_TOKEN: &str = "user_token";
+/// The security scheme of a registration in `token` mode (§16.3).
+pub const INITIAL_ACCESS_TOKEN: &str = "initial_access_token";
 
 /// Every answer that is not a success (§10): `{"error","error_description"}`,
 /// with more members for some errors.
@@ -111,6 +114,39 @@ pub struct DecisionRequestBody {
     /// Required (true) to accept a confirmation that carries warnings.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acknowledge_warnings: Option<bool>,
+}
+
+/// The body of `POST /api/v1/resource-servers` (§16.3).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RegistrationRequest {
+    /// The resource server's origin (`https://host[:port]`), where its
+    /// discovery document (`/.well-known/cheq-resource`, §16.2) is fetched.
+    #[schema(format = "uri", min_length = 1)]
+    pub resource: String,
+}
+
+/// The answer of a registration (§16.3).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RegistrationAnswer {
+    /// The resource server's origin.
+    #[schema(format = "uri")]
+    pub resource: String,
+    /// Its name, as its discovery document gives it.
+    pub name: String,
+    #[schema(schema_with = schemas::active)]
+    pub status: &'static str,
+}
+
+impl RegistrationAnswer {
+    /// The answer for a stored record (always active: a blocked origin is
+    /// refused).
+    pub fn of(record: &crate::store::registrations::RegisteredRecord) -> Self {
+        RegistrationAnswer {
+            resource: record.origin.clone(),
+            name: record.name.clone(),
+            status: crate::store::registrations::RegistrationStatus::Active.as_str(),
+        }
+    }
 }
 
 /// Schemas of members whose type lives in a layer that knows nothing of
@@ -212,6 +248,13 @@ pub(super) mod schemas {
     pub fn bearer() -> RefOr<Schema> {
         schema(words(&["Bearer"], "Always `Bearer`."))
     }
+
+    pub fn active() -> RefOr<Schema> {
+        schema(words(
+            &[crate::store::registrations::RegistrationStatus::Active.as_str()],
+            "Always `active`: the resource server is served.",
+        ))
+    }
 }
 
 struct SecuritySchemes;
@@ -230,8 +273,15 @@ impl Modify for SecuritySchemes {
             "A user token from `POST /api/v1/token` (it stands for one user and one gateway)."
                 .into(),
         );
+        let mut initial = Http::new(HttpAuthScheme::Bearer);
+        initial.description = Some(
+            "An initial access token from the operator (`cheq rs token`), needed in `token` \
+             mode only; each allows one registration."
+                .into(),
+        );
         components.add_security_scheme(GATEWAY_AUTH, SecurityScheme::Http(basic));
         components.add_security_scheme(USER_TOKEN, SecurityScheme::Http(bearer));
+        components.add_security_scheme(INITIAL_ACCESS_TOKEN, SecurityScheme::Http(initial));
     }
 }
 
@@ -239,7 +289,7 @@ impl Modify for SecuritySchemes {
 #[derive(OpenApi)]
 #[openapi(
     info(
-        title = "CHEQ confirmation server: raw API for voice gateways",
+        title = "CHEQ confirmation server: raw API for voice gateways, registration of resource servers",
         version = "1",
         description = "PROTOCOL.md §10. Every answer under `/api/v1/` is JSON; every error is \
             `{\"error\",\"error_description\"}` (the `ErrorBody` schema) with the fitting status. \
@@ -252,7 +302,8 @@ impl Modify for SecuritySchemes {
         super::create,
         super::get,
         super::decide,
-        super::openapi_document
+        super::openapi_document,
+        super::registration::register
     ),
     components(schemas(
         ErrorBody,
@@ -268,10 +319,15 @@ impl Modify for SecuritySchemes {
         InputView,
         VoiceView,
         WarningView,
-        DecisionAnswer
+        DecisionAnswer,
+        RegistrationRequest,
+        RegistrationAnswer
     )),
     modifiers(&SecuritySchemes),
-    tags((name = "raw API", description = "PROTOCOL.md §10"))
+    tags(
+        (name = "raw API", description = "PROTOCOL.md §10"),
+        (name = "registration", description = "PROTOCOL.md §16.3")
+    )
 )]
 pub struct ApiDoc;
 

@@ -7,6 +7,7 @@
 //! | `POST /api/v1/confirmations` | `{"resource uri"}` → `201` and a confirmation view |
 //! | `GET /api/v1/confirmations/{id}` | the confirmation view |
 //! | `POST /api/v1/confirmations/{id}/decision` | `{"decision","collected","acknowledge_warnings","view"}` |
+//! | `POST /api/v1/resource-servers` | a resource server registers itself (§16.3) |
 //!
 //! Errors are [`JsonError`]s; a flow error gets its status from the one table
 //! of [`crate::confirm::status`] ([`json_error`]). A token stands for one user
@@ -16,9 +17,11 @@
 
 pub mod doc;
 mod gateway;
+mod registration;
 mod views;
 
 pub use gateway::{ApiUser, TokenForm, Tokens};
+pub use registration::registration_error;
 pub use views::{decided_status, open_view, ConfirmationView, DecisionAnswer};
 
 use crate::cheq::{Channel, Decision};
@@ -72,6 +75,9 @@ pub fn json_error(e: CsError) -> JsonError {
     err
 }
 
+/// Where resource servers register (§16.3).
+pub const REGISTRATION_PATH: &str = "/api/v1/resource-servers";
+
 fn bad(description: impl Into<String>) -> JsonError {
     JsonError::new(StatusCode::BAD_REQUEST, "invalid_request", description)
 }
@@ -85,6 +91,9 @@ pub struct Api {
     token_ttl: i64,
     limiter: Limiter,
     log_key: Vec<u8>,
+    /// Takes registrations of resource servers (§16.3); none: they are
+    /// refused as off.
+    registrar: Option<Arc<crate::confirm::registration::Registrar>>,
     /// See [`client_address`].
     pub trusted_proxies: Vec<std::net::IpAddr>,
 }
@@ -113,8 +122,19 @@ impl Api {
             token_ttl,
             limiter,
             log_key,
+            registrar: None,
             trusted_proxies: Vec::new(),
         }
+    }
+
+    /// The same API, taking registrations of resource servers (§16.3)
+    /// through `registrar`.
+    pub fn with_registrar(
+        mut self,
+        registrar: Arc<crate::confirm::registration::Registrar>,
+    ) -> Self {
+        self.registrar = Some(registrar);
+        self
     }
 
     /// The key of the digests that stand for typed names in log lines.
@@ -180,7 +200,7 @@ pub struct Route {
 }
 
 /// Every route of the raw API.
-pub static ROUTES: [Route; 5] = [
+pub static ROUTES: [Route; 6] = [
     Route {
         method: Method::POST,
         path: "/api/v1/token",
@@ -205,6 +225,11 @@ pub static ROUTES: [Route; 5] = [
         method: Method::GET,
         path: "/api/v1/openapi.json",
         add: |r| r.route(web::get().to(openapi_document)),
+    },
+    Route {
+        method: Method::POST,
+        path: REGISTRATION_PATH,
+        add: |r| r.route(web::post().to(registration::register)),
     },
 ];
 

@@ -14,6 +14,7 @@
 //! | `GET /history`, `GET /history/{id}.json` | past decisions and their signed CHEQs |
 //! | `GET /account`, `/account/passkeys/…`, `/login/passkey/…` | passkeys ([`passkeys`]) |
 //! | `GET <start path>/log/…`, `GET /history/{id}/inclusion.json` | the transparency log ([`tlog`]) |
+//! | `GET /.well-known/cheq-configuration` | the discovery document (§16.1) |
 //! | `GET /.well-known/jwks.json`, `GET /healthz`, `GET /static/style.css` | |
 
 pub mod extract;
@@ -78,6 +79,8 @@ pub struct CsState {
     pub metrics_token: Option<crate::httpkit::MetricsToken>,
     /// Passkey ceremonies (adding one, signing in with one).
     pub ceremonies: crate::confirm::passkeys::Ceremonies,
+    /// The discovery document (§16.1), its JSON text.
+    pub discovery: Arc<String>,
 }
 
 impl std::fmt::Debug for CsState {
@@ -228,6 +231,7 @@ pub fn configure_confirmation(cfg: &mut web::ServiceConfig, state: web::Data<CsS
                 .route(web::post().to(login)),
         )
         .service(resource("/logout").route(web::post().to(logout)))
+        .service(resource(crate::discovery::CS_CONFIGURATION_PATH).route(web::get().to(discovery)))
         .service(resource("/oidc/login/{name}").route(web::get().to(oidc::start)))
         .service(resource("/oidc/callback").route(web::get().to(oidc::callback)))
         .service(
@@ -276,6 +280,22 @@ fn json_config() -> web::JsonConfig {
             )
             .into()
         })
+}
+
+/// How long a reader may keep the discovery document (§16.1: at most a
+/// day): an hour, so that a change of the configuration reaches readers
+/// soon.
+pub const DISCOVERY_MAX_AGE_SECS: u32 = 3600;
+
+/// `GET /.well-known/cheq-configuration` (§16.1).
+async fn discovery(state: web::Data<CsState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .insert_header((
+            header::CACHE_CONTROL,
+            format!("public, max-age={DISCOVERY_MAX_AGE_SECS}"),
+        ))
+        .body(state.discovery.as_str().to_owned())
 }
 
 /// `GET /readyz`: 200 only when the store answers.
@@ -436,6 +456,7 @@ mod tests {
             "does not work for that resource server",
             "The field resource_uri is missing",
             "No such confirmation",
+            "no longer serves Example Air (https://rs.example)",
             "does not know this request",
             "security token",
             "within the last 5 minutes",

@@ -286,6 +286,7 @@ fn rs_code(error: &str) -> Option<&str> {
 pub fn title(e: &CsError) -> &'static str {
     match e {
         CsError::NotRegistered(_) => "Unknown resource server",
+        CsError::Blocked { .. } => "Site no longer served",
         CsError::BadRequest(_) => "Bad request",
         CsError::NotFound => "Not found",
         CsError::Csrf => "Form expired",
@@ -317,6 +318,10 @@ pub fn message(e: &CsError) -> String {
     match e {
         CsError::NotRegistered(detail) => format!(
             "This confirmation service does not work for that resource server, so it did not contact it. {detail}"
+        ),
+        CsError::Blocked { .. } => format!(
+            "{}. Its operator stopped confirming requests for that site, so it was not contacted and nothing was signed. Ask that site for another way to confirm.",
+            capitalized(&e.to_string())
         ),
         CsError::Csrf => "The form's security token was missing or did not match your session. Go back, reload the page and try again.".into(),
         CsError::Untrusted { origin, reason } => format!(

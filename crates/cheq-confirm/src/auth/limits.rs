@@ -42,7 +42,32 @@ pub enum LimitKey {
     Account(String),
     /// One user's voice PIN, through any gateway: delayed.
     Pin(String),
+    /// Registrations of resource servers (§16.3) from one address: every
+    /// attempt counts, and past the rate the address is refused.
+    RegistrationFrom(String),
+    /// Registrations of one resource server's origin, from anywhere: every
+    /// attempt counts, and past the rate the origin is refused.
+    RegistrationOf(String),
 }
+
+/// Registrations from one address (§16.3): 20 within a quiet window of
+/// 10 min, then refused for 10 s doubling up to 15 min.
+pub const REGISTRATION_ADDRESS: Policy = Policy {
+    free_failures: 20,
+    base_secs: 10,
+    max_secs: 900,
+    window_secs: 600,
+};
+
+/// Registrations of one origin (§16.3): 10 within a quiet window of 10
+/// min, then refused for 10 s doubling up to 15 min. An RS registers once
+/// at its start; a refresh now and then stays far below.
+pub const REGISTRATION_ORIGIN: Policy = Policy {
+    free_failures: 10,
+    base_secs: 10,
+    max_secs: 900,
+    window_secs: 600,
+};
 
 impl LimitKey {
     fn store_key(&self) -> String {
@@ -53,6 +78,8 @@ impl LimitKey {
             LimitKey::CallbackAt(a) => format!("oidc@ip:{a}"),
             LimitKey::Account(a) => format!("acct:{a}"),
             LimitKey::Pin(u) => format!("pin:{u}"),
+            LimitKey::RegistrationFrom(a) => format!("reg@ip:{a}"),
+            LimitKey::RegistrationOf(o) => format!("reg:{o}"),
         }
     }
 
@@ -63,6 +90,8 @@ impl LimitKey {
             LimitKey::Address(_) | LimitKey::CallbackAt(_) => Policy::ADDRESS,
             LimitKey::GatewayAt { .. } => Policy::GATEWAY_AT_ADDRESS,
             LimitKey::Account(_) | LimitKey::Pin(_) => Policy::ACCOUNT,
+            LimitKey::RegistrationFrom(_) => REGISTRATION_ADDRESS,
+            LimitKey::RegistrationOf(_) => REGISTRATION_ORIGIN,
         }
     }
 
@@ -128,6 +157,31 @@ impl Limiter {
             }
         }
         Ok(left)
+    }
+
+    /// Counts one attempt on each of `keys`, each a rate (every attempt
+    /// counts, whatever its outcome): the answer is how long to wait when a
+    /// key is locked already (then nothing is counted, so that a flood past
+    /// the rate costs one read per key), or when this attempt is past a
+    /// key's free allowance. Each count is one atomic update of the stored
+    /// state, so concurrent attempts on every instance never pass more than
+    /// the allowance.
+    pub fn count_attempt(&self, keys: &[LimitKey], now: i64) -> Result<Option<i64>, StoreError> {
+        if let Some(wait) = self.locked(keys, now)? {
+            return Ok(Some(wait));
+        }
+        let mut wait = None;
+        for key in keys {
+            let policy = key.policy();
+            let state = self
+                .store
+                .update(&key.store_key(), &mut |old| Some(policy.fail(old, now)))?;
+            if let Some(s) = state.filter(|s| s.failures > policy.free_failures) {
+                let w = (s.locked_until - now).max(1);
+                wait = Some(wait.map_or(w, |x: i64| x.max(w)));
+            }
+        }
+        Ok(wait)
     }
 
     /// Records a failure for `key`.
@@ -234,7 +288,11 @@ impl Limiter {
             match key {
                 // A shared key (an address, a gateway) gets back only the
                 // failure counted in advance.
-                LimitKey::Address(_) | LimitKey::GatewayAt { .. } | LimitKey::CallbackAt(_) => {
+                LimitKey::Address(_)
+                | LimitKey::GatewayAt { .. }
+                | LimitKey::CallbackAt(_)
+                | LimitKey::RegistrationFrom(_)
+                | LimitKey::RegistrationOf(_) => {
                     self.take_back(key, now)?;
                 }
                 LimitKey::AccountAt { .. } | LimitKey::Account(_) | LimitKey::Pin(_) => {
@@ -498,6 +556,42 @@ mod tests {
         // Nothing to take back: nothing is written.
         l.take_back(&address, 100).unwrap();
         assert_eq!(l.store.get(&address.store_key()).unwrap(), None);
+    }
+
+    /// A rate lets exactly its allowance through, even to attempts that
+    /// race, then refuses without counting until the lock ends.
+    #[test]
+    fn a_rate_lets_its_allowance_through_and_no_more() {
+        let (_dir, l) = limiter();
+        let keys = [
+            LimitKey::RegistrationFrom("10.0.0.1".into()),
+            LimitKey::RegistrationOf("https://rs.example".into()),
+        ];
+        let passed = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..5 {
+                        if l.count_attempt(&keys, 100).unwrap().is_none() {
+                            passed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                    }
+                });
+            }
+        });
+        let allowance = REGISTRATION_ORIGIN.free_failures as usize;
+        assert_eq!(passed.into_inner(), allowance);
+        let refused = l.count_attempt(&keys, 100).unwrap();
+        assert!(
+            refused.is_some_and(|w| w >= REGISTRATION_ORIGIN.base_secs),
+            "{refused:?}"
+        );
+        // Another origin from the same address still has its own count.
+        let other = [
+            LimitKey::RegistrationFrom("10.0.0.2".into()),
+            LimitKey::RegistrationOf("https://other.example".into()),
+        ];
+        assert_eq!(l.count_attempt(&other, 100).unwrap(), None);
     }
 
     #[test]

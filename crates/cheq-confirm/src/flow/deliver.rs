@@ -10,11 +10,15 @@
 //!
 //! The worker leases due deliveries from the store (so that two workers, or
 //! the immediate delivery and the worker, never deliver one decision at
-//! once), and runs across restarts. When a sealed document's delivery is
+//! once), and runs across restarts. A decision for a resource server the
+//! operator blocked (§16.3) is not tried while it is blocked, and stays
+//! pending (its attempts not counted), looked at again every
+//! [`BLOCKED_RECHECK_SECS`]: it goes out once the RS is unblocked. When a sealed document's delivery is
 //! final, the record keeps redacted evidence only (§8.1, in its current
 //! format) and the key is shredded (§8).
 
 use super::{stripe, Cs};
+use crate::directory::Found;
 use crate::fetch::RsAnswer;
 use crate::seal::redact;
 use cheq_core::sign::verify::CLOCK_SKEW_SECS;
@@ -33,6 +37,11 @@ pub const MAX_BACKOFF_SECS: i64 = 30;
 const MAX_DELIVERIES_PER_ROUND: usize = 32;
 /// How long a leased delivery is the worker's alone.
 pub const LEASE_SECS: i64 = 30;
+/// How soon a decision for a blocked resource server is looked at again.
+pub const BLOCKED_RECHECK_SECS: i64 = 3;
+/// Why such a decision waits.
+pub const BLOCKED_WAIT: &str =
+    "the operator of this confirmation service blocked this resource server: the decision waits until it is unblocked";
 /// How often the delivery worker reads the outbox's size for the metrics.
 pub const OUTBOX_SUMMARY_SECS: i64 = 15;
 
@@ -128,12 +137,26 @@ impl Cs {
         // the decision before a crash here lost the word of it, and then it
         // answers the same again.
         let late = now > record.expires + CLOCK_SKEW_SECS;
-        let Ok(rs) = self.registry.find(&record.resource_uri).cloned() else {
-            let gone = Delivery::Refused {
-                refusal: Refusal::Unregistered,
-                at: now,
-            };
-            return self.finish_blocking(record, gone, Some(document)).await;
+        let rs = match self.directory.find(&record.resource_uri) {
+            Ok(Found::Served(rs)) => rs,
+            // Blocked by the operator (§16.3): not tried, not dropped, and
+            // looked at again shortly, so that it goes out soon after the
+            // RS is unblocked.
+            Ok(Found::Blocked(_)) => {
+                let waiting = Delivery::Pending {
+                    attempts,
+                    next_try: now + BLOCKED_RECHECK_SECS,
+                    last_error: Some(BLOCKED_WAIT.to_owned()),
+                };
+                return self.finish_blocking(record, waiting, None).await;
+            }
+            Err(_) => {
+                let gone = Delivery::Refused {
+                    refusal: Refusal::Unregistered,
+                    at: now,
+                };
+                return self.finish_blocking(record, gone, Some(document)).await;
+            }
         };
         let answer = rs
             .client

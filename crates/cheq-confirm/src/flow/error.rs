@@ -57,6 +57,13 @@ pub enum BadRequest {
 pub enum CsError {
     #[error("{0}")]
     NotRegistered(#[from] RegistryError),
+    /// The resource server registered itself here, and the operator
+    /// blocked it (§16.3).
+    #[error(
+        "this confirmation service no longer serves {}",
+        blocked_name(name, origin)
+    )]
+    Blocked { origin: String, name: String },
     #[error("{0}")]
     BadRequest(#[from] BadRequest),
     #[error("no such confirmation")]
@@ -120,6 +127,16 @@ pub enum PasskeyProblem {
     NotYours,
     #[error("the passkey's signature counter went back: it may have been copied")]
     CounterWentBack,
+}
+
+/// How a blocked resource server is named: its name and origin, or its
+/// origin alone when it never registered.
+fn blocked_name(name: &str, origin: &str) -> String {
+    if name.is_empty() {
+        origin.to_owned()
+    } else {
+        format!("{name} ({origin})")
+    }
 }
 
 impl From<StoreError> for CsError {

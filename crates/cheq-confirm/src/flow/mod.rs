@@ -33,13 +33,13 @@ pub use decide::{DecideError, Decided, DecisionRequest};
 pub use error::{BadRequest, CsError, Internal, PasskeyProblem};
 pub use inputs::{Collected, InputProblems};
 
+use super::directory::{Directory, Found};
 use super::fetch::FetchError;
 use super::link::RsLink;
-use super::registry::Registry;
 use super::seal::Sealer;
 use super::view::{origin_of, CheqView};
 use cheq_core::cheq::CountersignFields;
-use cheq_core::sign::{verify_resource, Context, TrustStore, VerifiedCheq, VerifyError};
+use cheq_core::sign::{verify_resource, Context, VerifiedCheq, VerifyError};
 use cheq_store::cs::{ConfirmationEntry, CsStore, DecisionRecord, DecisionRecords, Identity};
 use cheq_support::keyring::KeyRing;
 use cheq_support::peerkeys::{PeerKeys, Refetch};
@@ -170,7 +170,7 @@ pub struct Deps {
     /// The CS's own key set (§9).
     pub keys: Arc<KeyRing>,
     /// The resource servers it works for.
-    pub registry: Registry<RegisteredRs>,
+    pub directory: Directory,
     pub store: CsStore,
     pub clock: Arc<dyn Clock>,
     pub sealer: Sealer,
@@ -186,8 +186,7 @@ pub struct Cs {
     public_url: String,
     cs_origin: String,
     keys: Arc<KeyRing>,
-    trust: TrustStore,
-    registry: Registry<RegisteredRs>,
+    directory: Directory,
     store: CsStore,
     clock: Arc<dyn Clock>,
     sealer: Sealer,
@@ -196,10 +195,6 @@ pub struct Cs {
     verified: Recent<Arc<Open>>,
     /// Started confirmations, as stored (they do not change once started).
     entries: Recent<ConfirmationEntry>,
-    /// The registered RS of each resource URI looked up last (the registry
-    /// does not change while the CS runs; a flow asks four or five times,
-    /// and each look-up parses the URI).
-    registered: Recent<Arc<RegisteredRs>>,
     locks: Vec<Mutex<()>>,
     delivery_locks: Vec<tokio::sync::Mutex<()>>,
     wake: tokio::sync::Notify,
@@ -229,20 +224,13 @@ fn stripe(key: &str) -> usize {
 }
 
 impl Cs {
-    /// The CS of `deps`; fails when a registered origin is not an origin.
+    /// The CS of `deps`.
     pub fn new(deps: Deps) -> Result<Self, CsError> {
-        let mut trust = TrustStore::new();
-        for (origin, rs) in deps.registry.iter() {
-            trust
-                .add(true, &origin, rs.keys.source())
-                .map_err(|e| CsError::Internal(Internal::Trust(e)))?;
-        }
         Ok(Cs {
             cs_origin: origin_of(&deps.public_url),
             public_url: deps.public_url,
             keys: deps.keys,
-            trust,
-            registry: deps.registry,
+            directory: deps.directory,
             store: deps.store,
             clock: deps.clock,
             sealer: deps.sealer,
@@ -250,7 +238,6 @@ impl Cs {
             log: deps.log,
             verified: Recent::new(VERIFIED_CACHE),
             entries: Recent::new(ENTRY_CACHE),
-            registered: Recent::new(ENTRY_CACHE),
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             delivery_locks: (0..LOCK_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))
@@ -330,19 +317,59 @@ impl Cs {
         &self.keys
     }
 
-    /// §2: refuses a resource URI that is not under a registered RS.
+    /// §2: refuses a resource URI that is not under a resource server this
+    /// CS serves, or is under one its operator blocked (§16.3).
     pub fn check_registered(&self, resource_uri: &str) -> Result<Arc<RegisteredRs>, CsError> {
-        let resource_uri = resource_uri.trim();
-        if let Some(rs) = self.registered.get(resource_uri) {
-            return Ok(rs);
+        match self.directory.find(resource_uri.trim())? {
+            Found::Served(rs) => Ok(rs),
+            Found::Blocked(b) => Err(CsError::Blocked {
+                origin: b.origin.clone(),
+                name: b.name.clone(),
+            }),
         }
-        let rs = self
-            .registry
-            .find(resource_uri)
-            .map_err(CsError::NotRegistered)?
-            .clone();
-        self.registered.put(resource_uri, rs.clone());
-        Ok(rs)
+    }
+
+    /// The registered resource servers and initial access tokens (§16.3).
+    pub fn registrations(&self) -> Arc<dyn cheq_store::registrations::Registrations> {
+        self.store.registrations.clone()
+    }
+
+    /// The resource servers this CS works for.
+    pub fn directory(&self) -> &Directory {
+        &self.directory
+    }
+
+    /// Reads the registered resource servers again when they changed in
+    /// the store (on any instance); `true` when the list was replaced.
+    pub fn reload_registered(&self) -> Result<bool, CsError> {
+        let changed = self.directory.reload()?;
+        if changed {
+            // A resource server unblocked may have deliveries waiting.
+            self.wake();
+        }
+        Ok(changed)
+    }
+
+    /// Reloads the registered resource servers every
+    /// [`crate::directory::RELOAD_EVERY`], forever (a failed read is
+    /// logged once until one succeeds, and tried again).
+    pub async fn run_reloads(self: Arc<Self>) {
+        if !self.directory.takes_registrations() {
+            return;
+        }
+        let mut failing = false;
+        loop {
+            tokio::time::sleep(crate::directory::RELOAD_EVERY).await;
+            let cs = self.clone();
+            match tokio::task::spawn_blocking(move || cs.reload_registered()).await {
+                Ok(Ok(_)) => failing = false,
+                Ok(Err(e)) if !failing => {
+                    failing = true;
+                    log::warn!("reading the registered resource servers: {e}");
+                }
+                _ => {}
+            }
+        }
     }
 
     /// Refuses `who` when the RS of `resource_uri` wants a fresher sign-in
@@ -423,7 +450,7 @@ impl Cs {
             resource_uri: Some(resource_uri),
             confirmation_uri: Some(&self.public_url),
         };
-        let mut verified = verify_resource(document, &self.trust, &ctx);
+        let mut verified = verify_resource(document, self.directory.snapshot().trust(), &ctx);
         if let (Err(VerifyError::UntrustedResourceKey { kid, .. }), Some(peer)) = (&verified, peer)
         {
             match peer.refetch_for(kid).await {
@@ -432,7 +459,7 @@ impl Cs {
                         now: self.clock.now(),
                         ..ctx
                     };
-                    verified = verify_resource(document, &self.trust, &ctx);
+                    verified = verify_resource(document, self.directory.snapshot().trust(), &ctx);
                 }
                 Refetch::Absent => {}
                 Refetch::Later { retry_after } => {
@@ -730,7 +757,7 @@ mod tests {
         let cs = Cs::new(Deps {
             public_url: "http://127.0.0.1:9".into(),
             keys,
-            registry: Registry::default(),
+            directory: Directory::new(Vec::new(), None).unwrap(),
             store,
             clock,
             sealer: Sealer::new(&dir.path().join("sealed"), vec![7; 32]),
