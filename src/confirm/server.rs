@@ -140,11 +140,11 @@ pub async fn build_state_with(
     .map_err(ServerError::Other)?;
     let outbound = links.outbound().clone();
     let (store, backend) = open_store(config)?;
-    let registrations = config
-        .registration
-        .mode
-        .is_on()
-        .then(|| (store.registrations.clone(), links));
+    // The mode governs new registrations only: an RS registered while it
+    // was on is served until the operator removes or blocks it, so that
+    // turning registration off never strands a pending decision. A
+    // confirmation hosted inside an RS works for that RS alone (§12).
+    let registrations = (!config.embedded).then(|| (store.registrations.clone(), links));
     let directory = Directory::new(fixed, registrations)
         .map_err(|e| ServerError::Other(format!("resource_servers: {e}")))?;
     let secret = match &config.session_secret {
@@ -189,6 +189,12 @@ pub async fn build_state_with(
         path: "registered resource servers".into(),
         message: e.to_string(),
     })?;
+    if config.resource_servers.is_empty() && !config.embedded && !config.registration.mode.is_on() {
+        log::warn!(
+            "no [[resource_servers]] in the file and [registration] is off: only resource servers \
+             registered earlier are served"
+        );
+    }
     let limiter = Limiter::new(store.limits.clone());
     let registrar = Arc::new(Registrar::new(
         config.registration.mode,

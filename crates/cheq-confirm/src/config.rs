@@ -52,7 +52,8 @@
 //!
 //! With `[registration] mode = "token"` or `"open"`, resource servers the
 //! file does not name register themselves (§16.3) and are served without a
-//! restart; `resource_servers` may then be empty. Whatever such a server's
+//! restart. `resource_servers` may be empty: the RSes registered (while
+//! registration was on, §16.3) are served in any mode until removed. Whatever such a server's
 //! documents name is fetched under the rules of `cheq_support::outbound`:
 //! `https`, bounded, no redirect, and never to a private, loopback,
 //! link-local or unspecified address unless `allow_addresses` lists its
@@ -451,12 +452,6 @@ impl ServerConfig for CsConfig {
                 "a confirmation served by a resource server itself works for that resource server alone: leave it \"off\"",
             ));
         }
-        if self.resource_servers.is_empty() && !self.embedded && !self.registration.mode.is_on() {
-            return Err(invalid(
-                "resource_servers",
-                "register at least one resource server ([[resource_servers]]), or let them register themselves ([registration] mode = \"token\" or \"open\")",
-            ));
-        }
         for (i, rs) in self.resource_servers.iter().enumerate() {
             let key = |k: &str| format!("resource_servers[{i}].{k}");
             let origin =
@@ -805,13 +800,13 @@ client_secret = "s3cret-s3cret"
             let e = with(bad).unwrap_err().to_string();
             assert!(e.contains(key), "{bad}: {e}");
         }
-        // No resource server of the file: only when they may register.
+        // No resource server of the file: those registered (earlier, or
+        // from now on) are served.
         let head = &GOOD[..GOOD.find("[[resource_servers]]").unwrap()];
-        let e = CsConfig::from_toml(head).unwrap_err().to_string();
-        assert!(
-            e.contains("resource_servers") && e.contains("[registration]"),
-            "{e}"
-        );
+        assert!(CsConfig::from_toml(head)
+            .unwrap()
+            .resource_servers
+            .is_empty());
         let open =
             CsConfig::from_toml(&format!("{head}[registration]\nmode = \"open\"\n")).unwrap();
         assert!(open.resource_servers.is_empty());

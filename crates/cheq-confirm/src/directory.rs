@@ -183,7 +183,7 @@ fn prefix_path(resource_prefix: &str) -> Option<String> {
 impl Directory {
     /// The list of the `fixed` resource servers (`(origin, path prefix,
     /// RS)`), and of those registered in `registrations` when they are
-    /// served (`None`: registration is off). Nothing is read from the store
+    /// served (`None`: a confirmation hosted inside its RS). Nothing is read from the store
     /// until [`Directory::reload`]. Fails when a fixed RS's keys cannot be
     /// trusted for its origin.
     pub fn new(
