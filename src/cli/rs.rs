@@ -55,34 +55,15 @@ pub struct OriginArgs {
 /// Where the registrations are, and the origins of the configuration's
 /// resource servers (they win over registrations).
 fn place(place: &Place) -> Result<(admin::Place, Vec<String>), CliError> {
-    let (dir, url, configured) = match (&place.config, &place.data_dir) {
-        (Some(config), _) => crate::colocated::confirmation_config(config)
-            .map(|c| {
-                let configured = c
-                    .resource_servers
-                    .iter()
-                    .filter_map(|r| crate::discovery::origin(&r.origin))
-                    .collect();
-                (c.data_dir, c.database_url, configured)
-            })
-            .map_err(|e| CliError::Server(e.to_string()))?,
-        (None, Some(dir)) => (
-            dir.clone(),
-            std::env::var("CHEQ_DATABASE_URL")
-                .ok()
-                .map(crate::configfile::DatabaseUrl),
-            Vec::new(),
-        ),
-        (None, None) => {
-            return Err(CliError::Usage(
-                "usage: give --config FILE or --data-dir DIR".into(),
-            ))
-        }
-    };
-    let at = match url {
-        Some(url) => admin::Place::Database(url),
-        None => admin::Place::DataDir(dir),
-    };
+    let (config, _, at) = super::user::locate(place)?;
+    let configured = config
+        .map(|c| {
+            c.resource_servers
+                .iter()
+                .filter_map(|r| crate::discovery::origin(&r.origin))
+                .collect()
+        })
+        .unwrap_or_default();
     Ok((at, configured))
 }
 

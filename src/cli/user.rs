@@ -80,11 +80,24 @@ pub struct PinArgs {
 /// the accounts are: the database of `database_url` / `CHEQ_DATABASE_URL`
 /// when set, else the data directory's own.
 fn data_dir(place: &Place) -> Result<(PathBuf, admin::Place), CliError> {
-    let (dir, url) = match (&place.config, &place.data_dir) {
+    let (_, dir, at) = locate(place)?;
+    Ok((dir, at))
+}
+
+/// The CS configuration `place` names (when it names a file), its data
+/// directory, and where its store is.
+pub(super) fn locate(
+    place: &Place,
+) -> Result<(Option<crate::confirm::CsConfig>, PathBuf, admin::Place), CliError> {
+    let (config, dir, url) = match (&place.config, &place.data_dir) {
         (Some(config), _) => crate::colocated::confirmation_config(config)
-            .map(|c| (c.data_dir, c.database_url))
+            .map(|c| {
+                let (dir, url) = (c.data_dir.clone(), c.database_url.clone());
+                (Some(c), dir, url)
+            })
             .map_err(|e| CliError::Server(e.to_string()))?,
         (None, Some(dir)) => (
+            None,
             dir.clone(),
             std::env::var("CHEQ_DATABASE_URL")
                 .ok()
@@ -100,7 +113,7 @@ fn data_dir(place: &Place) -> Result<(PathBuf, admin::Place), CliError> {
         Some(url) => admin::Place::Database(url),
         None => admin::Place::DataDir(dir.clone()),
     };
-    Ok((dir, at))
+    Ok((config, dir, at))
 }
 
 /// One line from standard input, without its line ending.

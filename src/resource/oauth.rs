@@ -161,6 +161,15 @@ impl TokenService {
         }
     }
 
+    /// Now, or the refusal of an address locked out by its failures.
+    fn not_locked(&self, address: &str) -> Result<i64, TokenError> {
+        let now = self.clock.now().timestamp();
+        match self.locked(address, now) {
+            Some(retry_after) => Err(TokenError::TooManyAttempts { retry_after }),
+            None => Ok(now),
+        }
+    }
+
     /// Handles a token request. `authorization` is the `Authorization` header.
     /// Returns the RFC 6749 §5.1 body.
     pub fn issue(
@@ -169,10 +178,7 @@ impl TokenService {
         address: &str,
         form: &TokenRequest,
     ) -> Result<Value, TokenError> {
-        let now = self.clock.now().timestamp();
-        if let Some(retry_after) = self.locked(address, now) {
-            return Err(TokenError::TooManyAttempts { retry_after });
-        }
+        let now = self.not_locked(address)?;
         let answer = self.issue_unthrottled(authorization, form);
         if let Err(TokenError::InvalidClient { .. }) = &answer {
             self.failed(address, now);
@@ -189,10 +195,7 @@ impl TokenService {
         address: &str,
         form: &TokenRequest,
     ) -> Result<Value, TokenError> {
-        let now = self.clock.now().timestamp();
-        if let Some(retry_after) = self.locked(address, now) {
-            return Err(TokenError::TooManyAttempts { retry_after });
-        }
+        let now = self.not_locked(address)?;
         let answer = self.by_assertion(authorization, form).await;
         if let Err(TokenError::Assertion(refusal)) = &answer {
             log::info!(
