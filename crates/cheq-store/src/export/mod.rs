@@ -17,6 +17,8 @@
 //! | `entry` | CS | a started confirmation: `id` and the [`ConfirmationEntry`] members |
 //! | `decision` | CS | a [`DecisionRecord`] as stored: its document (a sealed one stays sealed: its key is a file in the data directory) and its delivery, so that a pending delivery (the outbox) goes on from the new store |
 //! | `collected` | CS | the id of a decision collected as old history (`history_days`) and its decision time: its key is never countersigned again (§6) |
+//! | `registration` | CS | a resource server that registered itself (§16.3), a [`RegisteredRecord`]: active or blocked, with its times; an origin blocked before it ever registered is one with empty endpoints, so that it stays refused |
+//! | `initial_access_token` | CS | an initial access token not used yet (§16.3): `digest` (its SHA-256, hex, never the token) and `created` |
 //! | `log_head` | CS | the transparency log's signed head (PROTOCOL.md §15): `size`, `root` (base64url), `checkpoint` (the signed note as served) |
 //! | `log_entry` | CS | an entry of the log's tree: `index`, `entry` (base64url), every index from 0 in order |
 //! | `log_queued` | CS | an entry queued and not yet in the tree: `entry` (base64url), oldest first |
@@ -35,6 +37,14 @@
 //! anything unless the target will sign with that key ([`TargetLog`]).
 //! Version 1 (before the log) is read as well: its decisions' entries are
 //! queued again, into a log that begins anew.
+//!
+//! The version changes when a line an older cheq reads would mean something
+//! else, or its absence would. Lines of a kind an older cheq does not know
+//! keep the version otherwise: every reader refuses a kind it does not know
+//! rather than skip it, so an older cheq refuses such a stream and never
+//! reads it short. A stream without `registration` or
+//! `initial_access_token` lines, of either version, is of a host that has
+//! none.
 //!
 //! Left out: the CS's sessions (whoever was signed in signs in again; a
 //! session can hold a provider's ID token, which has no business in a
@@ -57,6 +67,7 @@ pub use read::{check, read_stream, HeaderError, ImportError, LineError, LogLineE
 pub use write::{export_cs, export_rs, ExportError};
 
 use crate::cs::{Account, ConfirmationEntry, DecisionRecord};
+use crate::registrations::{RegisteredRecord, RegistrationStatus};
 use crate::rs::{CheqRecord, Execution};
 use crate::tlog::LogHead;
 use crate::NonceEntry;
@@ -126,6 +137,11 @@ pub enum Item {
         id: String,
         decided_at: i64,
     },
+    Registration(Box<RegisteredRecord>),
+    AccessToken {
+        digest: String,
+        created: i64,
+    },
     LogHead(LogHead),
     LogEntry {
         index: u64,
@@ -157,6 +173,59 @@ struct EntryItem {
 struct CollectedItem {
     id: String,
     decided_at: i64,
+}
+
+/// A registered RS as a line holds it (the members of [`RegisteredRecord`],
+/// none other).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RegistrationItem {
+    origin: String,
+    name: String,
+    resource_prefix: String,
+    jwks_uri: String,
+    token_endpoint: String,
+    status: RegistrationStatus,
+    registered_at: i64,
+    updated_at: i64,
+}
+
+impl From<RegisteredRecord> for RegistrationItem {
+    fn from(r: RegisteredRecord) -> Self {
+        RegistrationItem {
+            origin: r.origin,
+            name: r.name,
+            resource_prefix: r.resource_prefix,
+            jwks_uri: r.jwks_uri,
+            token_endpoint: r.token_endpoint,
+            status: r.status,
+            registered_at: r.registered_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+impl From<RegistrationItem> for RegisteredRecord {
+    fn from(r: RegistrationItem) -> Self {
+        RegisteredRecord {
+            origin: r.origin,
+            name: r.name,
+            resource_prefix: r.resource_prefix,
+            jwks_uri: r.jwks_uri,
+            token_endpoint: r.token_endpoint,
+            status: r.status,
+            registered_at: r.registered_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+/// An initial access token as a line holds it.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AccessTokenItem {
+    digest: String,
+    created: i64,
 }
 
 /// The log's head as a line holds it.
@@ -216,6 +285,8 @@ impl Item {
             Item::Entry { .. } => "entry",
             Item::Decision(_) => "decision",
             Item::Collected { .. } => "collected",
+            Item::Registration(_) => "registration",
+            Item::AccessToken { .. } => "initial_access_token",
             Item::LogHead(_) => "log_head",
             Item::LogEntry { .. } => "log_entry",
             Item::LogQueued(_) => "log_queued",
@@ -245,6 +316,13 @@ impl Item {
             Item::Collected { id, decided_at } => serde_json::to_value(CollectedItem {
                 id: id.clone(),
                 decided_at: *decided_at,
+            })?,
+            Item::Registration(r) => {
+                serde_json::to_value(RegistrationItem::from(r.as_ref().clone()))?
+            }
+            Item::AccessToken { digest, created } => serde_json::to_value(AccessTokenItem {
+                digest: digest.clone(),
+                created: *created,
             })?,
             Item::LogHead(head) => serde_json::to_value(LogHeadItem {
                 size: head.size,

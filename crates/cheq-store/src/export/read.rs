@@ -342,6 +342,8 @@ fn read_line(text: &str, server: Server) -> Result<Parsed, LineError> {
         "entry" => ("entry", Server::Cs),
         "decision" => ("decision", Server::Cs),
         "collected" => ("collected", Server::Cs),
+        "registration" => ("registration", Server::Cs),
+        "initial_access_token" => ("initial_access_token", Server::Cs),
         "log_head" => ("log_head", Server::Cs),
         "log_entry" => ("log_entry", Server::Cs),
         "log_queued" => ("log_queued", Server::Cs),
@@ -368,6 +370,27 @@ fn read_line(text: &str, server: Server) -> Result<Parsed, LineError> {
             Item::Collected {
                 id: c.id,
                 decided_at: c.decided_at,
+            }
+        }
+        "registration" => {
+            let r: RegistrationItem = members(kind, fields)?;
+            let record = RegisteredRecord::from(r);
+            check_registration(&record)?;
+            Item::Registration(Box::new(record))
+        }
+        "initial_access_token" => {
+            let t: AccessTokenItem = members(kind, fields)?;
+            let hex = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c);
+            if t.digest.len() != 64 || !t.digest.chars().all(hex) {
+                return Err(LineError::Invalid {
+                    kind,
+                    member: "digest",
+                    reason: "not a SHA-256 digest in lowercase hex",
+                });
+            }
+            Item::AccessToken {
+                digest: t.digest,
+                created: t.created,
             }
         }
         "log_head" => {
@@ -432,6 +455,45 @@ fn read_line(text: &str, server: Server) -> Result<Parsed, LineError> {
         }
     };
     Ok(Parsed::Item(item))
+}
+
+/// What a registration's record holds as a CS writes it: its origin as
+/// `scheme://host[:port]`, its endpoints on that origin, or no
+/// token_endpoint when it is an origin blocked before it registered (which
+/// stays blocked). Its times are as the instances' clocks gave them, unchecked.
+fn check_registration(r: &RegisteredRecord) -> Result<(), LineError> {
+    let invalid = |member, reason| LineError::Invalid {
+        kind: "registration",
+        member,
+        reason,
+    };
+    let is_web = r.origin.starts_with("https://") || r.origin.starts_with("http://");
+    if !is_web || cheq_core::discovery::origin(&r.origin).as_deref() != Some(r.origin.as_str()) {
+        return Err(invalid(
+            "origin",
+            "not an http(s) origin as a registration names it (scheme://host[:port])",
+        ));
+    }
+    if r.is_placeholder() {
+        if r.status != RegistrationStatus::Blocked {
+            return Err(invalid(
+                "status",
+                "active, and the record has no token_endpoint (only an origin blocked before \
+                 it registered has none)",
+            ));
+        }
+    } else {
+        for (member, uri) in [
+            ("resource_prefix", &r.resource_prefix),
+            ("jwks_uri", &r.jwks_uri),
+            ("token_endpoint", &r.token_endpoint),
+        ] {
+            if cheq_core::discovery::origin(uri).as_deref() != Some(r.origin.as_str()) {
+                return Err(invalid(member, "not on the record's origin"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The transparency log's lines read so far, checked as they come.
@@ -538,6 +600,8 @@ impl LogLines {
             | Item::Entry { .. }
             | Item::Decision(_)
             | Item::Collected { .. }
+            | Item::Registration(_)
+            | Item::AccessToken { .. }
             | Item::Cheq(_)
             | Item::Nonce { .. }
             | Item::Execution { .. } => {}
