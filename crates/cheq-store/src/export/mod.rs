@@ -428,6 +428,123 @@ mod tests {
         assert_eq!(counts.to_string(), "2 items (1 execution, 1 nonce)");
     }
 
+    const CS_HEADER: &str = r#"{"format":"cheq-store-export","version":2,"server":"cs","exported_at":"2026-01-01T00:00:00Z"}"#;
+    const A: &str = r#""origin":"https://a.example","name":"A","resource_prefix":"https://a.example/cheq/","jwks_uri":"https://a.example/jwks.json","token_endpoint":"https://a.example/token","status":"blocked","registered_at":1,"updated_at":2"#;
+    const DIGEST: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn registration(members: &str) -> String {
+        format!(r#"{{"kind":"registration",{members}}}"#)
+    }
+
+    fn token(digest: &str) -> String {
+        format!(r#"{{"kind":"initial_access_token","digest":"{digest}","created":5}}"#)
+    }
+
+    fn checked_cs(lines: &[&str]) -> Result<Counts, ImportError> {
+        let mut all = vec![CS_HEADER];
+        all.extend_from_slice(lines);
+        let end = format!(r#"{{"kind":"end","items":{}}}"#, lines.len());
+        all.push(&end);
+        check(&mut &stream(&all)[..], Server::Cs, &TargetLog::Off).map(|(_, counts)| counts)
+    }
+
+    #[test]
+    fn registrations_and_tokens_are_read_back_as_written() {
+        let record = RegisteredRecord {
+            origin: "https://a.example".into(),
+            name: "A".into(),
+            resource_prefix: "https://a.example/cheq/".into(),
+            jwks_uri: "https://a.example/jwks.json".into(),
+            token_endpoint: "https://a.example/token".into(),
+            status: RegistrationStatus::Blocked,
+            registered_at: 1,
+            updated_at: 2,
+        };
+        let items = [
+            Item::Registration(Box::new(record)),
+            Item::AccessToken {
+                digest: DIGEST.into(),
+                created: 5,
+            },
+        ];
+        let lines: Vec<String> = items.iter().map(|i| i.to_line().unwrap()).collect();
+        assert_eq!(lines[0], registration(A));
+        let mut all = vec![CS_HEADER.to_owned()];
+        all.extend(lines);
+        all.push(r#"{"kind":"end","items":2}"#.into());
+        let text = all.join("\n") + "\n";
+        let mut read = Vec::new();
+        read_stream(
+            &mut text.as_bytes(),
+            Server::Cs,
+            &mut |_| Ok(()),
+            &mut |_, item| {
+                read.push(item);
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(read, items);
+    }
+
+    #[test]
+    fn every_fault_of_a_registration_or_token_line_is_its_own() {
+        let placeholder = r#""origin":"https://b.example","name":"","resource_prefix":"","jwks_uri":"","token_endpoint":"","status":"blocked","registered_at":1,"updated_at":1"#;
+        assert_eq!(
+            checked_cs(&[&registration(A), &registration(placeholder), &token(DIGEST)])
+                .unwrap()
+                .to_string(),
+            "3 items (1 initial_access_token, 2 registration)"
+        );
+        let off = |member: &str| {
+            A.replace(
+                &format!("{member}\":\"https://a.example"),
+                &format!("{member}\":\"https://evil.example"),
+            )
+        };
+        let cases: Vec<(String, &str)> = vec![
+            (registration(&A.replace(r#","updated_at":2"#, "")), "the registration item is malformed: missing field `updated_at`"),
+            (registration(&format!("{A},\"extra\":1")), "the registration item is malformed: unknown field `extra`"),
+            (registration(&A.replace("\"blocked\"", "\"paused\"")), "the registration item is malformed: unknown variant `paused`"),
+            (registration(&A.replace("\"origin\":\"https://a.example\"", "\"origin\":\"https://a.example/\"")), "the registration item's origin is invalid"),
+            (registration(&A.replace("\"origin\":\"https://a.example\"", "\"origin\":\"https://A.example:443\"")), "the registration item's origin is invalid"),
+            (registration(&A.replace("\"origin\":\"https://a.example\"", "\"origin\":\"ftp://a.example\"")), "the registration item's origin is invalid"),
+            (registration(&off("resource_prefix")), "the registration item's resource_prefix is invalid: not on the record's origin"),
+            (registration(&off("jwks_uri")), "the registration item's jwks_uri is invalid: not on the record's origin"),
+            (registration(&off("token_endpoint")), "the registration item's token_endpoint is invalid: not on the record's origin"),
+            (registration(&placeholder.replace("blocked", "active")), "the registration item's status is invalid: active, and the record has no token_endpoint"),
+            (token(&DIGEST[1..]), "the initial_access_token item's digest is invalid: not a SHA-256 digest in lowercase hex"),
+            (token(&DIGEST.to_uppercase()), "the initial_access_token item's digest is invalid"),
+            (r#"{"kind":"initial_access_token","digest":"x"}"#.into(), "the initial_access_token item is malformed: missing field `created`"),
+        ];
+        for (line, expected) in &cases {
+            let e = checked_cs(&[line]).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("line 2: {expected}")),
+                "{expected:?}: got {e:?}"
+            );
+        }
+        let e = checked_cs(&[&registration(A), &token(DIGEST), &registration(A)])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "line 4: the registration https://a.example is given on line 2 already"
+        );
+        let e = checked_cs(&[&token(DIGEST), &token(DIGEST)])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!("line 3: the initial_access_token {DIGEST} is given on line 2 already")
+        );
+        // A CS's kinds in an RS's stream.
+        let rs = stream(&[HEADER, &token(DIGEST), r#"{"kind":"end","items":1}"#]);
+        assert!(checked(&rs).unwrap_err().to_string().starts_with(
+            "line 2: initial_access_token items belong to a confirmation server's export"
+        ));
+    }
+
     #[test]
     fn every_fault_names_its_line() {
         let end = r#"{"kind":"end","items":0}"#;

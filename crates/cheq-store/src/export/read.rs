@@ -72,6 +72,12 @@ pub enum LineError {
     AfterLog(&'static str),
     #[error("the transparency log: {0}")]
     Log(#[source] LogLineError),
+    #[error("the {kind} {key} is given on line {first} already")]
+    Repeated {
+        kind: &'static str,
+        key: String,
+        first: u64,
+    },
 }
 
 /// What is wrong with the transparency log's lines.
@@ -496,6 +502,38 @@ fn check_registration(r: &RegisteredRecord) -> Result<(), LineError> {
     Ok(())
 }
 
+/// The registrations' keys read so far, with their lines: a key given twice
+/// is refused when the stream is read, before an import writes anything.
+/// They are few (one per RS a host serves, and the tokens its operator
+/// issued), unlike the other kinds, whose repeats the store refuses as
+/// they are written.
+#[derive(Default)]
+struct Keys {
+    origins: std::collections::HashMap<String, u64>,
+    digests: std::collections::HashMap<String, u64>,
+}
+
+impl Keys {
+    fn next(&mut self, line: u64, item: &Item) -> Result<(), LineError> {
+        let (seen, key) = match item {
+            Item::Registration(r) => (&mut self.origins, &r.origin),
+            Item::AccessToken { digest, .. } => (&mut self.digests, digest),
+            _ => return Ok(()),
+        };
+        match seen.entry(key.clone()) {
+            std::collections::hash_map::Entry::Occupied(first) => Err(LineError::Repeated {
+                kind: item.kind(),
+                key: key.clone(),
+                first: *first.get(),
+            }),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(line);
+                Ok(())
+            }
+        }
+    }
+}
+
 /// The transparency log's lines read so far, checked as they come.
 struct LogLines {
     /// The stream's version: one of 1 holds no log lines.
@@ -637,7 +675,8 @@ impl LogLines {
 /// Reads a whole stream of `server`, handing its header to `header` (which
 /// may refuse it before any item is read) and each item with its line
 /// number to `sink`; checks that it ends with its end line, that the line
-/// counts its items, and that a transparency log is whole and signed.
+/// counts its items, that a transparency log is whole and signed, and that
+/// no registration's origin or token's digest comes twice.
 pub fn read_stream(
     input: &mut dyn BufRead,
     server: Server,
@@ -651,6 +690,7 @@ pub fn read_stream(
     let read = read_header(first, server).map_err(ImportError::Header)?;
     header(&read)?;
     let mut log = LogLines::new(&read);
+    let mut keys = Keys::default();
     let mut counts = Counts::default();
     let mut end: Option<(u64, u64)> = None;
     let mut line = 1;
@@ -668,6 +708,7 @@ pub fn read_stream(
             Parsed::Item(item) => {
                 let kind = item.kind();
                 log.next(&item).map_err(at)?;
+                keys.next(line, &item).map_err(at)?;
                 sink(line, item)?;
                 counts.add(kind);
             }
