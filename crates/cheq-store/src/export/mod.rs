@@ -54,7 +54,11 @@
 //! Import goes into an empty store only ([`ImportError::NotEmpty`]), and
 //! writes each item through the trait method that creates it (a claim, an
 //! insert if absent), which keeps the state given as it is; so each backend
-//! builds its own indexes, and an item given twice is refused.
+//! builds its own indexes, and an item given twice is refused (a
+//! registration's origin or a token's digest given twice already when the
+//! stream is read: they are few). A registration is written by
+//! [`crate::registrations::Registrations::restore`], which keeps its status
+//! and times and moves the generation that running instances reload on.
 
 mod import;
 mod read;
