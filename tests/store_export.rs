@@ -1,13 +1,17 @@
 //! Moving a host's data (`cheq store export`, `cheq store import`): the
 //! `cheq` binary run as an operator would, on configurations of both
 //! servers, from sled to PostgreSQL and back to sled, every item compared;
-//! what a decided nonce is after the move (still decided); and the streams
-//! and stores an import refuses (a store not empty, a line garbled or cut,
-//! a stream of the other server, an unknown version), each naming why.
+//! what a decided nonce is after the move (still decided), a registered
+//! resource server (as it was: blocked stays blocked) and an initial access
+//! token (usable once); and the streams and stores an import refuses (a
+//! store not empty, a line garbled or cut, a registration or token line
+//! malformed, a stream of the other server, an unknown version), each
+//! naming why.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use cheq::cheq::{Channel, Decision};
 use cheq::configfile::ServerConfig as _;
+use cheq::confirm::registration::token_digest;
 use cheq::confirm::CsConfig;
 use cheq::resource::RsConfig;
 use cheq::store::cs::{
@@ -15,6 +19,7 @@ use cheq::store::cs::{
     Refusal,
 };
 use cheq::store::export::Item;
+use cheq::store::registrations::{RegisterOutcome, RegisteredRecord, RegistrationStatus};
 use cheq::store::rs::{CheqRecord, CheqState, RsStore};
 use cheq::store::{NonceEntry, RecordOutcome};
 use serde_json::json;
@@ -23,6 +28,11 @@ use std::process::{Command, Output, Stdio};
 
 const RS_A: &str = "https://rs-a.example";
 const RS_B: &str = "https://rs-b.example";
+/// Resource servers that registered themselves at the CS (§16.3): one
+/// served, one blocked after it registered, one blocked before it ever did.
+const REG_ACTIVE: &str = "https://active.example";
+const REG_BLOCKED: &str = "https://blocked.example:8443";
+const REG_NEVER: &str = "https://never.example";
 
 // ---- configurations and the binary ----
 
@@ -311,7 +321,118 @@ fn fill_cs(store: &CsStore) -> (Vec<Item>, DecisionRecord) {
         id: old.key().id(),
         decided_at: old.decided_at,
     });
+    out.extend(fill_registrations(store));
     (out, old)
+}
+
+/// A registration of `origin` as the CS reads it from the RS's document.
+fn registered(origin: &str, name: &str, at: i64) -> RegisteredRecord {
+    RegisteredRecord {
+        origin: origin.into(),
+        name: name.into(),
+        resource_prefix: format!("{origin}/cheq/confirmations/"),
+        jwks_uri: format!("{origin}/.well-known/jwks.json"),
+        token_endpoint: format!("{origin}/oauth/token"),
+        status: RegistrationStatus::Active,
+        registered_at: at,
+        updated_at: at,
+    }
+}
+
+/// Registers three RSes (one served, refreshed since; one blocked after it
+/// registered; one blocked before it ever did) and issues three initial
+/// access tokens, one of them used; returns the items an export must hold.
+fn fill_registrations(store: &CsStore) -> Vec<Item> {
+    let r = &store.registrations;
+    let register = |record: RegisteredRecord| {
+        assert_ne!(r.register(&record).unwrap(), RegisterOutcome::Blocked)
+    };
+    register(registered(REG_ACTIVE, "Active", 1_800_000_000));
+    register(registered(REG_ACTIVE, "Active, renamed", 1_800_000_500));
+    register(registered(REG_BLOCKED, "Blocked", 1_800_000_100));
+    assert!(r.block(REG_BLOCKED, 1_800_000_200).unwrap());
+    assert!(r.block(REG_NEVER, 1_800_000_300).unwrap());
+    for (token, at) in [
+        ("tok-unused", 1_800_000_010),
+        ("tok-used", 1_800_000_020),
+        ("tok-later", 1_800_000_030),
+    ] {
+        assert!(r.add_access_token(&token_digest(token), at).unwrap());
+    }
+    assert!(r.take_access_token(&token_digest("tok-used")).unwrap());
+
+    let records = [
+        RegisteredRecord {
+            registered_at: 1_800_000_000,
+            ..registered(REG_ACTIVE, "Active, renamed", 1_800_000_500)
+        },
+        RegisteredRecord {
+            status: RegistrationStatus::Blocked,
+            registered_at: 1_800_000_100,
+            ..registered(REG_BLOCKED, "Blocked", 1_800_000_200)
+        },
+        RegisteredRecord {
+            origin: REG_NEVER.into(),
+            name: String::new(),
+            resource_prefix: String::new(),
+            jwks_uri: String::new(),
+            token_endpoint: String::new(),
+            status: RegistrationStatus::Blocked,
+            registered_at: 1_800_000_300,
+            updated_at: 1_800_000_300,
+        },
+    ];
+    let mut out: Vec<Item> = records
+        .into_iter()
+        .map(|r| Item::Registration(Box::new(r)))
+        .collect();
+    for (token, created) in [("tok-unused", 1_800_000_010), ("tok-later", 1_800_000_030)] {
+        out.push(Item::AccessToken {
+            digest: token_digest(token),
+            created,
+        });
+    }
+    out
+}
+
+/// After the move the registrations are as they were: the served RS is
+/// served (a registration refreshes it, keeping its first time), a blocked
+/// origin is refused, an unused token is taken once and a used one never;
+/// and the generation moved, so that an instance polling it reloads.
+fn registrations_stay(store: &CsStore) {
+    let r = &store.registrations;
+    assert_ne!(r.generation().unwrap(), 0, "a new store's generation is 0");
+    for origin in [REG_BLOCKED, REG_NEVER] {
+        assert_eq!(
+            r.register(&registered(origin, "again", 1_950_000_000))
+                .unwrap(),
+            RegisterOutcome::Blocked,
+            "{origin} registered again after the move"
+        );
+        assert_eq!(
+            r.get(origin).unwrap().unwrap().status,
+            RegistrationStatus::Blocked
+        );
+    }
+    assert_eq!(
+        r.register(&registered(REG_ACTIVE, "Active", 1_950_000_000))
+            .unwrap(),
+        RegisterOutcome::Refreshed
+    );
+    assert_eq!(
+        r.get(REG_ACTIVE).unwrap().unwrap().registered_at,
+        1_800_000_000
+    );
+    assert!(r.take_access_token(&token_digest("tok-unused")).unwrap());
+    assert!(
+        !r.take_access_token(&token_digest("tok-unused")).unwrap(),
+        "a token used twice"
+    );
+    assert!(
+        !r.take_access_token(&token_digest("tok-used")).unwrap(),
+        "a used token came back"
+    );
+    assert!(r.take_access_token(&token_digest("tok-later")).unwrap());
 }
 
 /// A decision already taken before the move is refused after it: the same
@@ -387,7 +508,10 @@ fn a_confirmation_server_moves_from_sled_to_postgresql_and_back() {
         b"",
     ));
     assert!(
-        said.starts_with("exported 9 items (3 account, 1 collected, 4 decision, 1 entry)"),
+        said.starts_with(
+            "exported 14 items (3 account, 1 collected, 4 decision, 1 entry, \
+             2 initial_access_token, 3 registration)"
+        ),
         "{said}"
     );
     {
@@ -430,7 +554,10 @@ fn a_confirmation_server_moves_from_sled_to_postgresql_and_back() {
         cheq::store::pg::cs::open(&pool).unwrap()
     };
     decided_keys_stay_decided(&pg_store, &collected);
-    decided_keys_stay_decided(&cs_store(&back), &collected);
+    registrations_stay(&pg_store);
+    let back = cs_store(&back);
+    decided_keys_stay_decided(&back, &collected);
+    registrations_stay(&back);
 }
 
 // ---- what an RS holds ----
@@ -728,7 +855,8 @@ fn an_export_of_version_1_still_imports() {
 
     let from = cs_toml(dir.path(), "cs-from", None);
     fill_cs(&cs_store(&from));
-    let stream = export(&from);
+    // A version 1 stream holds no registration: cheq wrote it before.
+    let stream = without_registrations(&export(&from));
     let old = stream.replacen("\"version\":2", "\"version\":1", 1);
     let cs = cs_toml(dir.path(), "cs-v1", None);
     let out = import(&cs, old.as_bytes());
@@ -740,4 +868,241 @@ fn an_export_of_version_1_still_imports() {
         "{stderr}"
     );
     assert_eq!(items(&export(&cs), "cs"), items(&stream, "cs"));
+}
+
+/// `stream` without its registration and token lines, its end line
+/// counting what is left: a stream of a cheq that did not carry them.
+fn without_registrations(stream: &str) -> String {
+    let kept: Vec<&str> = stream
+        .lines()
+        .filter(|l| {
+            !l.starts_with(r#"{"kind":"registration""#)
+                && !l.starts_with(r#"{"kind":"initial_access_token""#)
+        })
+        .collect();
+    assert!(kept.len() < stream.lines().count(), "no line was taken out");
+    let end = format!(r#"{{"kind":"end","items":{}}}"#, kept.len() - 2);
+    let mut lines = kept[..kept.len() - 1].to_vec();
+    lines.push(&end);
+    lines.join("\n") + "\n"
+}
+
+/// A CS export holding registrations and tokens, and a directory for
+/// configurations.
+fn cs_export() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let from = cs_toml(dir.path(), "from", None);
+    fill_cs(&cs_store(&from));
+    let stream = export(&from);
+    (dir, stream)
+}
+
+#[test]
+fn an_export_without_registration_lines_imports_into_a_host_with_none() {
+    let (dir, stream) = cs_export();
+    let old = without_registrations(&stream);
+    let cs = cs_toml(dir.path(), "cs-old", None);
+    let said = ok(import(&cs, old.as_bytes()));
+    assert!(
+        said.starts_with("imported 9 items (3 account, 1 collected, 4 decision, 1 entry)"),
+        "{said}"
+    );
+    let store = cs_store(&cs);
+    assert!(store.registrations.list().unwrap().is_empty());
+    assert!(store.registrations.access_tokens().unwrap().is_empty());
+    // The store works: an RS registers into it.
+    assert_eq!(
+        store
+            .registrations
+            .register(&registered(REG_NEVER, "New", 1))
+            .unwrap(),
+        RegisterOutcome::Created
+    );
+}
+
+#[test]
+fn a_malformed_registration_or_token_line_is_refused_and_nothing_is_written() {
+    let (dir, stream) = cs_export();
+    let lines: Vec<&str> = stream.lines().collect();
+    let at = |kind: &str| {
+        let prefix = format!(r#"{{"kind":"{kind}""#);
+        lines.iter().position(|l| l.starts_with(&prefix)).unwrap()
+    };
+    // The indexes of the first registration and token lines (three
+    // registrations, then two tokens); line numbers count from 1.
+    let (reg, tok) = (at("registration"), at("initial_access_token"));
+    assert_eq!(tok, reg + 3);
+    let to = cs_toml(dir.path(), "to", None);
+    let active_origin = format!(r#""origin":"{REG_ACTIVE}""#);
+    let active = *lines.iter().find(|l| l.contains(&active_origin)).unwrap();
+    let digest = token_digest("tok-unused");
+    let placeholder_active = r#"{"kind":"registration","origin":"https://x.example","name":"","resource_prefix":"","jwks_uri":"","token_endpoint":"","status":"active","registered_at":1,"updated_at":1}"#;
+    // (the index of the line replaced, its new text, the line refused, why)
+    let cases: Vec<(usize, String, usize, String)> = vec![
+        (
+            reg,
+            active.replace(r#","updated_at":1800000500"#, ""),
+            reg + 1,
+            "the registration item is malformed: missing field `updated_at`".into(),
+        ),
+        (
+            reg,
+            active.replace(r#""status":"active""#, r#""status":"paused""#),
+            reg + 1,
+            "the registration item is malformed: unknown variant `paused`".into(),
+        ),
+        (
+            reg,
+            active.replace(&active_origin, r#""origin":"https://active.example/path""#),
+            reg + 1,
+            "the registration item's origin is invalid: not an http(s) origin".into(),
+        ),
+        (
+            reg,
+            active.replace(
+                &format!("{REG_ACTIVE}/oauth/token"),
+                "http://169.254.169.254/latest",
+            ),
+            reg + 1,
+            "the registration item's token_endpoint is invalid: not on the record's origin".into(),
+        ),
+        (
+            reg,
+            active.replace(
+                &format!("{REG_ACTIVE}/.well-known/jwks.json"),
+                "https://other.example/jwks.json",
+            ),
+            reg + 1,
+            "the registration item's jwks_uri is invalid: not on the record's origin".into(),
+        ),
+        (
+            reg,
+            placeholder_active.into(),
+            reg + 1,
+            "the registration item's status is invalid: active, and the record has no \
+             token_endpoint"
+                .into(),
+        ),
+        (
+            tok,
+            format!(r#"{{"kind":"initial_access_token","digest":"{digest}"}}"#),
+            tok + 1,
+            "the initial_access_token item is malformed: missing field `created`".into(),
+        ),
+        (
+            tok,
+            r#"{"kind":"initial_access_token","digest":"tok-unused","created":1}"#.into(),
+            tok + 1,
+            "the initial_access_token item's digest is invalid: not a SHA-256 digest in \
+             lowercase hex"
+                .into(),
+        ),
+        // The first registration again, in the place of the first token.
+        (
+            tok,
+            lines[reg].into(),
+            tok + 1,
+            format!(
+                "the registration {} is given on line {} already",
+                origin_of(lines[reg]),
+                reg + 1
+            ),
+        ),
+        // The second token again, in the place of the second registration.
+        (
+            reg + 1,
+            lines[tok + 1].into(),
+            tok + 2,
+            format!(
+                "the initial_access_token {} is given on line {} already",
+                digest_of(lines[tok + 1]),
+                reg + 2
+            ),
+        ),
+    ];
+    for (i, (index, line, refused_at, why)) in cases.iter().enumerate() {
+        let mut bad = lines.clone();
+        bad[*index] = line;
+        let file = dir.path().join(format!("bad-{i}.jsonl"));
+        std::fs::write(&file, bad.join("\n") + "\n").unwrap();
+        let e = refused(import_file(&to, &file));
+        assert!(
+            e.contains(&format!("line {refused_at}: {why}")),
+            "{why:?}: {e}"
+        );
+        assert!(
+            items(&export(&to), "cs").is_empty(),
+            "a refused file wrote items ({why})"
+        );
+    }
+    // From standard input too, before the line's item is written: the
+    // registration lines come before any other of the stream here.
+    let header_and =
+        |line: &str| format!("{}\n{line}\n{{\"kind\":\"end\",\"items\":1}}\n", lines[0]);
+    let e = refused(import(&to, header_and(placeholder_active).as_bytes()));
+    assert!(
+        e.contains("line 2: the registration item's status is invalid"),
+        "{e}"
+    );
+    assert!(items(&export(&to), "cs").is_empty());
+}
+
+/// The `origin` of a registration line.
+fn origin_of(line: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    v["origin"].as_str().unwrap().to_owned()
+}
+
+/// The `digest` of a token line.
+fn digest_of(line: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    v["digest"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn an_import_into_a_store_with_a_registration_or_a_token_is_refused() {
+    let (dir, stream) = cs_export();
+    // An origin the operator blocked on the new host before the import:
+    // the import would otherwise have to choose between two records.
+    let blocked = cs_toml(dir.path(), "blocked", None);
+    assert!(cs_store(&blocked)
+        .registrations
+        .block(REG_ACTIVE, 5)
+        .unwrap());
+    let e = refused(import(&blocked, stream.as_bytes()));
+    assert!(
+        e.contains(&format!(
+            "the store is not empty: it holds registered resource servers (the first: \
+             {REG_ACTIVE} (blocked))"
+        )),
+        "{e}"
+    );
+    let store = cs_store(&blocked);
+    assert_eq!(
+        store.registrations.list().unwrap().len(),
+        1,
+        "the import wrote"
+    );
+    assert!(
+        store.accounts.list_after(None, 1).unwrap().is_empty(),
+        "the import wrote"
+    );
+    drop(store);
+
+    let token = cs_toml(dir.path(), "token", None);
+    assert!(cs_store(&token)
+        .registrations
+        .add_access_token(&token_digest("issued here"), 7)
+        .unwrap());
+    let e = refused(import(&token, stream.as_bytes()));
+    assert!(
+        e.contains(
+            "the store is not empty: it holds initial access tokens (the first: one issued at 7"
+        ),
+        "{e}"
+    );
+    assert!(
+        cs_store(&token).registrations.list().unwrap().is_empty(),
+        "the import wrote"
+    );
 }

@@ -2,8 +2,9 @@
 //! (`store::registrations`, PROTOCOL.md §16.3): one contract, run on sled
 //! and on PostgreSQL: a registration creates then refreshes, a blocked
 //! origin is never touched by one, a block of an origin never registered
-//! holds, every write moves the generation, and a token is taken once even
-//! by racing callers.
+//! holds, every write moves the generation, a token is taken once even by
+//! racing callers, and a record restored (an import's write) is kept
+//! exactly as given, into an origin that has none only.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use cheq::store::cs::CsStore;
@@ -27,6 +28,18 @@ fn rs(origin: &str, name: &str, at: i64) -> RegisteredRecord {
 const A: &str = "https://a.example";
 const B: &str = "https://b.example";
 const C: &str = "https://c.example";
+const D: &str = "https://d.example:8443";
+const E: &str = "https://e.example";
+
+/// D as a moved store holds it: blocked after it registered, its times
+/// those of the old host.
+fn restored_d() -> RegisteredRecord {
+    RegisteredRecord {
+        status: RegistrationStatus::Blocked,
+        registered_at: 5,
+        ..rs(D, "D", 7)
+    }
+}
 
 fn registrations_keep_their_contract(store: &CsStore) {
     let r = &store.registrations;
@@ -125,11 +138,107 @@ fn an_access_token_is_taken_once(store: &CsStore) {
         .count();
     assert_eq!(taken, 1, "one of eight racing callers gets the token");
     assert!(!r.take_access_token("d1").unwrap());
+
+    // Each digest kept once; listed with its time until it is used.
+    assert!(r.add_access_token("d3", 30).unwrap());
+    assert!(r.add_access_token("d2", 20).unwrap());
+    assert!(!r.add_access_token("d2", 21).unwrap(), "kept already");
+    assert_eq!(
+        r.access_tokens().unwrap(),
+        vec![("d2".to_owned(), 20), ("d3".to_owned(), 30)]
+    );
+    assert!(r.take_access_token("d2").unwrap());
+    assert_eq!(r.access_tokens().unwrap(), vec![("d3".to_owned(), 30)]);
+    assert!(r.take_access_token("d3").unwrap());
+    assert!(r.access_tokens().unwrap().is_empty());
+}
+
+fn a_restored_record_is_kept_as_given(store: &CsStore) {
+    let r = &store.registrations;
+    let g0 = r.generation().unwrap();
+    assert!(r.restore(&restored_d()).unwrap());
+    assert_ne!(
+        r.generation().unwrap(),
+        g0,
+        "a restore moves the generation"
+    );
+    assert_eq!(
+        r.get(D).unwrap(),
+        Some(restored_d()),
+        "status and times kept"
+    );
+    // Blocked as it was: a registration of it is refused.
+    assert_eq!(
+        r.register(&rs(D, "D again", 90)).unwrap(),
+        RegisterOutcome::Blocked
+    );
+
+    // An origin with a record already: nothing written, not even the
+    // generation.
+    let g1 = r.generation().unwrap();
+    let other = RegisteredRecord {
+        status: RegistrationStatus::Active,
+        ..rs(D, "another D", 8)
+    };
+    assert!(!r.restore(&other).unwrap());
+    assert_eq!(r.get(D).unwrap(), Some(restored_d()));
+    assert_eq!(r.generation().unwrap(), g1);
+
+    // A placeholder (an origin blocked before it registered) stays one:
+    // unblocking it forgets it.
+    let placeholder = RegisteredRecord {
+        origin: E.into(),
+        name: String::new(),
+        resource_prefix: String::new(),
+        jwks_uri: String::new(),
+        token_endpoint: String::new(),
+        status: RegistrationStatus::Blocked,
+        registered_at: 3,
+        updated_at: 3,
+    };
+    assert!(r.restore(&placeholder).unwrap());
+    assert!(r.get(E).unwrap().unwrap().is_placeholder());
+    assert_eq!(
+        r.register(&rs(E, "E", 91)).unwrap(),
+        RegisterOutcome::Blocked
+    );
+    assert!(r.unblock(E, 92).unwrap());
+    assert_eq!(r.get(E).unwrap(), None);
+
+    // An active record restored is served, and a registration refreshes
+    // it keeping its first time.
+    let active = RegisteredRecord {
+        status: RegistrationStatus::Active,
+        registered_at: 1,
+        ..rs(E, "E", 2)
+    };
+    assert!(r.restore(&active).unwrap());
+    assert_eq!(
+        r.register(&rs(E, "E renamed", 93)).unwrap(),
+        RegisterOutcome::Refreshed
+    );
+    let e = r.get(E).unwrap().unwrap();
+    assert_eq!((e.registered_at, e.updated_at), (1, 93));
+    assert!(r.remove(E).unwrap());
 }
 
 fn contract(store: &CsStore) {
     registrations_keep_their_contract(store);
     an_access_token_is_taken_once(store);
+    a_restored_record_is_kept_as_given(store);
+}
+
+/// What the contract leaves: A, C, and D as restored.
+fn left(store: &CsStore) {
+    let listed: Vec<_> = store
+        .registrations
+        .list()
+        .unwrap()
+        .into_iter()
+        .map(|x| x.origin)
+        .collect();
+    assert_eq!(listed, vec![A.to_owned(), C.to_owned(), D.to_owned()]);
+    assert_eq!(store.registrations.get(D).unwrap(), Some(restored_d()));
 }
 
 #[test]
@@ -141,7 +250,7 @@ fn sled_keeps_the_registrations_contract() {
     drop(store);
     drop(db);
     let (_db, store) = sled_cs::open_dir(dir.path()).unwrap();
-    assert_eq!(store.registrations.list().unwrap().len(), 2);
+    left(&store);
 }
 
 #[test]
@@ -154,7 +263,7 @@ fn postgres_keeps_the_registrations_contract() {
     contract(&store);
     // A second instance on the same database reads the same records.
     let other = cheq::store::pg::cs::open(&cheq::store::pg::Pg::new(&url, 2).unwrap()).unwrap();
-    assert_eq!(other.registrations.list().unwrap().len(), 2);
+    left(&other);
     assert_eq!(
         other.registrations.generation().unwrap(),
         store.registrations.generation().unwrap()

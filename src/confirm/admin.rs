@@ -163,7 +163,7 @@ fn apply(stores: &AdminStores, request: Request) -> Result<Done, String> {
             .map_err(store_err),
         Request::RsToken { digest, now } => registrations
             .add_access_token(&digest, now)
-            .map(|()| Done::default())
+            .map(|_| Done::default())
             .map_err(store_err),
     }
 }

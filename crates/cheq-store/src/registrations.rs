@@ -14,6 +14,8 @@
 //!   blocked, so that its registration is refused from then on;
 //! - [`Registrations::take_access_token`] succeeds once per token, across
 //!   every instance;
+//! - [`Registrations::restore`] writes a record exactly as given (what an
+//!   import of a moved store does), into an origin with none only;
 //! - every write is durable before it returns.
 
 use super::StoreError;
@@ -105,8 +107,20 @@ pub trait Registrations: Send + Sync {
     /// A number that changes with every write to the records.
     fn generation(&self) -> Result<i64, StoreError>;
 
-    /// Keeps an initial access token, by its digest (never the token).
-    fn add_access_token(&self, digest: &str, created: i64) -> Result<(), StoreError>;
+    /// Writes `record` exactly as given, its status and times kept (a
+    /// moved store's record, `cheq store import`), and moves the
+    /// generation; `false`, writing nothing, when `record.origin` has a
+    /// record already.
+    fn restore(&self, record: &RegisteredRecord) -> Result<bool, StoreError>;
+
+    /// Keeps an initial access token, by its digest (never the token), and
+    /// when it was issued; `false` when that digest was kept already (its
+    /// time is left as it was).
+    fn add_access_token(&self, digest: &str, created: i64) -> Result<bool, StoreError>;
+
+    /// Every initial access token not used yet: its digest and when it was
+    /// issued, in the order of the digests.
+    fn access_tokens(&self) -> Result<Vec<(String, i64)>, StoreError>;
 
     /// Uses the token of `digest` up: `true` once, for the first caller.
     fn take_access_token(&self, digest: &str) -> Result<bool, StoreError>;

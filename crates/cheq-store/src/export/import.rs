@@ -69,6 +69,18 @@ pub fn ensure_empty_cs(store: &CsStore) -> Result<(), ImportError> {
         "collected decision keys",
         store.records.collected_after(None, 1),
         |(id, _)| format!("{id:?}"),
+    )?;
+    refuse_if_any(
+        "registered resource servers",
+        store.registrations.list(),
+        |r| format!("{} ({})", r.origin, r.status.as_str()),
+    )?;
+    // A digest is no secret, and names the token to the operator who
+    // issued it no better than its time does.
+    refuse_if_any(
+        "initial access tokens",
+        store.registrations.access_tokens(),
+        |(_, created)| format!("one issued at {created} (unix time)"),
     )
 }
 
@@ -349,6 +361,30 @@ fn put_cs(store: &CsStore, at: At, item: Item) -> Result<(), ImportError> {
             .records
             .restore_collected(&id, decided_at)
             .map_err(at.failed(format!("{id:?}"))),
+        Item::Registration(record) => {
+            let key = record.origin.clone();
+            if store
+                .registrations
+                .restore(&record)
+                .map_err(at.failed(key.clone()))?
+            {
+                Ok(())
+            } else {
+                Err(at.twice(key))
+            }
+        }
+        Item::AccessToken { digest, created } => {
+            let key = format!("of digest {digest}");
+            if store
+                .registrations
+                .add_access_token(&digest, created)
+                .map_err(at.failed(key.clone()))?
+            {
+                Ok(())
+            } else {
+                Err(at.twice(key))
+            }
+        }
         // Written by `CsImport::put`.
         Item::LogHead(_) | Item::LogEntry { .. } | Item::LogQueued(_) => Ok(()),
         Item::Cheq(_) | Item::Nonce { .. } | Item::Execution { .. } => {
@@ -416,6 +452,8 @@ fn put_rs(store: &RsStore, at: At, item: Item) -> Result<(), ImportError> {
         | Item::Entry { .. }
         | Item::Decision(_)
         | Item::Collected { .. }
+        | Item::Registration(_)
+        | Item::AccessToken { .. }
         | Item::LogHead(_)
         | Item::LogEntry { .. }
         | Item::LogQueued(_) => Err(at.elsewhere(Server::Cs)),

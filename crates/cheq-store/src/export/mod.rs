@@ -17,6 +17,8 @@
 //! | `entry` | CS | a started confirmation: `id` and the [`ConfirmationEntry`] members |
 //! | `decision` | CS | a [`DecisionRecord`] as stored: its document (a sealed one stays sealed: its key is a file in the data directory) and its delivery, so that a pending delivery (the outbox) goes on from the new store |
 //! | `collected` | CS | the id of a decision collected as old history (`history_days`) and its decision time: its key is never countersigned again (§6) |
+//! | `registration` | CS | a resource server that registered itself (§16.3), a [`RegisteredRecord`]: active or blocked, with its times; an origin blocked before it ever registered is one with empty endpoints, so that it stays refused |
+//! | `initial_access_token` | CS | an initial access token not used yet (§16.3): `digest` (its SHA-256, hex, never the token) and `created` |
 //! | `log_head` | CS | the transparency log's signed head (PROTOCOL.md §15): `size`, `root` (base64url), `checkpoint` (the signed note as served) |
 //! | `log_entry` | CS | an entry of the log's tree: `index`, `entry` (base64url), every index from 0 in order |
 //! | `log_queued` | CS | an entry queued and not yet in the tree: `entry` (base64url), oldest first |
@@ -36,6 +38,14 @@
 //! Version 1 (before the log) is read as well: its decisions' entries are
 //! queued again, into a log that begins anew.
 //!
+//! The version changes when a line an older cheq reads would mean something
+//! else, or its absence would. Lines of a kind an older cheq does not know
+//! keep the version otherwise: every reader refuses a kind it does not know
+//! rather than skip it, so an older cheq refuses such a stream and never
+//! reads it short. A stream without `registration` or
+//! `initial_access_token` lines, of either version, is of a host that has
+//! none.
+//!
 //! Left out: the CS's sessions (whoever was signed in signs in again; a
 //! session can hold a provider's ID token, which has no business in a
 //! file) and its limiter state (failures counted over minutes: a move
@@ -44,7 +54,11 @@
 //! Import goes into an empty store only ([`ImportError::NotEmpty`]), and
 //! writes each item through the trait method that creates it (a claim, an
 //! insert if absent), which keeps the state given as it is; so each backend
-//! builds its own indexes, and an item given twice is refused.
+//! builds its own indexes, and an item given twice is refused (a
+//! registration's origin or a token's digest given twice already when the
+//! stream is read: they are few). A registration is written by
+//! [`crate::registrations::Registrations::restore`], which keeps its status
+//! and times and moves the generation that running instances reload on.
 
 mod import;
 mod read;
@@ -57,6 +71,7 @@ pub use read::{check, read_stream, HeaderError, ImportError, LineError, LogLineE
 pub use write::{export_cs, export_rs, ExportError};
 
 use crate::cs::{Account, ConfirmationEntry, DecisionRecord};
+use crate::registrations::{RegisteredRecord, RegistrationStatus};
 use crate::rs::{CheqRecord, Execution};
 use crate::tlog::LogHead;
 use crate::NonceEntry;
@@ -126,6 +141,11 @@ pub enum Item {
         id: String,
         decided_at: i64,
     },
+    Registration(Box<RegisteredRecord>),
+    AccessToken {
+        digest: String,
+        created: i64,
+    },
     LogHead(LogHead),
     LogEntry {
         index: u64,
@@ -157,6 +177,59 @@ struct EntryItem {
 struct CollectedItem {
     id: String,
     decided_at: i64,
+}
+
+/// A registered RS as a line holds it (the members of [`RegisteredRecord`],
+/// none other).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RegistrationItem {
+    origin: String,
+    name: String,
+    resource_prefix: String,
+    jwks_uri: String,
+    token_endpoint: String,
+    status: RegistrationStatus,
+    registered_at: i64,
+    updated_at: i64,
+}
+
+impl From<RegisteredRecord> for RegistrationItem {
+    fn from(r: RegisteredRecord) -> Self {
+        RegistrationItem {
+            origin: r.origin,
+            name: r.name,
+            resource_prefix: r.resource_prefix,
+            jwks_uri: r.jwks_uri,
+            token_endpoint: r.token_endpoint,
+            status: r.status,
+            registered_at: r.registered_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+impl From<RegistrationItem> for RegisteredRecord {
+    fn from(r: RegistrationItem) -> Self {
+        RegisteredRecord {
+            origin: r.origin,
+            name: r.name,
+            resource_prefix: r.resource_prefix,
+            jwks_uri: r.jwks_uri,
+            token_endpoint: r.token_endpoint,
+            status: r.status,
+            registered_at: r.registered_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+/// An initial access token as a line holds it.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AccessTokenItem {
+    digest: String,
+    created: i64,
 }
 
 /// The log's head as a line holds it.
@@ -216,6 +289,8 @@ impl Item {
             Item::Entry { .. } => "entry",
             Item::Decision(_) => "decision",
             Item::Collected { .. } => "collected",
+            Item::Registration(_) => "registration",
+            Item::AccessToken { .. } => "initial_access_token",
             Item::LogHead(_) => "log_head",
             Item::LogEntry { .. } => "log_entry",
             Item::LogQueued(_) => "log_queued",
@@ -245,6 +320,13 @@ impl Item {
             Item::Collected { id, decided_at } => serde_json::to_value(CollectedItem {
                 id: id.clone(),
                 decided_at: *decided_at,
+            })?,
+            Item::Registration(r) => {
+                serde_json::to_value(RegistrationItem::from(r.as_ref().clone()))?
+            }
+            Item::AccessToken { digest, created } => serde_json::to_value(AccessTokenItem {
+                digest: digest.clone(),
+                created: *created,
             })?,
             Item::LogHead(head) => serde_json::to_value(LogHeadItem {
                 size: head.size,
@@ -348,6 +430,123 @@ mod tests {
         .unwrap();
         assert_eq!((counts.of("nonce"), counts.of("execution")), (1, 1));
         assert_eq!(counts.to_string(), "2 items (1 execution, 1 nonce)");
+    }
+
+    const CS_HEADER: &str = r#"{"format":"cheq-store-export","version":2,"server":"cs","exported_at":"2026-01-01T00:00:00Z"}"#;
+    const A: &str = r#""origin":"https://a.example","name":"A","resource_prefix":"https://a.example/cheq/","jwks_uri":"https://a.example/jwks.json","token_endpoint":"https://a.example/token","status":"blocked","registered_at":1,"updated_at":2"#;
+    const DIGEST: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn registration(members: &str) -> String {
+        format!(r#"{{"kind":"registration",{members}}}"#)
+    }
+
+    fn token(digest: &str) -> String {
+        format!(r#"{{"kind":"initial_access_token","digest":"{digest}","created":5}}"#)
+    }
+
+    fn checked_cs(lines: &[&str]) -> Result<Counts, ImportError> {
+        let mut all = vec![CS_HEADER];
+        all.extend_from_slice(lines);
+        let end = format!(r#"{{"kind":"end","items":{}}}"#, lines.len());
+        all.push(&end);
+        check(&mut &stream(&all)[..], Server::Cs, &TargetLog::Off).map(|(_, counts)| counts)
+    }
+
+    #[test]
+    fn registrations_and_tokens_are_read_back_as_written() {
+        let record = RegisteredRecord {
+            origin: "https://a.example".into(),
+            name: "A".into(),
+            resource_prefix: "https://a.example/cheq/".into(),
+            jwks_uri: "https://a.example/jwks.json".into(),
+            token_endpoint: "https://a.example/token".into(),
+            status: RegistrationStatus::Blocked,
+            registered_at: 1,
+            updated_at: 2,
+        };
+        let items = [
+            Item::Registration(Box::new(record)),
+            Item::AccessToken {
+                digest: DIGEST.into(),
+                created: 5,
+            },
+        ];
+        let lines: Vec<String> = items.iter().map(|i| i.to_line().unwrap()).collect();
+        assert_eq!(lines[0], registration(A));
+        let mut all = vec![CS_HEADER.to_owned()];
+        all.extend(lines);
+        all.push(r#"{"kind":"end","items":2}"#.into());
+        let text = all.join("\n") + "\n";
+        let mut read = Vec::new();
+        read_stream(
+            &mut text.as_bytes(),
+            Server::Cs,
+            &mut |_| Ok(()),
+            &mut |_, item| {
+                read.push(item);
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(read, items);
+    }
+
+    #[test]
+    fn every_fault_of_a_registration_or_token_line_is_its_own() {
+        let placeholder = r#""origin":"https://b.example","name":"","resource_prefix":"","jwks_uri":"","token_endpoint":"","status":"blocked","registered_at":1,"updated_at":1"#;
+        assert_eq!(
+            checked_cs(&[&registration(A), &registration(placeholder), &token(DIGEST)])
+                .unwrap()
+                .to_string(),
+            "3 items (1 initial_access_token, 2 registration)"
+        );
+        let off = |member: &str| {
+            A.replace(
+                &format!("{member}\":\"https://a.example"),
+                &format!("{member}\":\"https://evil.example"),
+            )
+        };
+        let cases: Vec<(String, &str)> = vec![
+            (registration(&A.replace(r#","updated_at":2"#, "")), "the registration item is malformed: missing field `updated_at`"),
+            (registration(&format!("{A},\"extra\":1")), "the registration item is malformed: unknown field `extra`"),
+            (registration(&A.replace("\"blocked\"", "\"paused\"")), "the registration item is malformed: unknown variant `paused`"),
+            (registration(&A.replace("\"origin\":\"https://a.example\"", "\"origin\":\"https://a.example/\"")), "the registration item's origin is invalid"),
+            (registration(&A.replace("\"origin\":\"https://a.example\"", "\"origin\":\"https://A.example:443\"")), "the registration item's origin is invalid"),
+            (registration(&A.replace("\"origin\":\"https://a.example\"", "\"origin\":\"ftp://a.example\"")), "the registration item's origin is invalid"),
+            (registration(&off("resource_prefix")), "the registration item's resource_prefix is invalid: not on the record's origin"),
+            (registration(&off("jwks_uri")), "the registration item's jwks_uri is invalid: not on the record's origin"),
+            (registration(&off("token_endpoint")), "the registration item's token_endpoint is invalid: not on the record's origin"),
+            (registration(&placeholder.replace("blocked", "active")), "the registration item's status is invalid: active, and the record has no token_endpoint"),
+            (token(&DIGEST[1..]), "the initial_access_token item's digest is invalid: not a SHA-256 digest in lowercase hex"),
+            (token(&DIGEST.to_uppercase()), "the initial_access_token item's digest is invalid"),
+            (r#"{"kind":"initial_access_token","digest":"x"}"#.into(), "the initial_access_token item is malformed: missing field `created`"),
+        ];
+        for (line, expected) in &cases {
+            let e = checked_cs(&[line]).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("line 2: {expected}")),
+                "{expected:?}: got {e:?}"
+            );
+        }
+        let e = checked_cs(&[&registration(A), &token(DIGEST), &registration(A)])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "line 4: the registration https://a.example is given on line 2 already"
+        );
+        let e = checked_cs(&[&token(DIGEST), &token(DIGEST)])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!("line 3: the initial_access_token {DIGEST} is given on line 2 already")
+        );
+        // A CS's kinds in an RS's stream.
+        let rs = stream(&[HEADER, &token(DIGEST), r#"{"kind":"end","items":1}"#]);
+        assert!(checked(&rs).unwrap_err().to_string().starts_with(
+            "line 2: initial_access_token items belong to a confirmation server's export"
+        ));
     }
 
     #[test]

@@ -72,6 +72,12 @@ pub enum LineError {
     AfterLog(&'static str),
     #[error("the transparency log: {0}")]
     Log(#[source] LogLineError),
+    #[error("the {kind} {key} is given on line {first} already")]
+    Repeated {
+        kind: &'static str,
+        key: String,
+        first: u64,
+    },
 }
 
 /// What is wrong with the transparency log's lines.
@@ -342,6 +348,8 @@ fn read_line(text: &str, server: Server) -> Result<Parsed, LineError> {
         "entry" => ("entry", Server::Cs),
         "decision" => ("decision", Server::Cs),
         "collected" => ("collected", Server::Cs),
+        "registration" => ("registration", Server::Cs),
+        "initial_access_token" => ("initial_access_token", Server::Cs),
         "log_head" => ("log_head", Server::Cs),
         "log_entry" => ("log_entry", Server::Cs),
         "log_queued" => ("log_queued", Server::Cs),
@@ -368,6 +376,27 @@ fn read_line(text: &str, server: Server) -> Result<Parsed, LineError> {
             Item::Collected {
                 id: c.id,
                 decided_at: c.decided_at,
+            }
+        }
+        "registration" => {
+            let r: RegistrationItem = members(kind, fields)?;
+            let record = RegisteredRecord::from(r);
+            check_registration(&record)?;
+            Item::Registration(Box::new(record))
+        }
+        "initial_access_token" => {
+            let t: AccessTokenItem = members(kind, fields)?;
+            let hex = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c);
+            if t.digest.len() != 64 || !t.digest.chars().all(hex) {
+                return Err(LineError::Invalid {
+                    kind,
+                    member: "digest",
+                    reason: "not a SHA-256 digest in lowercase hex",
+                });
+            }
+            Item::AccessToken {
+                digest: t.digest,
+                created: t.created,
             }
         }
         "log_head" => {
@@ -432,6 +461,77 @@ fn read_line(text: &str, server: Server) -> Result<Parsed, LineError> {
         }
     };
     Ok(Parsed::Item(item))
+}
+
+/// What a registration's record holds as a CS writes it: its origin as
+/// `scheme://host[:port]`, its endpoints on that origin, or no
+/// token_endpoint when it is an origin blocked before it registered (which
+/// stays blocked). Its times are as the instances' clocks gave them, unchecked.
+fn check_registration(r: &RegisteredRecord) -> Result<(), LineError> {
+    let invalid = |member, reason| LineError::Invalid {
+        kind: "registration",
+        member,
+        reason,
+    };
+    let is_web = r.origin.starts_with("https://") || r.origin.starts_with("http://");
+    if !is_web || cheq_core::discovery::origin(&r.origin).as_deref() != Some(r.origin.as_str()) {
+        return Err(invalid(
+            "origin",
+            "not an http(s) origin as a registration names it (scheme://host[:port])",
+        ));
+    }
+    if r.is_placeholder() {
+        if r.status != RegistrationStatus::Blocked {
+            return Err(invalid(
+                "status",
+                "active, and the record has no token_endpoint (only an origin blocked before \
+                 it registered has none)",
+            ));
+        }
+    } else {
+        for (member, uri) in [
+            ("resource_prefix", &r.resource_prefix),
+            ("jwks_uri", &r.jwks_uri),
+            ("token_endpoint", &r.token_endpoint),
+        ] {
+            if cheq_core::discovery::origin(uri).as_deref() != Some(r.origin.as_str()) {
+                return Err(invalid(member, "not on the record's origin"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The registrations' keys read so far, with their lines: a key given twice
+/// is refused when the stream is read, before an import writes anything.
+/// They are few (one per RS a host serves, and the tokens its operator
+/// issued), unlike the other kinds, whose repeats the store refuses as
+/// they are written.
+#[derive(Default)]
+struct Keys {
+    origins: std::collections::HashMap<String, u64>,
+    digests: std::collections::HashMap<String, u64>,
+}
+
+impl Keys {
+    fn next(&mut self, line: u64, item: &Item) -> Result<(), LineError> {
+        let (seen, key) = match item {
+            Item::Registration(r) => (&mut self.origins, &r.origin),
+            Item::AccessToken { digest, .. } => (&mut self.digests, digest),
+            _ => return Ok(()),
+        };
+        match seen.entry(key.clone()) {
+            std::collections::hash_map::Entry::Occupied(first) => Err(LineError::Repeated {
+                kind: item.kind(),
+                key: key.clone(),
+                first: *first.get(),
+            }),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(line);
+                Ok(())
+            }
+        }
+    }
 }
 
 /// The transparency log's lines read so far, checked as they come.
@@ -538,6 +638,8 @@ impl LogLines {
             | Item::Entry { .. }
             | Item::Decision(_)
             | Item::Collected { .. }
+            | Item::Registration(_)
+            | Item::AccessToken { .. }
             | Item::Cheq(_)
             | Item::Nonce { .. }
             | Item::Execution { .. } => {}
@@ -573,7 +675,8 @@ impl LogLines {
 /// Reads a whole stream of `server`, handing its header to `header` (which
 /// may refuse it before any item is read) and each item with its line
 /// number to `sink`; checks that it ends with its end line, that the line
-/// counts its items, and that a transparency log is whole and signed.
+/// counts its items, that a transparency log is whole and signed, and that
+/// no registration's origin or token's digest comes twice.
 pub fn read_stream(
     input: &mut dyn BufRead,
     server: Server,
@@ -587,6 +690,7 @@ pub fn read_stream(
     let read = read_header(first, server).map_err(ImportError::Header)?;
     header(&read)?;
     let mut log = LogLines::new(&read);
+    let mut keys = Keys::default();
     let mut counts = Counts::default();
     let mut end: Option<(u64, u64)> = None;
     let mut line = 1;
@@ -604,6 +708,7 @@ pub fn read_stream(
             Parsed::Item(item) => {
                 let kind = item.kind();
                 log.next(&item).map_err(at)?;
+                keys.next(line, &item).map_err(at)?;
                 sink(line, item)?;
                 counts.add(kind);
             }

@@ -161,6 +161,13 @@ pub fn export_cs(
         |(id, _)| id.clone(),
         |(id, decided_at)| w.item(&Item::Collected { id, decided_at }),
     )?;
+    // A host's registrations are few (one per RS it serves): read whole.
+    for record in store.registrations.list()? {
+        w.item(&Item::Registration(Box::new(record)))?;
+    }
+    for (digest, created) in store.registrations.access_tokens()? {
+        w.item(&Item::AccessToken { digest, created })?;
+    }
     export_log(store.log.as_ref(), head, &mut w)?;
     w.end()
 }

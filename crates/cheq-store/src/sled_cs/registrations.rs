@@ -162,11 +162,48 @@ impl Registrations for SledRegistrations {
             .map_or(0, |b| u64::from_be_bytes(b) as i64))
     }
 
-    fn add_access_token(&self, digest: &str, created: i64) -> Result<(), StoreError> {
+    fn restore(&self, record: &RegisteredRecord) -> Result<bool, StoreError> {
+        let _w = lock();
+        if self.get(&record.origin)?.is_some() {
+            return Ok(false);
+        }
+        self.write(&record.origin, Some(record))?;
+        Ok(true)
+    }
+
+    fn add_access_token(&self, digest: &str, created: i64) -> Result<bool, StoreError> {
+        let added = self
+            .tokens
+            .compare_and_swap(
+                digest.as_bytes(),
+                None as Option<&[u8]>,
+                Some(&created.to_be_bytes()[..]),
+            )
+            .map_err(|e| backend_error("add access token", e))?
+            .is_ok();
+        if added {
+            self.db.flush()?;
+        }
+        Ok(added)
+    }
+
+    fn access_tokens(&self) -> Result<Vec<(String, i64)>, StoreError> {
         self.tokens
-            .insert(digest.as_bytes(), &created.to_be_bytes())
-            .map_err(|e| backend_error("add access token", e))?;
-        self.db.flush()
+            .iter()
+            .map(|item| {
+                let (k, v) = item.map_err(|e| backend_error("list access tokens", e))?;
+                let corrupt = |reason: &str| StoreError::Corrupt {
+                    key: String::from_utf8_lossy(&k).into_owned(),
+                    reason: format!("an initial access token's {reason}"),
+                };
+                let digest = std::str::from_utf8(&k)
+                    .map_err(|_| corrupt("digest is not UTF-8"))?
+                    .to_owned();
+                let created =
+                    <[u8; 8]>::try_from(v.as_ref()).map_err(|_| corrupt("time is not 8 bytes"))?;
+                Ok((digest, i64::from_be_bytes(created)))
+            })
+            .collect()
     }
 
     fn take_access_token(&self, digest: &str) -> Result<bool, StoreError> {

@@ -185,7 +185,46 @@ impl Registrations for PgRegistrations {
             })
     }
 
-    fn add_access_token(&self, digest: &str, created: i64) -> Result<(), StoreError> {
+    fn restore(&self, r: &RegisteredRecord) -> Result<bool, StoreError> {
+        let r = r.clone();
+        self.0.call("restore registration", move |pool| async move {
+            let op = "restore registration";
+            let c = client(&pool, op).await?;
+            let s = c
+                .prepare_cached(
+                    "WITH w AS (
+                       INSERT INTO cs_registrations (origin, name, resource_prefix, jwks_uri,
+                           token_endpoint, status, registered_at, updated_at)
+                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                       ON CONFLICT (origin) DO NOTHING
+                       RETURNING 1),
+                     g AS (UPDATE cs_registration_generation SET n = n + 1
+                           WHERE id = 1 AND EXISTS (SELECT 1 FROM w))
+                     SELECT count(*) FROM w",
+                )
+                .await
+                .map_err(db_error(op))?;
+            let row = c
+                .query_one(
+                    &s,
+                    &[
+                        &r.origin,
+                        &r.name,
+                        &r.resource_prefix,
+                        &r.jwks_uri,
+                        &r.token_endpoint,
+                        &r.status.as_str(),
+                        &r.registered_at,
+                        &r.updated_at,
+                    ],
+                )
+                .await
+                .map_err(db_error(op))?;
+            Ok(row.get::<_, i64>(0) > 0)
+        })
+    }
+
+    fn add_access_token(&self, digest: &str, created: i64) -> Result<bool, StoreError> {
         self.count(
             "add access token",
             "WITH w AS (INSERT INTO cs_registration_tokens (digest, created) VALUES ($1, $2)
@@ -194,7 +233,22 @@ impl Registrations for PgRegistrations {
             digest,
             created,
         )
-        .map(drop)
+        .map(|n| n > 0)
+    }
+
+    fn access_tokens(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        self.0.call("list access tokens", move |pool| async move {
+            let op = "list access tokens";
+            let c = client(&pool, op).await?;
+            let rows = c
+                .query(
+                    "SELECT digest, created FROM cs_registration_tokens ORDER BY digest",
+                    &[],
+                )
+                .await
+                .map_err(db_error(op))?;
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
     }
 
     fn take_access_token(&self, digest: &str) -> Result<bool, StoreError> {
