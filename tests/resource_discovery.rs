@@ -18,29 +18,27 @@
 //! - self-registration: the POST, back-off on `500`, a stop on `403`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
+#[path = "support/rs_kit.rs"]
+mod rs_kit;
+
 use actix_web::{web, App, HttpResponse, HttpServer};
 use cheq::cheq::UriPack;
 use cheq::configfile::ServerConfig as _;
 use cheq::resource::registration::RegistrationState;
-use cheq::resource::{build_state, serve, RsConfig, RsState};
+use cheq::resource::RsConfig;
 use cheq::sign::assertion::{client_assertion, AssertionClaims, ASSERTION_TYPE};
-use cheq::sign::{
-    b64, countersign, verify_resource, Channel, Context, Decision, DecisionInput, Jwks, SigningKey,
-    TrustStore,
-};
+use cheq::sign::{b64, Decision, Jwks, SigningKey};
 use cheq::time::{Clock, ManualClock};
 use cheq_core::discovery::ResourceDocument;
 use chrono::{Duration, Utc};
 use reqwest::StatusCode;
+use rs_kit::{Countersigning, Rs, AGENT_SECRET, CS_SECRET};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-
-const AGENT_SECRET: &str = "agent-secret-123";
-const CS_SECRET: &str = "cs-secret-123";
 
 fn key_a() -> SigningKey {
     SigningKey::from_seed("cs-a", &[11u8; 32]).unwrap()
@@ -210,14 +208,6 @@ subject = "alice"
     RsConfig::from_toml(&text).unwrap()
 }
 
-struct Rs {
-    base: String,
-    state: web::Data<RsState>,
-    handle: actix_web::dev::ServerHandle,
-    clock: Arc<ManualClock>,
-    http: reqwest::Client,
-}
-
 /// Starts an RS on `listener`, answering for `public_port`'s origin.
 async fn start_on(
     dir: &Path,
@@ -227,29 +217,7 @@ async fn start_on(
     s: &Setup<'_>,
 ) -> Rs {
     let port = listener.local_addr().unwrap().port();
-    let config = config(dir, public_port, port, s);
-    let mut state = None;
-    for _ in 0..50 {
-        match build_state(&config, clock.clone()).await {
-            Ok(st) => {
-                state = Some(st);
-                break;
-            }
-            // sled may still be closing after a restart.
-            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
-        }
-    }
-    let state = state.expect("state");
-    let server = serve(listener, state.clone()).unwrap();
-    let handle = server.handle();
-    actix_web::rt::spawn(server);
-    Rs {
-        base: format!("http://127.0.0.1:{port}"),
-        state,
-        handle,
-        clock,
-        http: reqwest::Client::new(),
-    }
+    Rs::start(listener, &config(dir, public_port, port, s), clock).await
 }
 
 async fn start(dir: &Path, s: &Setup<'_>) -> Rs {
@@ -269,6 +237,15 @@ fn by_issuer(issuer: &str) -> Setup<'_> {
     Setup {
         named: Named::Issuer(issuer),
         cs_client: false,
+        top: String::new(),
+    }
+}
+
+/// The CS as `named`, and a `cs` client with a secret too.
+fn with_secret_client(named: Named<'_>) -> Setup<'_> {
+    Setup {
+        named,
+        cs_client: true,
         top: String::new(),
     }
 }
@@ -308,6 +285,28 @@ impl Rs {
             .registration()
     }
 
+    /// Waits until `done` holds of its registration at its CS, for at most
+    /// `secs` seconds.
+    async fn registration_until(
+        &self,
+        secs: u64,
+        what: &str,
+        done: impl Fn(&RegistrationState) -> bool,
+    ) {
+        let state = self.state.clone();
+        until(secs, what, move || {
+            done(
+                &state
+                    .cheq
+                    .confirmation_server()
+                    .discovered()
+                    .unwrap()
+                    .registration(),
+            )
+        })
+        .await;
+    }
+
     async fn token_request(&self, form: &[(&str, &str)]) -> (StatusCode, Value) {
         let res = self
             .http
@@ -338,113 +337,26 @@ impl Rs {
         body["access_token"].as_str().unwrap().to_owned()
     }
 
-    async fn secret_token(&self, id: &str, secret: &str) -> String {
-        let res = self
-            .http
-            .post(self.token_endpoint())
-            .basic_auth(id, Some(secret))
-            .form(&[("grant_type", "client_credentials")])
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 200);
-        let body: Value = res.json().await.unwrap();
-        body["access_token"].as_str().unwrap().to_owned()
-    }
-
-    async fn invoke_flight(&self) -> reqwest::Response {
-        let token = self.secret_token("agent", AGENT_SECRET).await;
-        self.http
-            .post(format!("{}/tools/book_flight:invoke", self.base))
-            .bearer_auth(token)
-            .json(&json!({"name": "book_flight", "input_parameters": [
-                {"name": "flight_number", "value": "UA23"},
-                {"name": "flight_date", "value": "2026-12-01"},
-                {"name": "cabin_class", "value": "BUSINESS"},
-                {"name": "price_usd", "value": 500},
-            ]}))
-            .send()
-            .await
-            .unwrap()
-    }
-
-    async fn pending_flight(&self) -> UriPack {
-        let res = self.invoke_flight().await;
-        assert_eq!(res.status(), 202);
-        UriPack::parse(&res.bytes().await.unwrap()).unwrap()
-    }
-
-    async fn fetch(&self, token: &str, resource_uri: &str) -> reqwest::Response {
-        self.http
-            .get(resource_uri)
-            .header("accept", "application/jose+json")
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap()
-    }
-
-    /// The CHEQ of `pack` (read with `token`) countersigned with `key`.
+    /// The CHEQ of `pack` (read with `token`) accepted and countersigned
+    /// with `key`.
     async fn countersigned(&self, token: &str, pack: &UriPack, key: &SigningKey) -> String {
-        let res = self.fetch(token, &pack.resource_uri).await;
-        assert_eq!(res.status(), 200);
-        let doc = res.bytes().await.unwrap();
-        let jwks = self
-            .http
-            .get(format!("{}/.well-known/jwks.json", self.base))
-            .send()
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
-        let mut trust = TrustStore::new();
-        let origin = cheq_core::discovery::origin(&pack.resource_uri).unwrap();
-        trust
-            .add_resource_server(&origin, Jwks::from_bytes(&jwks).unwrap())
-            .unwrap();
-        let now = self.clock.now();
-        let ctx = Context {
-            now,
-            resource_uri: Some(&pack.resource_uri),
-            confirmation_uri: Some(&pack.confirmation_uri),
-        };
-        let verified = verify_resource(&doc, &trust, &ctx).unwrap();
-        let amr = vec!["pwd".to_owned()];
-        countersign(
-            &verified,
-            key,
-            DecisionInput {
+        self.countersigned_with(
+            pack,
+            Countersigning {
+                token,
+                confirmation_uri: &pack.confirmation_uri,
+                key,
                 decision: Decision::Accept,
-                sub: "alice",
-                also_known_as: &[],
-                auth_time: now.timestamp() - 60,
-                amr: &amr,
-                channel: Channel::Html,
-                view_text: "Book a flight …",
                 collected: None,
-                passkey: None,
+                iat_offset: 0,
             },
-            now,
         )
-        .unwrap()
+        .await
     }
 
+    /// Posts an acceptance with `token`.
     async fn decide(&self, token: &str, resource_uri: &str, body: &str) -> (StatusCode, Value) {
-        let res = self
-            .http
-            .post(format!("{resource_uri}?accept"))
-            .header("content-type", "application/jose+json")
-            .bearer_auth(token)
-            .body(body.to_owned())
-            .send()
-            .await
-            .unwrap();
-        (res.status(), res.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn result(&self, result_uri: &str) -> StatusCode {
-        self.http.get(result_uri).send().await.unwrap().status()
+        self.post_with(token, resource_uri, "accept", body).await
     }
 
     async fn resource_document(&self) -> (reqwest::header::HeaderMap, Vec<u8>) {
@@ -456,11 +368,6 @@ impl Rs {
             .unwrap();
         assert_eq!(res.status(), 200);
         (res.headers().clone(), res.bytes().await.unwrap().to_vec())
-    }
-
-    async fn stop(self) {
-        self.handle.stop(true).await;
-        drop(self.state);
     }
 }
 
@@ -559,11 +466,10 @@ async fn the_discovery_document_of_each_shape() {
     let dir = tempfile::tempdir().unwrap();
     let rs = start(
         dir.path(),
-        &Setup {
-            named: Named::InFull("http://127.0.0.1:9/confirm", set_of(&key_a())),
-            cs_client: true,
-            top: String::new(),
-        },
+        &with_secret_client(Named::InFull(
+            "http://127.0.0.1:9/confirm",
+            set_of(&key_a()),
+        )),
     )
     .await;
     let doc = read(&rs, &rs.resource_document().await.1);
@@ -620,7 +526,7 @@ async fn an_issuer_alone_is_enough_and_the_cs_may_come_later() {
     cs.down.store(true, Ordering::SeqCst);
     let dir = tempfile::tempdir().unwrap();
     let rs = start(dir.path(), &by_issuer(&issuer)).await;
-    let res = rs.invoke_flight().await;
+    let res = rs.flight(500).await;
     assert_eq!(res.status(), 503);
     assert!(res.headers().get("retry-after").is_some());
     let body: Value = res.json().await.unwrap();
@@ -660,15 +566,7 @@ async fn an_issuer_alone_is_enough_and_the_cs_may_come_later() {
 async fn each_deviation_of_an_assertion_is_refused() {
     let (_cs, issuer) = start_cs(false, &[]);
     let dir = tempfile::tempdir().unwrap();
-    let rs = start(
-        dir.path(),
-        &Setup {
-            named: Named::Issuer(&issuer),
-            cs_client: true,
-            top: String::new(),
-        },
-    )
-    .await;
+    let rs = start(dir.path(), &with_secret_client(Named::Issuer(&issuer))).await;
     rs.discovered().await;
     let aud = rs.token_endpoint();
     let now = rs.now();
@@ -836,11 +734,10 @@ async fn a_token_by_assertion_reads_and_decides_only_its_cs_cheqs() {
         listener,
         port,
         clock.clone(),
-        &Setup {
-            named: Named::InFull("http://127.0.0.1:9/confirm", set_of(&key_b())),
-            cs_client: true,
-            top: String::new(),
-        },
+        &with_secret_client(Named::InFull(
+            "http://127.0.0.1:9/confirm",
+            set_of(&key_b()),
+        )),
     )
     .await;
     let other = old.pending_flight().await;
@@ -853,11 +750,7 @@ async fn a_token_by_assertion_reads_and_decides_only_its_cs_cheqs() {
         listener,
         port,
         clock,
-        &Setup {
-            named: Named::Issuer(&issuer),
-            cs_client: true,
-            top: String::new(),
-        },
+        &with_secret_client(Named::Issuer(&issuer)),
     )
     .await;
     rs.discovered().await;
@@ -871,7 +764,7 @@ async fn a_token_by_assertion_reads_and_decides_only_its_cs_cheqs() {
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["error"], "not_found");
     // The secret client is not tied to a CS.
-    let secret = rs.secret_token("cs", CS_SECRET).await;
+    let secret = rs.token("cs", CS_SECRET).await;
     assert_eq!(rs.fetch(&secret, &other.resource_uri).await.status(), 200);
 
     // The other CHEQ, countersigned with this CS's key: not its CHEQ.
@@ -899,7 +792,7 @@ async fn a_token_by_assertion_reads_and_decides_only_its_cs_cheqs() {
     assert_eq!(answer["error"], "wrong_confirmation_server");
     // Nothing ran; the CHEQ is still pending, for its CS.
     assert_eq!(rs.state.executions(), 0);
-    assert_eq!(rs.result(&mine.result_uri).await, 202);
+    assert_eq!(rs.result(&mine.result_uri).await.0, 202);
     assert_eq!(rs.fetch(&token, &mine.resource_uri).await.status(), 200);
 
     // Its CS's decision is taken.
@@ -908,7 +801,7 @@ async fn a_token_by_assertion_reads_and_decides_only_its_cs_cheqs() {
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["status"], "accepted");
     assert_eq!(rs.state.executions(), 1);
-    assert_eq!(rs.result(&mine.result_uri).await, 200);
+    assert_eq!(rs.result(&mine.result_uri).await.0, 200);
     rs.stop().await;
 }
 
@@ -971,6 +864,19 @@ async fn an_assertion_is_taken_once_across_instances() {
     two.stop().await;
 }
 
+/// An RS (and its data directory) whose CS answers every registration
+/// with `status`, once it has taken that refusal.
+async fn refused_with(status: u16) -> (Arc<FakeCs>, tempfile::TempDir, Rs) {
+    let (cs, issuer) = start_cs(true, &[status]);
+    let dir = tempfile::tempdir().unwrap();
+    let rs = start(dir.path(), &by_issuer(&issuer)).await;
+    rs.registration_until(15, "refused", |r| {
+        *r == RegistrationState::Refused { status }
+    })
+    .await;
+    (cs, dir, rs)
+}
+
 /// The RS registers its origin at its CS when the CS offers registration:
 /// once after failures (1 s, then 2 s apart), not again after a refusal.
 #[actix_web::test]
@@ -980,17 +886,8 @@ async fn the_rs_registers_itself_with_back_off_and_stops_when_refused() {
     let dir = tempfile::tempdir().unwrap();
     let rs = start(dir.path(), &by_issuer(&issuer)).await;
     rs.discovered().await;
-    let state = rs.state.clone();
-    until(20, "registered", move || {
-        matches!(
-            state
-                .cheq
-                .confirmation_server()
-                .discovered()
-                .unwrap()
-                .registration(),
-            RegistrationState::Registered { .. }
-        )
+    rs.registration_until(20, "registered", |r| {
+        matches!(r, RegistrationState::Registered { .. })
     })
     .await;
     assert_eq!(
@@ -1012,41 +909,15 @@ async fn the_rs_registers_itself_with_back_off_and_stops_when_refused() {
     rs.stop().await;
 
     // Blocked: one try, then no more.
-    let (cs, issuer) = start_cs(true, &[403]);
-    let dir = tempfile::tempdir().unwrap();
-    let rs = start(dir.path(), &by_issuer(&issuer)).await;
-    let state = rs.state.clone();
-    until(15, "refused", move || {
-        state
-            .cheq
-            .confirmation_server()
-            .discovered()
-            .unwrap()
-            .registration()
-            == RegistrationState::Refused { status: 403 }
-    })
-    .await;
+    let (cs, _dir, rs) = refused_with(403).await;
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     assert_eq!(cs.posts().len(), 1);
     // The RS serves all the same.
-    assert_eq!(rs.invoke_flight().await.status(), 202);
+    assert_eq!(rs.flight(500).await.status(), 202);
     rs.stop().await;
 
     // Registration off at the CS (404): the same.
-    let (cs, issuer) = start_cs(true, &[404]);
-    let dir = tempfile::tempdir().unwrap();
-    let rs = start(dir.path(), &by_issuer(&issuer)).await;
-    let state = rs.state.clone();
-    until(15, "refused", move || {
-        state
-            .cheq
-            .confirmation_server()
-            .discovered()
-            .unwrap()
-            .registration()
-            == RegistrationState::Refused { status: 404 }
-    })
-    .await;
+    let (cs, _dir, rs) = refused_with(404).await;
     assert_eq!(cs.posts().len(), 1);
     rs.stop().await;
 }

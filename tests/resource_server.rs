@@ -3,33 +3,23 @@
 //! expiry, restart persistence, the token endpoint.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
-use actix_web::web;
+#[path = "support/rs_kit.rs"]
+mod rs_kit;
+
 use cheq::cheq::UriPack;
 use cheq::configfile::ServerConfig as _;
-use cheq::resource::{agent, build_state, serve, RsConfig, RsState};
-use cheq::sign::{
-    assemble, b64, countersign, sign_entry, verify_resource, Channel, Context, Decision,
-    DecisionInput, Jwks, SigningKey, TrustStore,
-};
+use cheq::resource::{agent, build_state, RsConfig, RsState};
+use cheq::sign::{assemble, b64, sign_entry, Decision, Jwks, SigningKey};
 use cheq::time::ManualClock;
 use chrono::{Duration, Utc};
 use indexmap::IndexMap;
 use reqwest::StatusCode;
+use rs_kit::{Countersigning, Rs, AGENT_SECRET, CS_SECRET};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Arc;
 
 const CS_URI: &str = "http://127.0.0.1:9/confirm";
-const CS_SECRET: &str = "cs-secret-123";
-const AGENT_SECRET: &str = "agent-secret-123";
-
-struct Rs {
-    base: String,
-    state: web::Data<RsState>,
-    handle: actix_web::dev::ServerHandle,
-    clock: Arc<ManualClock>,
-    http: reqwest::Client,
-}
 
 fn cs_key() -> SigningKey {
     SigningKey::from_seed("cs-1", &[7u8; 32]).unwrap()
@@ -75,29 +65,7 @@ book_flight_threshold_usd = 100
 
 async fn start_on(dir: &Path, listener: std::net::TcpListener, clock: Arc<ManualClock>) -> Rs {
     let port = listener.local_addr().unwrap().port();
-    let config = config(dir, port);
-    let mut state = None;
-    for _ in 0..50 {
-        match build_state(&config, clock.clone()).await {
-            Ok(s) => {
-                state = Some(s);
-                break;
-            }
-            // sled may still be closing after a restart.
-            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
-        }
-    }
-    let state = state.expect("state");
-    let server = serve(listener, state.clone()).unwrap();
-    let handle = server.handle();
-    actix_web::rt::spawn(server);
-    Rs {
-        base: format!("http://127.0.0.1:{port}"),
-        state,
-        handle,
-        clock,
-        http: reqwest::Client::new(),
-    }
+    Rs::start(listener, &config(dir, port), clock).await
 }
 
 async fn start(dir: &Path) -> Rs {
@@ -105,98 +73,16 @@ async fn start(dir: &Path) -> Rs {
     start_on(dir, listener, Arc::new(ManualClock::new(Utc::now()))).await
 }
 
+/// The exchanges of this file's CS: client `cs` by its secret, confirmation
+/// URI [`CS_URI`].
 impl Rs {
-    async fn token(&self, id: &str, secret: &str) -> String {
-        let res = self
-            .http
-            .post(format!("{}/oauth/token", self.base))
-            .basic_auth(id, Some(secret))
-            .form(&[("grant_type", "client_credentials"), ("scope", "cheq")])
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 200);
-        let body: Value = res.json().await.unwrap();
-        assert_eq!(body["token_type"], "Bearer");
-        assert!(body["expires_in"].as_i64().unwrap() > 0);
-        body["access_token"].as_str().unwrap().to_owned()
-    }
-
-    async fn invoke(&self, tool: &str, inputs: Value) -> reqwest::Response {
-        let token = self.token("agent", AGENT_SECRET).await;
-        let params: Vec<Value> = inputs
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| json!({"name": k, "value": v}))
-            .collect();
-        self.http
-            .post(format!("{}/tools/{tool}:invoke", self.base))
-            .bearer_auth(token)
-            .json(&json!({"name": tool, "input_parameters": params}))
-            .send()
-            .await
-            .unwrap()
-    }
-
-    async fn flight(&self, price: i64) -> reqwest::Response {
-        self.invoke(
-            "book_flight",
-            json!({"flight_number": "UA23", "flight_date": "2026-12-01",
-                   "cabin_class": "BUSINESS", "price_usd": price}),
-        )
-        .await
-    }
-
-    /// Invokes a flight that needs confirmation and returns its URI pack.
-    async fn pending_flight(&self) -> UriPack {
-        let res = self.flight(500).await;
-        assert_eq!(res.status(), 202);
-        let location = res
-            .headers()
-            .get("location")
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_owned();
-        assert!(res.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("application/json"));
-        let pack = UriPack::parse(&res.bytes().await.unwrap()).unwrap();
-        assert_eq!(location, pack.result_uri);
-        pack
-    }
-
-    /// Plays the CS: GET the resource URI, verify, countersign.
-    async fn fetch(&self, resource_uri: &str) -> reqwest::Response {
+    /// Fetches a resource URI with a fresh token of the `cs` client.
+    async fn cs_fetch(&self, resource_uri: &str) -> reqwest::Response {
         let token = self.token("cs", CS_SECRET).await;
-        self.http
-            .get(resource_uri)
-            .header("accept", "application/jose+json")
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap()
+        self.fetch(&token, resource_uri).await
     }
 
-    async fn trust(&self) -> TrustStore {
-        let bytes = self
-            .http
-            .get(format!("{}/.well-known/jwks.json", self.base))
-            .send()
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
-        let mut trust = TrustStore::new();
-        trust
-            .add_resource_server(&self.base, Jwks::from_bytes(&bytes).unwrap())
-            .unwrap();
-        trust
-    }
-
+    /// Fetches the CHEQ of `pack`, verifies it and countersigns it with `key`.
     async fn sign_with(
         &self,
         pack: &UriPack,
@@ -205,78 +91,49 @@ impl Rs {
         collected: Option<IndexMap<String, String>>,
         iat_offset: i64,
     ) -> String {
-        let res = self.fetch(&pack.resource_uri).await;
-        assert_eq!(res.status(), 200);
-        assert_eq!(res.headers()["content-type"], "application/jose+json");
-        let doc = res.bytes().await.unwrap();
-        let now = self.clock.now_for_test();
-        let ctx = Context {
-            now,
-            resource_uri: Some(&pack.resource_uri),
-            confirmation_uri: Some(CS_URI),
-        };
-        let verified = verify_resource(&doc, &self.trust().await, &ctx).unwrap();
-        assert_eq!(verified.fields().subject, "alice");
-        let amr = vec!["pwd".to_owned()];
-        countersign(
-            &verified,
-            key,
-            DecisionInput {
+        let token = self.token("cs", CS_SECRET).await;
+        self.countersigned_with(
+            pack,
+            Countersigning {
+                token: &token,
+                confirmation_uri: CS_URI,
+                key,
                 decision,
-                sub: "alice",
-                also_known_as: &[],
-                auth_time: now.timestamp() - 60,
-                amr: &amr,
-                channel: Channel::Html,
-                view_text: "Book a flight …",
                 collected,
-                passkey: None,
+                iat_offset,
             },
-            now + Duration::seconds(iat_offset),
         )
-        .unwrap()
+        .await
     }
 
     async fn sign(&self, pack: &UriPack, decision: Decision) -> String {
         self.sign_with(pack, &cs_key(), decision, None, 0).await
     }
 
+    /// Posts a decision with a fresh token of the `cs` client.
     async fn post(&self, resource_uri: &str, query: &str, body: &str) -> (StatusCode, Value) {
         let token = self.token("cs", CS_SECRET).await;
-        let res = self
-            .http
-            .post(format!("{resource_uri}?{query}"))
-            .header("content-type", "application/jose+json")
-            .bearer_auth(token)
-            .body(body.to_owned())
-            .send()
-            .await
-            .unwrap();
-        (res.status(), res.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn result(&self, result_uri: &str) -> (StatusCode, Value, Option<String>) {
-        let res = self.http.get(result_uri).send().await.unwrap();
-        let retry = res
-            .headers()
-            .get("retry-after")
-            .map(|v| v.to_str().unwrap().to_owned());
-        (res.status(), res.json().await.unwrap(), retry)
-    }
-
-    async fn stop(self) {
-        self.handle.stop(true).await;
-        drop(self.state);
+        self.post_with(&token, resource_uri, query, body).await
     }
 }
 
-trait NowForTest {
-    fn now_for_test(&self) -> chrono::DateTime<Utc>;
-}
-impl NowForTest for ManualClock {
-    fn now_for_test(&self) -> chrono::DateTime<Utc> {
-        cheq::time::Clock::now(self)
-    }
+/// The agent library books a first-class flight at `price` at the RS of
+/// `base`, as client `agent` with `secret`.
+async fn agent_books(
+    base: &str,
+    secret: &str,
+    price: i64,
+) -> Result<agent::InvokeOutcome, agent::AgentError> {
+    let params = json!({"flight_number": "UA23", "flight_date": "2026-12-01",
+                        "cabin_class": "FIRST", "price_usd": price});
+    agent::invoke(
+        base,
+        "agent",
+        secret,
+        "book_flight",
+        params.as_object().unwrap(),
+    )
+    .await
 }
 
 fn id_bits(uri: &str) -> usize {
@@ -360,7 +217,7 @@ async fn book_flight_confirmed_once_and_replays_refused() {
     assert_eq!(rs.state.executions(), 2);
 
     // Decided: GET is 410.
-    let res = rs.fetch(&pack.resource_uri).await;
+    let res = rs.cs_fetch(&pack.resource_uri).await;
     assert_eq!(res.status(), 410);
 
     rs.stop().await;
@@ -558,7 +415,7 @@ async fn tokens_unknown_resources_and_roles() {
 
     // Unknown resource and result.
     let unknown = format!("{}/cheq/confirmations/AAAAAAAAAAAAAAAAAAAAAA", rs.base);
-    assert_eq!(rs.fetch(&unknown).await.status(), 404);
+    assert_eq!(rs.cs_fetch(&unknown).await.status(), 404);
     let (status, body) = rs.post(&unknown, "accept", &accept).await;
     assert_eq!(
         (status.as_u16(), body["error"].clone()),
@@ -593,7 +450,7 @@ async fn expiry_gives_410_and_expired_result() {
     // At `expires` the CS can no longer fetch it; decisions are still taken
     // within the 60 s skew, and the result stays pending meanwhile.
     rs.clock.advance(Duration::seconds(900));
-    let res = rs.fetch(&pack.resource_uri).await;
+    let res = rs.cs_fetch(&pack.resource_uri).await;
     assert_eq!(res.status(), 410);
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["error"], "expired");
@@ -639,7 +496,8 @@ async fn transfer_funds_collects_private_values() {
 
     // The CHEQ asks the user for the accounts and the amount.
     let doc: Value =
-        serde_json::from_slice(&rs.fetch(&pack.resource_uri).await.bytes().await.unwrap()).unwrap();
+        serde_json::from_slice(&rs.cs_fetch(&pack.resource_uri).await.bytes().await.unwrap())
+            .unwrap();
     let payload: Value =
         serde_json::from_slice(&b64::decode(doc["payload"].as_str().unwrap()).unwrap()).unwrap();
     let params = payload["inputs"]["parameters"].as_array().unwrap();
@@ -909,14 +767,14 @@ async fn pending_confirmations_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let rs = start(dir.path()).await;
     let pack = rs.pending_flight().await;
-    let first = rs.fetch(&pack.resource_uri).await.bytes().await.unwrap();
+    let first = rs.cs_fetch(&pack.resource_uri).await.bytes().await.unwrap();
     let port: u16 = rs.base.rsplit(':').next().unwrap().parse().unwrap();
     let clock = rs.clock.clone();
     rs.stop().await;
 
     let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     let rs = start_on(dir.path(), listener, clock).await;
-    let res = rs.fetch(&pack.resource_uri).await;
+    let res = rs.cs_fetch(&pack.resource_uri).await;
     assert_eq!(res.status(), 200);
     assert_eq!(res.bytes().await.unwrap(), first, "same document, same key");
     let accept = rs.sign(&pack, Decision::Accept).await;
@@ -930,28 +788,10 @@ async fn pending_confirmations_survive_a_restart() {
 async fn agent_client_invokes_and_polls() {
     let dir = tempfile::tempdir().unwrap();
     let rs = start(dir.path()).await;
-    let params = json!({"flight_number": "UA23", "flight_date": "2026-12-01", "cabin_class": "FIRST", "price_usd": 20});
-    let out = agent::invoke(
-        &rs.base,
-        "agent",
-        AGENT_SECRET,
-        "book_flight",
-        params.as_object().unwrap(),
-    )
-    .await
-    .unwrap();
+    let out = agent_books(&rs.base, AGENT_SECRET, 20).await.unwrap();
     assert!(matches!(out, agent::InvokeOutcome::Done(_)));
 
-    let params = json!({"flight_number": "UA23", "flight_date": "2026-12-01", "cabin_class": "FIRST", "price_usd": 2000});
-    let out = agent::invoke(
-        &rs.base,
-        "agent",
-        AGENT_SECRET,
-        "book_flight",
-        params.as_object().unwrap(),
-    )
-    .await
-    .unwrap();
+    let out = agent_books(&rs.base, AGENT_SECRET, 2000).await.unwrap();
     let agent::InvokeOutcome::NeedsConfirmation(pack) = out else {
         panic!("expected a URI pack")
     };
@@ -968,15 +808,9 @@ async fn agent_client_invokes_and_polls() {
     };
     assert_eq!(result["output_parameters"][1]["value"], "CONFIRMED");
 
-    let err = agent::invoke(
-        &rs.base,
-        "agent",
-        "wrong-secret",
-        "book_flight",
-        params.as_object().unwrap(),
-    )
-    .await
-    .unwrap_err();
+    let err = agent_books(&rs.base, "wrong-secret", 2000)
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, agent::AgentError::Status { status: 401, .. }),
         "{err}"
@@ -1078,15 +912,18 @@ async fn cs_keys_from_jwks_uri_and_clear_errors() {
         .await
         .unwrap();
     let kid = published["keys"][0]["kid"].as_str().unwrap().to_owned();
+    let knows_kid = |state: &RsState| {
+        state
+            .cheq
+            .confirmation_server()
+            .source()
+            .key(&kid)
+            .is_some()
+    };
     let state = build_state(&cfg, clock.clone()).await.unwrap();
     // Fetched on first use (a peer that starts later is no error).
     state.cheq.confirmation_server().ensure_fresh().await;
-    assert!(state
-        .cheq
-        .confirmation_server()
-        .source()
-        .key(&kid)
-        .is_some());
+    assert!(knows_kid(&state));
     drop(state);
     // A jwks_uri that answers 404: the server starts, trusts nothing from
     // it, and asks for a later try rather than refusing for good.
@@ -1094,12 +931,7 @@ async fn cs_keys_from_jwks_uri_and_clear_errors() {
         Some(format!("{}/nowhere.json", other.base));
     let state = build_state(&cfg, clock.clone()).await.unwrap();
     state.cheq.confirmation_server().ensure_fresh().await;
-    assert!(state
-        .cheq
-        .confirmation_server()
-        .source()
-        .key(&kid)
-        .is_none());
+    assert!(!knows_kid(&state));
     assert!(matches!(
         state.cheq.confirmation_server().refetch_for(&kid).await,
         cheq::peerkeys::Refetch::Later { retry_after } if (1..=5).contains(&retry_after)
@@ -1202,16 +1034,7 @@ async fn run_from_a_toml_file_under_plain_tokio() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let params = json!({"flight_number": "UA23", "flight_date": "2026-12-01", "cabin_class": "FIRST", "price_usd": 300});
-    let out = agent::invoke(
-        &base,
-        "agent",
-        AGENT_SECRET,
-        "book_flight",
-        params.as_object().unwrap(),
-    )
-    .await
-    .unwrap();
+    let out = agent_books(&base, AGENT_SECRET, 300).await.unwrap();
     assert!(matches!(out, agent::InvokeOutcome::NeedsConfirmation(_)));
     task.abort();
 
