@@ -50,6 +50,7 @@ fn rules() -> Vec<Rule> {
                 "confirm/directory.rs",
                 "confirm/registration.rs",
                 "confirm/config.rs",
+                "confirm/config/",
                 "confirm/link.rs",
                 "confirm/passkeys.rs",
             ],
@@ -72,7 +73,7 @@ fn rules() -> Vec<Rule> {
         },
         Rule {
             layer: "CS clients of resource servers and identity providers",
-            files: &["confirm/fetch.rs", "confirm/oidc/"],
+            files: &["confirm/fetch.rs", "confirm/fetch/", "confirm/oidc/"],
             except: &[],
             forbidden: &[
                 "actix_web",

@@ -16,7 +16,9 @@
 //! - [`tools`]: the two demo A2T tools (`book_flight`, `transfer_funds`), their
 //!   validation, confirmation policy and execution.
 //! - [`config`]: the settings, read from `rs.toml`.
-//! - [`server`]: the actix-web routes, app state, [`server::run`].
+//! - [`server`]: the actix-web routes, app state, [`server::run`]; `caller`:
+//!   the caller of a route as an extractor (its token checked for the role);
+//!   `discovery`: this RS's discovery document (§16.2).
 //! - [`agent`]: a small agent-side client (`invoke`, `poll_result`).
 //! - [`error`]: the front end's error types and the single HTTP mapping of
 //!   every error, the domain's included (into [`crate::httpkit::JsonError`],
@@ -31,6 +33,8 @@ pub use cheq_resource::{
     RsConfig,
 };
 
+mod caller;
+mod discovery;
 pub mod error;
 pub mod oauth;
 pub mod server;

@@ -14,10 +14,12 @@
 //! | `GET /cheq/results/{id}` | anyone holding the URI | the result (§7) |
 
 use super::assertion::TrustedIssuers;
+use super::caller::{Agent, Caller, Cs};
 use super::cheq_rs::{CheqRs, ResultView, CONFIRMATIONS_PATH, RESULTS_PATH};
-use super::config::{ClientRole, CsNamed, RsConfig};
+use super::config::{CsNamed, RsConfig};
+pub use super::discovery::resource_document;
 use super::error::{ApiError, CheqRsError, RsError, ToolError};
-use super::oauth::{TokenInfo, TokenRequest, TokenService};
+use super::oauth::{TokenRequest, TokenService};
 use super::tools::{self, DemoTools, Policy, Tool};
 use super::trusted_cs::{ConfirmationServer, DiscoveredCs};
 use crate::cheq::Decision;
@@ -29,12 +31,11 @@ use crate::sign::VerifyError;
 use crate::store::rs::RsStore;
 use crate::time::{Clock, SystemClock};
 use actix_web::http::{header, StatusCode};
-use actix_web::{web, App, FromRequest, HttpRequest, HttpResponse, HttpServer};
-use cheq_core::discovery::{ResourceDocument, CLIENT_SECRET_BASIC, PRIVATE_KEY_JWT, RESOURCE_PATH};
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use cheq_core::discovery::{ResourceDocument, RESOURCE_PATH};
 use chrono::Duration;
 use serde_json::{json, Value};
 use sha2::Digest;
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// Everything the handlers share.
@@ -177,29 +178,6 @@ pub async fn build_state_with(
         metrics_token,
         hosted_keys: hosted,
     }))
-}
-
-/// This RS's discovery document (§16.2): its origin and name, where its
-/// resource URIs, keys and token endpoint are, and how a CS authenticates
-/// there: with a `cs` client's secret when it has one, with its own key
-/// when it trusts a CS by issuer (`by_issuer`).
-pub fn resource_document(config: &RsConfig, by_issuer: bool) -> ResourceDocument {
-    let base = config.base_url();
-    let mut methods = Vec::new();
-    if config.clients.iter().any(|c| c.role == ClientRole::Cs) {
-        methods.push(CLIENT_SECRET_BASIC.to_owned());
-    }
-    if by_issuer {
-        methods.push(PRIVATE_KEY_JWT.to_owned());
-    }
-    ResourceDocument {
-        resource: base.clone(),
-        name: config.display_name(),
-        resource_prefix: format!("{base}{CONFIRMATIONS_PATH}"),
-        jwks_uri: format!("{base}/.well-known/jwks.json"),
-        token_endpoint: format!("{base}{TOKEN_PATH}"),
-        token_endpoint_auth_methods_supported: methods,
-    }
 }
 
 /// The token endpoint's path.
@@ -433,50 +411,6 @@ async fn token(
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .insert_header((header::PRAGMA, "no-cache"))
         .json(answer))
-}
-
-/// Who may call a route: the role its bearer token must be issued for.
-trait Role {
-    const ROLE: ClientRole;
-}
-
-/// The routes of agents (A2T).
-enum Agent {}
-
-impl Role for Agent {
-    const ROLE: ClientRole = ClientRole::Agent;
-}
-
-/// The routes of the CS (§3, §6).
-enum Cs {}
-
-impl Role for Cs {
-    const ROLE: ClientRole = ClientRole::Cs;
-}
-
-/// The caller of a route for `R`, its bearer token checked before the
-/// handler runs: a request without a valid token for that role never
-/// reaches it.
-struct Caller<R>(TokenInfo, PhantomData<R>);
-
-impl<R: Role> FromRequest for Caller<R> {
-    type Error = ApiError;
-    type Future = std::future::Ready<Result<Self, ApiError>>;
-
-    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
-        std::future::ready(match req.app_data::<web::Data<RsState>>() {
-            Some(state) => state
-                .tokens
-                .check(authorization(req), R::ROLE)
-                .map(|who| Caller(who, PhantomData))
-                .map_err(ApiError::from),
-            None => Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                "the server's state is missing",
-            )),
-        })
-    }
 }
 
 async fn list_tools(state: web::Data<RsState>, _: Caller<Agent>) -> Result<HttpResponse, ApiError> {

@@ -27,17 +27,21 @@
 //! answer, success or failure, instead of each asking on its own.
 
 use cheq_core::cheq::{Decision, DecisionAnswer};
-use cheq_core::sign::assertion::{client_assertion, new_jti, AssertionClaims, ASSERTION_TYPE};
-use cheq_support::keyring::KeyRing;
+use cheq_core::sign::assertion::ASSERTION_TYPE;
 use cheq_support::outbound::AddressPolicy;
-use cheq_support::time::Clock;
 use oauth2::basic::BasicClient;
 use oauth2::{ClientId, ClientSecret, Scope, TokenResponse, TokenUrl};
 use reqwest::header;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use thread_local::ThreadLocal;
 use tokio::sync::Mutex as AsyncMutex;
+
+mod auth;
+mod capped;
+
+pub use auth::{AssertionSigner, ClientAuth};
+pub(crate) use capped::{read_capped, send_capped, Capped};
 
 /// Longest resource-signed CHEQ read: 64 KiB of payload (§4) is 87,382
 /// base64url characters, plus the header and signature.
@@ -112,63 +116,6 @@ pub enum RsAnswer {
 
 /// Longest `error` or `error_description` kept from an RS's answer.
 pub const MAX_RS_WORDS: usize = 200;
-
-/// How the CS authenticates at an RS's token endpoint.
-pub enum ClientAuth {
-    /// The client id and secret the RS issued (`client_secret_basic`).
-    Secret {
-        client_id: String,
-        client_secret: String,
-    },
-    /// A client assertion signed with the CS's own key (§16.4).
-    Assertion(AssertionSigner),
-}
-
-/// Signs the CS's client assertions (§16.4): `iss` and `sub` its issuer (its
-/// origin), signed by its active key, at the time of its clock.
-#[derive(Clone)]
-pub struct AssertionSigner {
-    keys: Arc<KeyRing>,
-    issuer: String,
-    clock: Arc<dyn Clock>,
-}
-
-impl std::fmt::Debug for AssertionSigner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AssertionSigner")
-            .field("issuer", &self.issuer)
-            .finish_non_exhaustive()
-    }
-}
-
-impl AssertionSigner {
-    pub fn new(keys: Arc<KeyRing>, issuer: &str, clock: Arc<dyn Clock>) -> Self {
-        AssertionSigner {
-            keys,
-            issuer: issuer.to_owned(),
-            clock,
-        }
-    }
-
-    /// A new assertion for the token endpoint `audience`: a fresh `jti` of
-    /// 128 random bits, issued now, expiring in 60 s.
-    pub fn assertion(&self, audience: &str) -> Result<String, FetchError> {
-        let key = self
-            .keys
-            .signer()
-            .map_err(|e| FetchError::CannotSign(e.to_string()))?;
-        let jti = new_jti(&mut rand::rngs::OsRng);
-        Ok(client_assertion(
-            &key,
-            &AssertionClaims {
-                issuer: &self.issuer,
-                audience,
-                jti: &jti,
-                issued_at: self.clock.now().timestamp(),
-            },
-        ))
-    }
-}
 
 /// A client for one resource server.
 pub struct RsClient {
@@ -612,55 +559,6 @@ async fn token_http(
         })
 }
 
-/// Why a capped exchange failed, before the caller names whose answer it
-/// was.
-#[derive(Debug)]
-pub(crate) enum Capped {
-    /// The body is longer than the cap (announced, or read past it).
-    TooLarge,
-    /// The request could not be made, or the answer not read (a timeout of
-    /// the client among them).
-    Http(reqwest::Error),
-}
-
-/// Sends a request of the `oauth2` or `openidconnect` crate (they let their
-/// caller make the exchange) through `http`, whose timeouts bound it, and
-/// reads at most `limit` bytes of the answer.
-pub(crate) async fn send_capped(
-    http: &reqwest::Client,
-    request: oauth2::HttpRequest,
-    limit: usize,
-) -> Result<oauth2::HttpResponse, Capped> {
-    let request = reqwest::Request::try_from(request).map_err(Capped::Http)?;
-    let res = http.execute(request).await.map_err(Capped::Http)?;
-    let status = res.status();
-    let headers = res.headers().clone();
-    let body = read_capped(res, limit).await?;
-    let mut answer = oauth2::HttpResponse::new(body);
-    *answer.status_mut() = status;
-    *answer.headers_mut() = headers;
-    Ok(answer)
-}
-
-/// Reads at most `limit` bytes of a body, refusing a longer one as soon as
-/// its length is announced or its bytes pass the limit.
-pub(crate) async fn read_capped(
-    mut res: reqwest::Response,
-    limit: usize,
-) -> Result<Vec<u8>, Capped> {
-    if res.content_length().is_some_and(|n| n > limit as u64) {
-        return Err(Capped::TooLarge);
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = res.chunk().await.map_err(Capped::Http)? {
-        if body.len() + chunk.len() > limit {
-            return Err(Capped::TooLarge);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
-
 /// [`read_capped`] for an RS's answer (`what`, for the error).
 async fn read_limited(
     res: reqwest::Response,
@@ -682,9 +580,11 @@ fn snippet(body: &[u8]) -> String {
 mod tests {
     use super::*;
     use cheq_core::sign::assertion::{verify_client_assertion, Expected};
-    use cheq_support::time::ManualClock;
+    use cheq_support::keyring::KeyRing;
+    use cheq_support::time::{Clock, ManualClock};
     use std::collections::HashSet;
     use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::Arc;
 
     /// What the token endpoint read of one request.
     #[derive(Debug, Clone)]

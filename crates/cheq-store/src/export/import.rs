@@ -260,7 +260,7 @@ impl CsImport<'_> {
             Item::LogEntry { index, entry } => {
                 let part = self.tree.push(entry).map_err(|e| ImportError::Line {
                     line: at.line,
-                    cause: LineError::Log(super::read::LogLineError::Tree(e)),
+                    cause: LineError::Log(LogLineError::Tree(e)),
                 })?;
                 match part {
                     Some(part) => self.restore(at, &part, format!("entries up to index {index}")),
@@ -307,7 +307,7 @@ impl CsImport<'_> {
         // a stream cut before its log loses no decision from the log.
         let (mut part, _) = self.tree.finish().map_err(|e| ImportError::Line {
             line: at.line,
-            cause: LineError::Log(super::read::LogLineError::Tree(e)),
+            cause: LineError::Log(LogLineError::Tree(e)),
         })?;
         part.queued = std::mem::take(&mut self.queued);
         let what = format!("entries from index {} and the queue", part.from);

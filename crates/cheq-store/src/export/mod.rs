@@ -60,14 +60,16 @@
 //! [`crate::registrations::Registrations::restore`], which keeps its status
 //! and times and moves the generation that running instances reload on.
 
+mod errors;
 mod import;
 mod read;
 mod write;
 
 mod tree;
 
+pub use errors::{HeaderError, ImportError, LineError, LogLineError, TargetLog};
 pub use import::{ensure_empty_cs, ensure_empty_rs, import_cs, import_rs, Imported};
-pub use read::{check, read_stream, HeaderError, ImportError, LineError, LogLineError, TargetLog};
+pub use read::{check, read_stream};
 pub use write::{export_cs, export_rs, ExportError};
 
 use crate::cs::{Account, ConfirmationEntry, DecisionRecord};
