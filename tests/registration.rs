@@ -535,6 +535,27 @@ async fn token_mode_takes_one_registration_per_token_made_by_cheq_rs_token() {
             .starts_with("Bearer"));
     }
     assert_eq!(good.hits(), 0, "nothing fetched without a valid token");
+    // Made-up tokens never count against the origin named: more of them
+    // than an origin's allowance, and its owner still registers below.
+    let per_origin = cheq::confirm::auth::limits::REGISTRATION_ORIGIN.free_failures;
+    for _ in 0..per_origin + 2 {
+        let (status, _, _) = register_with(&http, &env.cs_origin, &body, Some("bogus"), None).await;
+        assert_eq!(status, 401);
+    }
+    // This host's own origin is no resource server to register.
+    let (status, _, answer) = register_with(
+        &http,
+        &env.cs_origin,
+        &json!({ "resource": env.cs_origin }),
+        Some("bogus"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (400, Some("invalid_resource")),
+        "{answer}"
+    );
 
     // `cheq rs token` while the server runs (through its admin socket).
     let config = env.cs_config.to_str().unwrap();

@@ -196,13 +196,19 @@ pub async fn build_state_with(
         );
     }
     let limiter = Limiter::new(store.limits.clone());
-    let registrar = Arc::new(Registrar::new(
-        config.registration.mode,
-        outbound,
-        store.registrations.clone(),
-        limiter.clone(),
-        clock_kept.clone(),
-    ));
+    let registrar = Arc::new(
+        Registrar::new(
+            config.registration.mode,
+            outbound,
+            store.registrations.clone(),
+            limiter.clone(),
+            clock_kept.clone(),
+        )
+        .reserving(
+            std::iter::once(config.origin())
+                .chain(config.resource_servers.iter().map(|r| r.origin.clone())),
+        ),
+    );
     let discovery = discovery_document(config, cs.transparency().map(|l| l.verifier_key()));
     let log_key = load_or_create_secret(&config.log_pseudonym_file())?;
     let mut api = super::api::Api::new(

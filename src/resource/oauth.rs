@@ -199,8 +199,9 @@ impl TokenService {
         let answer = self.by_assertion(authorization, form).await;
         if let Err(TokenError::Assertion(refusal)) = &answer {
             log::info!(
-                "token endpoint: a client assertion from {} was refused: {refusal}",
-                crate::text::one_line(address)
+                "token endpoint: a client assertion from {} was refused: {}",
+                crate::text::one_line(address),
+                crate::text::snippet(refusal.to_string().as_bytes(), 200)
             );
             if TokenError::counts_as_failure(refusal) {
                 self.failed(address, now);

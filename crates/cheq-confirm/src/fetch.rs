@@ -177,10 +177,13 @@ enum TokenAuth {
             >,
         >,
     ),
-    /// With a client assertion for `token_url`.
+    /// With a client assertion for `token_url`, whose audience is the
+    /// token endpoint exactly as the RS's document (or the configuration)
+    /// writes it (§16.4), not as the URL parser normalises it.
     Assertion {
         signer: AssertionSigner,
         token_url: url::Url,
+        audience: String,
     },
 }
 
@@ -264,6 +267,7 @@ impl RsClient {
                 signer,
                 token_url: cheq_core::cheq::uri::parse_cheq_uri(token_url)
                     .map_err(|e| e.to_string())?,
+                audience: token_url.to_owned(),
             },
         };
         let clients = ThreadLocal::new();
@@ -344,8 +348,14 @@ impl RsClient {
     async fn request_token(&self) -> Result<(String, Duration), FetchError> {
         let oauth = match &self.auth {
             TokenAuth::Secret(oauth) => oauth,
-            TokenAuth::Assertion { signer, token_url } => {
-                return self.request_token_by_assertion(signer, token_url).await
+            TokenAuth::Assertion {
+                signer,
+                token_url,
+                audience,
+            } => {
+                return self
+                    .request_token_by_assertion(signer, token_url, audience)
+                    .await
             }
         };
         // The client is a handle (cloning it shares its pool); a future that
@@ -380,8 +390,9 @@ impl RsClient {
         &self,
         signer: &AssertionSigner,
         token_url: &url::Url,
+        audience: &str,
     ) -> Result<(String, Duration), FetchError> {
-        let assertion = signer.assertion(token_url.as_str())?;
+        let assertion = signer.assertion(audience)?;
         let res = self
             .http()
             .post(token_url.clone())

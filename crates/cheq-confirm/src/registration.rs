@@ -61,6 +61,8 @@ pub enum InvalidResource {
     BadKeySet(String),
     #[error("its key set holds no key")]
     NoKeys,
+    #[error("{0} is this confirmation service's own origin or one of its configuration's resource servers")]
+    Reserved(String),
 }
 
 /// Why a registration was refused.
@@ -152,6 +154,11 @@ pub struct Registrar {
     limiter: Limiter,
     clock: Arc<dyn Clock>,
     in_flight: tokio::sync::Semaphore,
+    /// Origins no registration may take: this CS's own, and those of the
+    /// resource servers of its configuration (which win over a
+    /// registration, so one would be stored unused and go live unnoticed
+    /// the day the file drops the origin).
+    reserved: Vec<String>,
 }
 
 impl std::fmt::Debug for Registrar {
@@ -177,7 +184,18 @@ impl Registrar {
             limiter,
             clock,
             in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
+            reserved: Vec::new(),
         }
+    }
+
+    /// Refuses registrations of `origins` (this CS's own, those of its
+    /// configuration).
+    pub fn reserving(mut self, origins: impl IntoIterator<Item = String>) -> Self {
+        self.reserved = origins
+            .into_iter()
+            .filter_map(|o| parse_origin(&o).ok())
+            .collect();
+        self
     }
 
     /// The mode it runs in.
@@ -199,45 +217,50 @@ impl Registrar {
             (RegistrationMode::Token, Some(t)) => Some(token_digest(t)),
             _ => None,
         };
+        if self.reserved.contains(&origin) {
+            return Err(InvalidResource::Reserved(origin).into());
+        }
         // Past the cap of registrations at once, refused before it is
         // counted: a burst does not use up an origin's allowance.
         let Ok(_slot) = self.in_flight.try_acquire() else {
             return Err(RegistrationError::TooMany { retry_after: 1 });
         };
         let now = self.clock.now().timestamp();
-        let keys = [
-            LimitKey::RegistrationFrom(request.address.to_owned()),
-            LimitKey::RegistrationOf(origin.clone()),
-        ];
-        let limiter = self.limiter.clone();
-        let counted = tokio::task::spawn_blocking(move || limiter.count_attempt(&keys, now))
-            .await
-            .map_err(|_| StoreError::Unavailable {
-                op: "count a registration",
-                message: "the worker ended".into(),
-            })??;
-        if let Some(retry_after) = counted {
-            return Err(RegistrationError::TooMany { retry_after });
-        }
+        // The address first; the origin only for a caller that holds a
+        // good token (in token mode): nobody without one can use up the
+        // allowance of an origin that is not theirs.
+        self.count(LimitKey::RegistrationFrom(request.address.to_owned()), now)
+            .await?;
+        let held = match token {
+            Some(digest) => {
+                let store = self.store.clone();
+                let d = digest.clone();
+                if !blocking(move || store.take_access_token(&d)).await? {
+                    return Err(RegistrationError::TokenRefused);
+                }
+                Some(HeldToken {
+                    store: self.store.clone(),
+                    digest: Some(digest),
+                    created: now,
+                })
+            }
+            None => None,
+        };
+        self.count(LimitKey::RegistrationOf(origin.clone()), now)
+            .await?;
         let store = self.store.clone();
         let o = origin.clone();
         let existing = blocking(move || store.get(&o)).await?;
         if existing.is_some_and(|r| r.status == RegistrationStatus::Blocked) {
             return Err(RegistrationError::Blocked { origin });
         }
-        if let Some(digest) = &token {
-            let store = self.store.clone();
-            let d = digest.clone();
-            if !blocking(move || store.take_access_token(&d)).await? {
-                return Err(RegistrationError::TokenRefused);
-            }
-        }
         let outcome = self.fetch_and_store(&origin, now).await;
-        if let (Err(_), Some(digest)) = (&outcome, token) {
-            // The token allowed no registration: it is given back.
-            let store = self.store.clone();
-            if let Err(e) = blocking(move || store.add_access_token(&digest, now)).await {
-                log::warn!("could not give back an initial access token: {e}");
+        if outcome.is_ok() {
+            // Used up by the registration it allowed; on any other way out
+            // (a refusal, an error, the request dropped while fetching) the
+            // held token is given back.
+            if let Some(held) = held {
+                held.keep();
             }
         }
         match &outcome {
@@ -259,6 +282,21 @@ impl Registrar {
             ),
         }
         outcome
+    }
+
+    /// Counts one attempt against `key`; `TooMany` past its rate.
+    async fn count(&self, key: LimitKey, now: i64) -> Result<(), RegistrationError> {
+        let limiter = self.limiter.clone();
+        let counted = tokio::task::spawn_blocking(move || limiter.count_attempt(&[key], now))
+            .await
+            .map_err(|_| StoreError::Unavailable {
+                op: "count a registration",
+                message: "the worker ended".into(),
+            })??;
+        match counted {
+            Some(retry_after) => Err(RegistrationError::TooMany { retry_after }),
+            None => Ok(()),
+        }
     }
 
     /// Fetches and checks `origin`'s documents, and stores the record.
@@ -314,6 +352,39 @@ impl Registrar {
             RegisterOutcome::Blocked => Err(RegistrationError::Blocked {
                 origin: origin.to_owned(),
             }),
+        }
+    }
+}
+
+/// An initial access token taken from the store for one registration: given
+/// back when dropped, unless the registration it allowed was stored.
+struct HeldToken {
+    store: Arc<dyn Registrations>,
+    digest: Option<String>,
+    created: i64,
+}
+
+impl HeldToken {
+    /// The registration succeeded: the token stays used.
+    fn keep(mut self) {
+        self.digest = None;
+    }
+}
+
+impl Drop for HeldToken {
+    fn drop(&mut self) {
+        let Some(digest) = self.digest.take() else {
+            return;
+        };
+        let (store, created) = (self.store.clone(), self.created);
+        let give_back = move || {
+            if let Err(e) = store.add_access_token(&digest, created) {
+                log::warn!("could not give back an initial access token: {e}");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(give_back)),
+            Err(_) => give_back(),
         }
     }
 }

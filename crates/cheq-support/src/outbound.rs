@@ -77,28 +77,36 @@ impl AddressPolicy {
     }
 }
 
-/// An IPv4 address written as IPv6 (`::ffff:127.0.0.1`, `::127.0.0.1`) is
-/// the IPv4 address.
+/// An IPv4 address carried in IPv6 is the IPv4 address: mapped
+/// (`::ffff:a.b.c.d`), compatible (`::a.b.c.d`), translated (SIIT,
+/// `::ffff:0:a.b.c.d`), NAT64 (`64:ff9b::a.b.c.d`, whose gateway connects
+/// to the IPv4 address) and 6to4 (`2002:AABB:CCDD::`).
 fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let s = v6.segments();
-                if s[..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified() {
-                    IpAddr::V4(Ipv4Addr::new(
-                        (s[6] >> 8) as u8,
-                        s[6] as u8,
-                        (s[7] >> 8) as u8,
-                        s[7] as u8,
-                    ))
-                } else {
-                    IpAddr::V6(v6)
-                }
-            }
-        },
-        v4 => v4,
+    let IpAddr::V6(v6) = ip else {
+        return ip;
+    };
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return IpAddr::V4(v4);
     }
+    let s = v6.segments();
+    let v4 = |hi: u16, lo: u16| {
+        IpAddr::V4(Ipv4Addr::new(
+            (hi >> 8) as u8,
+            hi as u8,
+            (lo >> 8) as u8,
+            lo as u8,
+        ))
+    };
+    let compatible = s[..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified();
+    let translated = s[..4] == [0; 4] && s[4] == 0xffff && s[5] == 0;
+    let nat64 = s[..6] == [0x64, 0xff9b, 0, 0, 0, 0];
+    if compatible || translated || nat64 {
+        return v4(s[6], s[7]);
+    }
+    if s[0] == 0x2002 {
+        return v4(s[1], s[2]);
+    }
+    ip
 }
 
 /// The kinds of address refused by default.
@@ -112,18 +120,28 @@ fn is_refused_kind(ip: IpAddr) -> bool {
                 || v4.is_unspecified()
                 || v4.is_broadcast()
                 || v4.is_multicast()
-                // 0.0.0.0/8 ("this network") and 100.64.0.0/10 (shared).
+                // 0.0.0.0/8 ("this network"), 100.64.0.0/10 (shared),
+                // 192.0.0.0/24 (protocol assignments), 198.18.0.0/15
+                // (benchmarking), 240.0.0.0/4 (reserved).
                 || a == 0
                 || (a == 100 && (64..128).contains(&b))
+                || (a == 192 && b == 0 && v4.octets()[2] == 0)
+                || (a == 198 && (b == 18 || b == 19))
+                || a >= 240
         }
         IpAddr::V6(v6) => {
             let first = v6.segments()[0];
             v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
-                // fc00::/7 unique local, fe80::/10 link-local.
+                // fc00::/7 unique local, fe80::/10 link-local; the local
+                // NAT64 prefix 64:ff9b:1::/48 (any IPv4 address may sit
+                // anywhere in it) and Teredo 2001::/32 (a tunnel to an
+                // address that cannot be checked here).
                 || (first & 0xfe00) == 0xfc00
                 || (first & 0xffc0) == 0xfe80
+                || (first == 0x64 && v6.segments()[1] == 0xff9b && v6.segments()[2] == 1)
+                || (first == 0x2001 && v6.segments()[1] == 0)
         }
     }
 }
@@ -378,10 +396,29 @@ mod tests {
             "::ffff:127.0.0.1",
             "::ffff:169.254.169.254",
             "::127.0.0.1",
+            "64:ff9b::a00:1",
+            "64:ff9b::7f00:1",
+            "64:ff9b:1::a00:1",
+            "::ffff:0:a00:1",
+            "2002:a00:1::1",
+            "2002:a9fe:a9fe::",
+            "2001:0:4136:e378::1",
+            "192.0.0.1",
+            "198.18.0.1",
+            "198.19.255.1",
+            "240.0.0.1",
         ] {
             assert!(!none.permits(ip(refused)), "{refused}");
         }
-        for public in ["93.184.216.34", "2606:2800:220:1::1", "8.8.8.8"] {
+        for public in [
+            "93.184.216.34",
+            "2606:2800:220:1::1",
+            "8.8.8.8",
+            // Translated to a public address, it is that address.
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+            "192.0.2.1",
+        ] {
             assert!(none.permits(ip(public)), "{public}");
         }
         let loopback = AddressPolicy::new(&["127.0.0.0/8", "::1"]).unwrap();
