@@ -130,20 +130,9 @@ pub fn new_token(rng: &mut impl rand::RngCore) -> String {
 /// `resource` as an origin, when it is one (a trailing `/` tolerated, the
 /// default port left out).
 pub fn parse_origin(resource: &str) -> Result<String, InvalidResource> {
-    let not =
-        || InvalidResource::NotAnOrigin(cheq_support::text::snippet(resource.as_bytes(), 200));
-    let url = url::Url::parse(resource).map_err(|_| not())?;
-    let plain = matches!(url.scheme(), "https" | "http")
-        && url.host().is_some()
-        && url.path() == "/"
-        && url.query().is_none()
-        && url.fragment().is_none()
-        && url.username().is_empty()
-        && url.password().is_none();
-    if !plain {
-        return Err(not());
-    }
-    Ok(url.origin().ascii_serialization())
+    cheq_core::discovery::bare_origin(resource).ok_or_else(|| {
+        InvalidResource::NotAnOrigin(cheq_support::text::snippet(resource.as_bytes(), 200))
+    })
 }
 
 /// Takes registrations (§16.3).
@@ -287,13 +276,7 @@ impl Registrar {
     /// Counts one attempt against `key`; `TooMany` past its rate.
     async fn count(&self, key: LimitKey, now: i64) -> Result<(), RegistrationError> {
         let limiter = self.limiter.clone();
-        let counted = tokio::task::spawn_blocking(move || limiter.count_attempt(&[key], now))
-            .await
-            .map_err(|_| StoreError::Unavailable {
-                op: "count a registration",
-                message: "the worker ended".into(),
-            })??;
-        match counted {
+        match blocking(move || limiter.count_attempt(&[key], now)).await? {
             Some(retry_after) => Err(RegistrationError::TooMany { retry_after }),
             None => Ok(()),
         }

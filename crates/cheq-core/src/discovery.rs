@@ -102,9 +102,22 @@ pub struct ResourceDocument {
 
 /// The origin of an absolute URI (`scheme://host[:port]`), if it has one.
 pub fn origin(uri: &str) -> Option<String> {
-    let url = Url::parse(uri).ok()?;
-    let origin = url.origin();
-    origin.is_tuple().then(|| origin.ascii_serialization())
+    crate::sign::trust::origin_of(uri).map(|o| o.ascii_serialization())
+}
+
+/// `text` when it is an origin and nothing more (`http` or `https`, a host,
+/// no path but `/`, no query, fragment or user information), written as
+/// origins are compared (the default port left out).
+pub fn bare_origin(text: &str) -> Option<String> {
+    let url = Url::parse(text).ok()?;
+    let bare = matches!(url.scheme(), "https" | "http")
+        && url.host().is_some()
+        && url.path() == "/"
+        && url.query().is_none()
+        && url.fragment().is_none()
+        && url.username().is_empty()
+        && url.password().is_none();
+    bare.then(|| url.origin().ascii_serialization())
 }
 
 /// `member` as a CHEQ URI (https, or http on loopback) on `origin`.

@@ -378,15 +378,12 @@ impl ConfirmationServerConfig {
 /// under `policy`.
 fn check_issuer(issuer: &str, policy: &AddressPolicy) -> Result<(), ConfigError> {
     let key = "confirmation_server.issuer";
-    let url = parse_cheq_uri(issuer).map_err(|e| invalid(key, e.to_string()))?;
-    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+    parse_cheq_uri(issuer).map_err(|e| invalid(key, e.to_string()))?;
+    if cheq_core::discovery::bare_origin(issuer).is_none() {
         return Err(invalid(
             key,
             "must be an origin (scheme://host[:port]) with no path or query",
         ));
-    }
-    if cheq_core::discovery::origin(issuer).is_none() {
-        return Err(invalid(key, "must be an origin (scheme://host[:port])"));
     }
     let outbound = Outbound::new(policy.clone()).map_err(|e| invalid(key, e.to_string()))?;
     outbound.check(issuer).map_err(|e| {

@@ -183,10 +183,6 @@ impl std::fmt::Debug for DiscoveredCs {
 pub const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// The longest wait between two tries.
 pub const MAX_RETRY: Duration = Duration::from_secs(60);
-/// How long failures are the normal course of a start (the CS may be
-/// starting too): logged at debug until then, then as warnings.
-pub const QUIET_SECS: i64 = 60;
-
 /// The waits between tries: [`FIRST_RETRY`], doubling up to [`MAX_RETRY`].
 #[derive(Debug, Clone)]
 pub struct Backoff {
@@ -212,14 +208,11 @@ impl Backoff {
     }
 }
 
-/// How loud a failure is after failing for `failing_secs`: debug through
-/// [`QUIET_SECS`], then a warning.
+/// How loud a failure is after failing for `failing_secs`: as quiet as a
+/// peer's key set not read yet during the start-up grace (the CS may be
+/// starting too), then a warning.
 pub fn failure_level(failing_secs: i64) -> log::Level {
-    if failing_secs < QUIET_SECS {
-        log::Level::Debug
-    } else {
-        log::Level::Warn
-    }
+    cheq_support::peerkeys::failure_level(false, failing_secs)
 }
 
 impl DiscoveredCs {
@@ -390,8 +383,9 @@ mod tests {
 
     #[test]
     fn failures_are_quiet_for_a_minute_then_warnings() {
+        let grace = cheq_support::peerkeys::STARTUP_GRACE_SECS;
         assert_eq!(failure_level(0), log::Level::Debug);
-        assert_eq!(failure_level(QUIET_SECS - 1), log::Level::Debug);
-        assert_eq!(failure_level(QUIET_SECS), log::Level::Warn);
+        assert_eq!(failure_level(grace - 1), log::Level::Debug);
+        assert_eq!(failure_level(grace), log::Level::Warn);
     }
 }
