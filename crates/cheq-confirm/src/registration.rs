@@ -206,9 +206,6 @@ impl Registrar {
             (RegistrationMode::Token, Some(t)) => Some(token_digest(t)),
             _ => None,
         };
-        if self.reserved.contains(&origin) {
-            return Err(InvalidResource::Reserved(origin).into());
-        }
         // Past the cap of registrations at once, refused before it is
         // counted: a burst does not use up an origin's allowance.
         let Ok(_slot) = self.in_flight.try_acquire() else {
@@ -220,6 +217,11 @@ impl Registrar {
         // allowance of an origin that is not theirs.
         self.count(LimitKey::RegistrationFrom(request.address.to_owned()), now)
             .await?;
+        // Counted against the address like any other attempt, so that the
+        // address's allowance bounds every refusal it can cause.
+        if self.reserved.contains(&origin) {
+            return Err(InvalidResource::Reserved(origin).into());
+        }
         let held = match token {
             Some(digest) => {
                 let store = self.store.clone();

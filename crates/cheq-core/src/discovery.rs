@@ -142,9 +142,10 @@ fn on_origin(member: &'static str, uri: &str, origin_: &str) -> Result<Url, Disc
     Ok(url)
 }
 
-/// `member` is exactly `origin` (a trailing `/` tolerated).
+/// `member` is the origin `origin_` and nothing more, however it is
+/// spelled (`https://API.example:443/` is `https://api.example`).
 fn is_origin(member: &'static str, value: &str, origin_: &str) -> Result<(), DiscoveryError> {
-    if value.strip_suffix('/').unwrap_or(value) != origin_ {
+    if bare_origin(value).as_deref() != Some(origin_) {
         return Err(DiscoveryError::NotTheOrigin {
             member,
             found: value.to_owned(),
@@ -264,6 +265,26 @@ mod tests {
             read.unwrap().confirmation_uri,
             "https://confirm.example/confirm"
         );
+    }
+
+    #[test]
+    fn the_origin_may_be_spelled_in_any_way_that_names_it() {
+        let mut spelled = rs_doc();
+        spelled["resource"] = json!("https://API.airline.example:443/");
+        assert_eq!(read_rs(&spelled).unwrap().resource, RS);
+        for not in [
+            "https://api.airline.example/cheq",
+            "https://api.airline.example/?x",
+            "https://user@api.airline.example",
+            "https://api.airline.example:8443",
+        ] {
+            let mut doc = rs_doc();
+            doc["resource"] = json!(not);
+            assert!(
+                matches!(read_rs(&doc), Err(DiscoveryError::NotTheOrigin { .. })),
+                "{not}"
+            );
+        }
     }
 
     #[test]
