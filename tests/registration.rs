@@ -1219,7 +1219,7 @@ fn a_flood_of_registrations_is_refused_past_the_rate_and_users_are_served() {
         let flood = Arc::new(AtomicBool::new(true));
         let mut tasks = tokio::task::JoinSet::new();
         // One origin from many addresses, and one address for many
-        // origins (nothing listens there: each fetch fails at once), 16
+        // origins (nothing listens there: each fetch is refused at once), 16
         // requests at a time each, until the sign-ins are measured.
         for kind in ["one origin", "one address"] {
             for worker in 0..16 {
@@ -1231,7 +1231,9 @@ fn a_flood_of_registrations_is_refused_past_the_rate_and_users_are_served() {
                         n += 1;
                         let (origin, from) = match kind {
                             "one origin" => (origin.clone(), format!("198.51.{worker}.{}", n % 250)),
-                            _ => (format!("http://127.0.0.1:{}", 1 + (worker * 1000 + n) % 60_000), "203.0.113.7".to_owned()),
+                            // Port 1 of loopback addresses: nothing listens
+                            // there, whatever else runs on this machine.
+                            _ => (format!("http://127.{worker}.{}.{}:1", n / 250 % 250, n % 250 + 1), "203.0.113.7".to_owned()),
                         };
                         let (status, _, _) = register_with(
                             &http,
