@@ -1028,6 +1028,18 @@ async fn a_configured_resource_server_may_take_the_cs_key_instead_of_a_secret() 
     assert!(h.shim.verified.load(Ordering::SeqCst) >= 1);
     let config = std::fs::read_to_string(&h.cs_config).unwrap();
     assert!(!config.contains(CS_SECRET), "no secret in the CS's file");
+    // Its origin is the file's: no registration takes it (one would be
+    // stored unused, and served unnoticed the day the file drops it).
+    let (status, body) = register(&h.cs_origin, &h.rs_origin).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("invalid_resource")),
+        "{body}"
+    );
+    assert!(
+        h.cs.cs.registrations().list().unwrap().is_empty(),
+        "nothing stored"
+    );
     h.stop().await;
 }
 
