@@ -298,6 +298,82 @@ pub fn assertion_key(issuer: &str, jti: &str) -> [u8; 32] {
     h.finalize().into()
 }
 
+// ---- each user's confirmation server and rules (§17) ----
+
+/// What one user chose at the RS (§17): the confirmation server they use
+/// and their rules, as the RS domain writes them (the store keeps the rules
+/// as the JSON it is given, as it keeps a record's `action`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserSettings {
+    /// The issuer (origin) of the CS the user chose; `None`: the RS's
+    /// default CS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cs: Option<String>,
+    /// The user's rules (the RS domain's JSON; an empty array for none).
+    pub rules: Value,
+    /// Moves by one with each change applied; a user never changed is at
+    /// generation 0 (and has no stored settings).
+    pub generation: u64,
+}
+
+/// What [`Settings::apply`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Applied {
+    /// The settings and the result were written now.
+    Fresh,
+    /// A result was stored under the key before: that result; nothing was
+    /// written.
+    Existing(Value),
+    /// The user's stored generation is not the one expected (another
+    /// change was applied since): nothing was written; the generation
+    /// stored now.
+    Stale(u64),
+}
+
+/// Each user's choice of CS and rules (§17), kept per CHEQ `subject`.
+///
+/// A change is applied as the operation of a confirmed CHEQ, so exactly
+/// once (§6): [`Settings::apply`] writes the new settings and the
+/// operation's result in the execution log ([`Executions`]) in one atomic
+/// write, so that a re-delivery after a crash finds the result and writes
+/// nothing, and a change asked for against settings that have moved since
+/// changes nothing.
+pub trait Settings: Send + Sync {
+    /// The settings of `subject`, if it ever changed any.
+    fn get(&self, subject: &str) -> Result<Option<UserSettings>, StoreError>;
+    /// In one atomic write: when `key` is absent from the execution log
+    /// and the stored generation of `subject` is `expected` (0 for a user
+    /// with none stored), stores `settings` at generation `expected + 1`
+    /// (the `generation` given is ignored), `result` under `key`, and the
+    /// chosen CS (if any) among [`hosts`](Self::hosts). With `key` present:
+    /// [`Applied::Existing`] with its result; with another generation:
+    /// [`Applied::Stale`]. Durable as `durability` says (as
+    /// [`Executions::record_with`]).
+    fn apply(
+        &self,
+        subject: &str,
+        key: &str,
+        expected: u64,
+        settings: &UserSettings,
+        result: &Value,
+        durability: Durability,
+    ) -> Result<Applied, StoreError>;
+    /// The issuers of every CS a user ever chose, in order: kept when the
+    /// user moves on, since a pending CHEQ may still name it.
+    fn hosts(&self) -> Result<Vec<String>, StoreError>;
+    /// Up to `limit` subjects with their settings, in the order of the
+    /// subjects, from the first after `after` (`store export`).
+    fn list_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, UserSettings)>, StoreError>;
+    /// Writes `settings` (generation included) for `subject` as they are,
+    /// and its CS among the hosts (`store import`); durable before it
+    /// returns.
+    fn restore(&self, subject: &str, settings: &UserSettings) -> Result<(), StoreError>;
+}
+
 // ---- the bundle ----
 
 /// Everything the RS keeps, from one backend, in one database: a durable
@@ -315,6 +391,8 @@ pub struct RsStore {
     pub executions: Arc<dyn Executions>,
     /// The client assertions taken at the token endpoint (§16.4).
     pub assertions: Arc<dyn UsedAssertions>,
+    /// Each user's CS and rules (§17).
+    pub settings: Arc<dyn Settings>,
     /// Whether the backend answers now.
     pub readiness: Arc<dyn super::Readiness>,
     /// Flushes awaited without a thread (sled); `None` where a durable
