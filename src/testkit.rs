@@ -22,7 +22,7 @@ fn toml_str(s: &str) -> Result<String, ConfigTextError> {
     Ok(s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-fn toml_path(p: &Path) -> Result<String, ConfigTextError> {
+pub fn toml_path(p: &Path) -> Result<String, ConfigTextError> {
     toml_str(&p.display().to_string())
 }
 

@@ -226,7 +226,16 @@ async fn card_cheap_call_and_confirmation_streamed_and_polled() {
         .iter()
         .map(|s| s["id"].as_str().unwrap())
         .collect();
-    assert_eq!(skills, ["book_flight", "transfer_funds"], "{card}");
+    assert_eq!(
+        skills,
+        [
+            "book_flight",
+            "transfer_funds",
+            "choose_confirmation_server",
+            "set_confirmation_policy"
+        ],
+        "{card}"
+    );
     let ext = &card["capabilities"]["extensions"][0];
     assert_eq!(ext["uri"], EXT, "{card}");
     assert_ne!(ext["required"], true);
@@ -530,7 +539,7 @@ async fn json_rpc_errors_and_the_guards() {
         (&json!(EXT), &json!(false)),
         "{card}"
     );
-    assert_eq!(card["skills"].as_array().map(Vec::len), Some(2), "{card}");
+    assert_eq!(card["skills"].as_array().map(Vec::len), Some(4), "{card}");
 
     assert_eq!(code(&raw(b, "{not json", v).await), -32700);
     assert_eq!(code(&raw(b, "[]", v).await), -32600);

@@ -472,17 +472,18 @@ async fn the_discovery_document_of_each_shape() {
         )),
     )
     .await;
+    // A user may still choose a CS by issuer (§17): its own key is taken.
     let doc = read(&rs, &rs.resource_document().await.1);
     assert_eq!(
         doc.token_endpoint_auth_methods_supported,
-        ["client_secret_basic"]
+        ["client_secret_basic", "private_key_jwt"]
     );
-    assert!(!doc.takes_private_key_jwt());
+    assert!(doc.takes_private_key_jwt());
     assert_eq!(doc.name, rs.base.trim_start_matches("http://"));
     rs.stop().await;
 
-    // The confirmation inside the RS (§12): the same document, and no CS
-    // authenticates at its token endpoint.
+    // The confirmation inside the RS (§12): the same document; only a CS a
+    // user chose authenticates at its token endpoint, with its own key.
     let dir = tempfile::tempdir().unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -513,7 +514,10 @@ async fn the_discovery_document_of_each_shape() {
     let doc = ResourceDocument::read(&bytes, &base).unwrap();
     assert_eq!(doc.name, "Hosted Air");
     assert_eq!(doc.token_endpoint, format!("{base}/oauth/token"));
-    assert!(doc.token_endpoint_auth_methods_supported.is_empty());
+    assert_eq!(
+        doc.token_endpoint_auth_methods_supported,
+        ["private_key_jwt"]
+    );
     handle.stop(true).await;
 }
 
@@ -720,7 +724,7 @@ async fn each_deviation_of_an_assertion_is_refused() {
 /// A token issued by assertion names its CS: it reads only the CHEQs that
 /// name that CS (another's is 404) and decides only with that CS's
 /// countersignature (another's is 403 and runs nothing); a token of a
-/// secret `cs` client keeps working as before.
+/// secret `cs` client is the default CS's, and reads only its CHEQs.
 #[actix_web::test]
 async fn a_token_by_assertion_reads_and_decides_only_its_cs_cheqs() {
     let (_cs, issuer) = start_cs(false, &[]);
@@ -742,6 +746,10 @@ async fn a_token_by_assertion_reads_and_decides_only_its_cs_cheqs() {
     .await;
     let other = old.pending_flight().await;
     assert_eq!(other.confirmation_uri, "http://127.0.0.1:9/confirm");
+    // Read by that CS (its secret client) and countersigned with the key
+    // of the CS the RS trusts next.
+    let old_secret = old.token("cs", CS_SECRET).await;
+    let other_by_a = old.countersigned(&old_secret, &other, &key_a()).await;
     old.stop().await;
     // Then by issuer, on the same data.
     let listener = std::net::TcpListener::bind(format!("127.0.0.1:{port}")).unwrap();
@@ -763,13 +771,14 @@ async fn a_token_by_assertion_reads_and_decides_only_its_cs_cheqs() {
     assert_eq!(res.status(), 404);
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["error"], "not_found");
-    // The secret client is not tied to a CS.
+    // The secret client is the default CS's (§17): another CS's CHEQ is
+    // not its either.
     let secret = rs.token("cs", CS_SECRET).await;
-    assert_eq!(rs.fetch(&secret, &other.resource_uri).await.status(), 200);
+    assert_eq!(rs.fetch(&secret, &other.resource_uri).await.status(), 404);
+    assert_eq!(rs.fetch(&secret, &mine.resource_uri).await.status(), 200);
 
     // The other CHEQ, countersigned with this CS's key: not its CHEQ.
-    let body = rs.countersigned(&secret, &other, &key_a()).await;
-    let (status, answer) = rs.decide(&token, &other.resource_uri, &body).await;
+    let (status, answer) = rs.decide(&token, &other.resource_uri, &other_by_a).await;
     assert_eq!(status, 403, "{answer}");
     assert_eq!(answer["error"], "wrong_confirmation_server");
 

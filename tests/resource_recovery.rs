@@ -91,6 +91,7 @@ fn mint_request() -> MintRequest {
         assurance: None,
         ttl: Duration::seconds(600),
         action: json!({"tool": "book_flight", "inputs": {"flight_number": "UA23", "price_usd": 500}}),
+        confirmation_server: None,
     }
 }
 
@@ -468,6 +469,7 @@ fn ttl_is_bounded() {
         assurance: None,
         ttl: Duration::seconds(MAX_TTL_SECS + 1),
         action: Value::Null,
+        confirmation_server: None,
     };
     assert!(f.rs.mint(req.clone()).is_err());
     req.ttl = Duration::seconds(MAX_TTL_SECS);
@@ -1077,6 +1079,7 @@ fn two_instances() -> (Fixture, Fixture, Arc<std::sync::atomic::AtomicUsize>) {
         records: store.records.clone(),
         executions: store.executions.clone(),
         assertions: store.assertions.clone(),
+        settings: store.settings.clone(),
         readiness: store.readiness.clone(),
         flusher: store.flusher.clone(),
         recent_records: 0,

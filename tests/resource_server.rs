@@ -582,7 +582,7 @@ async fn tool_api_enumerates_and_validates() {
     assert_eq!(res.status(), 200);
     let list: Value = res.json().await.unwrap();
     let items = list["items"].as_array().unwrap();
-    assert_eq!(items.len(), 2);
+    assert_eq!(items.len(), 4);
     assert_eq!(items[0]["name"], "book_flight");
     let id = items[0]["toolId"].as_str().unwrap();
     let res = rs

@@ -1,13 +1,15 @@
-//! `cheq demo [--data-dir DIR] [--cs-port N] [--rs-port N] [--colocated]`: the
-//! main job for a newcomer. Generates keys on first run (in the data
+//! `cheq demo [--data-dir DIR] [--cs-port N] [--rs-port N] [--colocated]
+//! [--two-hosts]`: the main job for a newcomer. Generates keys on first run (in the data
 //! directory, mode 0600, never committed), writes the two servers'
 //! configurations there, starts the confirmation server and the reference
 //! resource server on loopback (with `--colocated`, the resource server alone,
 //! serving the confirmation itself, §12), creates the demo user `alice`
 //! (password from `CHEQ_DEMO_PASSWORD`, or generated and printed), and says
-//! what to do next.
+//! what to do next. With `--two-hosts`, a second confirmation server (with
+//! alice too) that the RS's users may move to (§17).
 
 mod evidence;
+mod second;
 
 use super::agent::DEMO_AGENT_ID;
 use super::{write_out, CliError};
@@ -53,6 +55,14 @@ pub struct Args {
     /// passkey to accept its tools' confirmations (add one at /account).
     #[arg(long)]
     pub passkeys: bool,
+    /// Also run a second confirmation server (--cs2-port), where alice has
+    /// an account too: move her there from the first (PROTOCOL.md §17),
+    /// with the tool choose_confirmation_server or the RS's /settings page.
+    #[arg(long)]
+    pub two_hosts: bool,
+    /// The second confirmation server's port (with --two-hosts).
+    #[arg(long, default_value_t = 8082)]
+    pub cs2_port: u16,
 }
 
 /// The test identity provider of `--with-idp`: a node process, ended with
@@ -338,6 +348,18 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         Some(url) => format!("database_url = \"{url}\"\n"),
         None => String::new(),
     };
+    if args.two_hosts && args.colocated {
+        return Err(CliError::Usage(
+            "--two-hosts runs two confirmation servers beside the resource server;              --colocated has none: choose one"
+                .into(),
+        ));
+    }
+    if args.two_hosts && args.with_idp && args.cs2_port == args.idp_port {
+        return Err(CliError::Usage(format!(
+            "--two-hosts and --with-idp both want port {}: give --cs2-port or --idp-port",
+            args.cs2_port
+        )));
+    }
     if args.colocated {
         let gateway = Gateway {
             hash: gateway_hash,
@@ -345,13 +367,18 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         };
         return run_colocated(&args, &pair, &database, gateway, out);
     }
+    let second = args
+        .two_hosts
+        .then(|| second::SecondHost::new(&args, &pair.host));
     let mut rs_toml = format!(
-        "# Written by `cheq demo`: the reference resource server.\n{database}{}",
+        "# Written by `cheq demo`: the reference resource server.\n{database}{}{}",
+        second::rs_head(second.as_ref()),
         pair.rs_toml().map_err(server)?
     );
     rs_toml.push_str(passkey_policy(&args));
     let mut cs_toml = format!(
-        "# Written by `cheq demo`: the confirmation server.\n{database}{}\n[[gateways]]\nclient_id = \"voice-gw\"\nsecret_hash = \"{gateway_hash}\"\n",
+        "# Written by `cheq demo`: the confirmation server.\n{database}{}{}\n[[gateways]]\nclient_id = \"voice-gw\"\nsecret_hash = \"{gateway_hash}\"\n",
+        second::first_head(second.as_ref()),
         pair.cs_toml().map_err(server)?
     );
     let idp = with_idp(
@@ -365,6 +392,10 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     write_0600(&dir.join("cs.toml"), &cs_toml)?;
     let rs_config = crate::resource::RsConfig::from_toml(&rs_toml).map_err(server)?;
     let cs_config = crate::confirm::CsConfig::from_toml(&cs_toml).map_err(server)?;
+    let cs2_config = match &second {
+        Some(host) => Some(host.config(&database)?),
+        None => None,
+    };
 
     let rt = super::servers::runtime()?;
     rt.block_on(async move {
@@ -376,6 +407,10 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             .map_err(server)?;
 
         let (password_line, pin_line) = demo_user(&cs_state, &cs_config.data_dir)?;
+        let second_host = match (&second, &cs2_config) {
+            (Some(host), Some(config)) => Some(host.start(config).await?),
+            _ => None,
+        };
 
         let rs_listener = std::net::TcpListener::bind(&rs_config.listen).map_err(|e| {
             server(format!("cannot listen on {}: {e}", rs_config.listen))
@@ -430,9 +465,13 @@ pub fn run(args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         if let Some(idp) = &idp {
             write_out(out, &idp.told())?;
         }
+        if let Some(host) = &second_host {
+            write_out(out, &host.told(&command, &cs_url, &rs_url))?;
+        }
         out.flush().ok();
         let (rs, cs) = tokio::join!(rs_server, cs_server);
         drop(idp);
+        drop(second_host);
         rs.and(cs).map_err(server)
     })
 }

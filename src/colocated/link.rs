@@ -51,7 +51,10 @@ impl RsLink for InProcess {
         Box::pin(async move {
             let id = self.id_of(resource_uri)?;
             let cheq = self.cheq.clone();
-            match tokio::task::spawn_blocking(move || cheq.fetch(&id)).await {
+            // The hosted confirmation is the RS's default CS: the CHEQs of
+            // users who chose another are not its own (§17).
+            let own = cheq.confirmation_server().origin();
+            match tokio::task::spawn_blocking(move || cheq.fetch_for(&id, Some(&own))).await {
                 Ok(Ok(document)) => Ok(document.into_bytes()),
                 Ok(Err(e)) => Err(fetch_error(e)),
                 Err(_) => Err(FetchError::Status {
@@ -80,7 +83,11 @@ impl RsLink for InProcess {
             };
             let id = Arc::new(id);
             let body: Arc<[u8]> = Arc::from(document.as_bytes());
-            let answer = self.cheq.decide_async(id, decision, body).await;
+            let own: Arc<str> = Arc::from(self.cheq.confirmation_server().origin());
+            let answer = self
+                .cheq
+                .decide_async_by(id, decision, body, Some(own))
+                .await;
             match answer {
                 Ok(answer) => {
                     self.metrics

@@ -253,6 +253,7 @@ pub fn discovery_document(config: &CsConfig, log_key: Option<String>) -> String 
     let (_, log_path) = config.log_origin();
     let document = CsConfiguration {
         issuer: origin.clone(),
+        name: config.name.clone().map(|n| n.trim().to_owned()),
         confirmation_uri: config.public_url.clone(),
         jwks_uri: format!("{origin}/.well-known/jwks.json"),
         registration_endpoint: config

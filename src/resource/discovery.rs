@@ -9,7 +9,8 @@ use cheq_core::discovery::{ResourceDocument, CLIENT_SECRET_BASIC, PRIVATE_KEY_JW
 /// This RS's discovery document (§16.2): its origin and name, where its
 /// resource URIs, keys and token endpoint are, and how a CS authenticates
 /// there: with a `cs` client's secret when it has one, with its own key
-/// when it trusts a CS by issuer (`by_issuer`).
+/// when it trusts a CS by issuer (`by_issuer`: always, for the CSes users
+/// choose, §17).
 pub fn resource_document(config: &RsConfig, by_issuer: bool) -> ResourceDocument {
     let base = config.base_url();
     let mut methods = Vec::new();

@@ -14,6 +14,9 @@ use crate::store::StoreError;
 use actix_web::http::StatusCode;
 
 pub use super::cheq_rs::CheqRsError;
+pub use super::hosts::HostRefusal;
+pub use super::rules::RuleError;
+pub use super::settings::ChangeError;
 pub use super::tools::ToolError;
 
 /// An HTTP error answer of the RS: status, `error` code, `error_description`
@@ -206,10 +209,123 @@ impl From<ToolError> for JsonError {
     }
 }
 
+impl From<ChangeError> for JsonError {
+    fn from(e: ChangeError) -> Self {
+        let description = e.to_string();
+        let status = |status, code| JsonError::new(status, code, description.clone());
+        match e {
+            ChangeError::Input(e) => e.into(),
+            ChangeError::Store(e) => CheqRsError::from(e).into(),
+            ChangeError::Rule(RuleError::Loosens { .. }) => {
+                status(StatusCode::FORBIDDEN, "loosens_floor")
+            }
+            ChangeError::Rule(_) => status(StatusCode::BAD_REQUEST, "invalid_parameter"),
+            ChangeError::Host(refusal) => match refusal {
+                HostRefusal::NotAnOrigin(_) => status(StatusCode::BAD_REQUEST, "invalid_parameter"),
+                HostRefusal::NotOffered => status(StatusCode::FORBIDDEN, "not_offered"),
+                HostRefusal::Already(_) => status(StatusCode::CONFLICT, "already_chosen"),
+                HostRefusal::Unreachable { .. } => status(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "confirmation_server_unreachable",
+                ),
+                HostRefusal::Refused { .. } => status(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "confirmation_server_refused",
+                ),
+                HostRefusal::NoPasskeys(_) => {
+                    status(StatusCode::UNPROCESSABLE_ENTITY, "passkeys_not_offered")
+                }
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sign::{SignError, VerifyError};
+
+    /// Every refusal of a change of a user's CS or rules (§17), status by
+    /// status.
+    #[test]
+    fn each_refused_change_has_its_status_and_code() {
+        let origin = || "https://cs.example".to_owned();
+        let cases: Vec<(ChangeError, u16, &str)> = vec![
+            (
+                RuleError::Loosens {
+                    tool: "book_flight".into(),
+                    floor: "always".into(),
+                    why: "x",
+                }
+                .into(),
+                403,
+                "loosens_floor",
+            ),
+            (
+                RuleError::UnknownTool("x".into()).into(),
+                400,
+                "invalid_parameter",
+            ),
+            (RuleError::BadThreshold.into(), 400, "invalid_parameter"),
+            (
+                HostRefusal::NotAnOrigin("x".into()).into(),
+                400,
+                "invalid_parameter",
+            ),
+            (HostRefusal::NotOffered.into(), 403, "not_offered"),
+            (HostRefusal::Already(origin()).into(), 409, "already_chosen"),
+            (
+                HostRefusal::Unreachable {
+                    origin: origin(),
+                    why: "x".into(),
+                }
+                .into(),
+                422,
+                "confirmation_server_unreachable",
+            ),
+            (
+                HostRefusal::Refused {
+                    origin: origin(),
+                    why: "x".into(),
+                }
+                .into(),
+                422,
+                "confirmation_server_refused",
+            ),
+            (
+                HostRefusal::NoPasskeys(origin()).into(),
+                422,
+                "passkeys_not_offered",
+            ),
+            (
+                ToolError::BadParameter {
+                    name: "above".into(),
+                    message: "x".into(),
+                }
+                .into(),
+                400,
+                "invalid_parameter",
+            ),
+            (
+                StoreError::Unavailable {
+                    op: "get",
+                    message: "down".into(),
+                }
+                .into(),
+                503,
+                "unavailable",
+            ),
+        ];
+        for (error, status, code) in cases {
+            let said = error.to_string();
+            let own_words = !matches!(error, ChangeError::Store(_));
+            let e = JsonError::from(error);
+            assert_eq!((e.status.as_u16(), e.code), (status, code), "{said}");
+            if own_words {
+                assert_eq!(e.description, said);
+            }
+        }
+    }
 
     /// Every refusal of the RS side of CHEQ, status by status: the one
     /// mapping of the domain's errors to HTTP.

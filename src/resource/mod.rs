@@ -26,7 +26,9 @@
 //!
 //! Only [`server::build_state`] chooses the storage backend.
 
-pub use cheq_resource::{agent, assertion, cheq_rs, config, registration, tools, trusted_cs};
+pub use cheq_resource::{
+    agent, assertion, cheq_rs, config, hosts, registration, rules, settings, tools, trusted_cs,
+};
 pub use cheq_resource::{
     invoke, poll_result, AgentError, CheqRs, CheqRsError, ClientConfig, ClientRole, ConfigError,
     DecisionAnswer, InvokeOutcome, MintRequest, Minted, Operation, ResultStatus, ResultView,
@@ -36,7 +38,9 @@ pub use cheq_resource::{
 mod caller;
 mod discovery;
 pub mod error;
+mod invoke;
 pub mod oauth;
 pub mod server;
+mod settings_page;
 pub use error::{ApiError, RsError};
 pub use server::{build_state, configure, run, serve, RsState};

@@ -517,9 +517,17 @@ mod tests {
             outbound,
             clock.clone(),
         );
+        // The CS by issuer; its users cannot choose another.
+        let hosts = super::super::hosts::Hosts::new(
+            super::super::trusted_cs::ConfirmationServer::Discovered(cs),
+            None,
+            clock.clone(),
+            "https://rs.example",
+            store.settings.clone(),
+        );
         let trusting = TokenService::new(&[], Duration::seconds(300), clock.clone(), secret)
             .trusting(TrustedIssuers::new(
-                vec![cs],
+                Arc::new(hosts),
                 "https://rs.example/oauth/token",
                 store.assertions.clone(),
                 clock.clone(),

@@ -19,8 +19,10 @@ use super::cheq_rs::{CheqRs, ResultView, CONFIRMATIONS_PATH, RESULTS_PATH};
 use super::config::{CsNamed, RsConfig};
 pub use super::discovery::resource_document;
 use super::error::{ApiError, CheqRsError, RsError, ToolError};
+use super::hosts::Hosts;
 use super::oauth::{TokenRequest, TokenService};
-use super::tools::{self, DemoTools, Policy, Tool};
+use super::settings::Users;
+use super::tools::{self, DemoTools, Tool};
 use super::trusted_cs::{ConfirmationServer, DiscoveredCs};
 use crate::cheq::Decision;
 use crate::configfile::ServerConfig as _;
@@ -35,7 +37,6 @@ use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use cheq_core::discovery::{ResourceDocument, RESOURCE_PATH};
 use chrono::Duration;
 use serde_json::{json, Value};
-use sha2::Digest;
 use std::sync::Arc;
 
 /// Everything the handlers share.
@@ -53,7 +54,10 @@ pub struct RsState {
     pub resource_document: ResourceDocument,
     pub tools: Arc<DemoTools>,
     pub catalogue: Vec<Tool>,
-    pub policy: Policy,
+    /// Each user's CS and rules, under the operator's floors (§17).
+    pub users: Arc<Users>,
+    /// Starts of the settings page's changes, per address.
+    pub page_starts: super::settings_page::Starts,
     pub cheq_ttl: Duration,
     pub retry_after_secs: u64,
     /// The token `GET /metrics` asks for, when one is configured.
@@ -89,19 +93,24 @@ pub async fn build_state(
             jwks_file,
             jwks_uri,
         } => ConfirmationServer::in_full(uri, PeerKeys::new(jwks_file, jwks_uri, clock.clone())?),
-        CsNamed::Issuer(issuer) => {
-            let outbound = cheq_support::outbound::Outbound::new(config.address_policy()?)
-                .map_err(|e| RsError::Io {
-                    what: "the fetcher of outside URLs".into(),
-                    source: std::io::Error::other(e.to_string()),
-                })?;
-            ConfirmationServer::Discovered(DiscoveredCs::new(issuer, outbound, clock.clone()))
-        }
+        CsNamed::Issuer(issuer) => ConfirmationServer::Discovered(DiscoveredCs::new(
+            issuer,
+            outbound(config)?,
+            clock.clone(),
+        )),
     };
     // In the background: the keys, or the discovery document and the
     // registration there (the RS starts whether or not the CS answers).
     cs.start(&config.base_url());
     build_state_with(config, clock, cs, None).await
+}
+
+/// The fetcher of outside URLs (§16.3), under the file's `allow_addresses`.
+fn outbound(config: &RsConfig) -> Result<cheq_support::outbound::Outbound, RsError> {
+    cheq_support::outbound::Outbound::new(config.address_policy()?).map_err(|e| RsError::Io {
+        what: "the fetcher of outside URLs".into(),
+        source: std::io::Error::other(e.to_string()),
+    })
 }
 
 /// [`build_state`] with the confirmation server given: named in full or by
@@ -144,22 +153,43 @@ pub async fn build_state_with(
         })?;
     let metrics = crate::metrics::RsMetrics::new();
     let tools = Arc::new(DemoTools::new(&store).counting(metrics.executed.clone()));
-    let resource_document = resource_document(config, cs.issuer().is_some());
-    let mut tokens = TokenService::new(
+    // Users may choose any CS by issuer (§17): the token endpoint takes
+    // client assertions.
+    let resource_document = resource_document(config, true);
+    let hosts = Arc::new(Hosts::new(
+        cs,
+        Some(outbound(config)?),
+        clock.clone(),
+        &config.base_url(),
+        store.settings.clone(),
+    ));
+    hosts.load()?;
+    let tokens = TokenService::new(
         &config.clients,
         Duration::seconds(config.token_ttl_secs),
         clock.clone(),
         &token_secret,
+    )
+    .trusting(TrustedIssuers::new(
+        hosts.clone(),
+        &resource_document.token_endpoint,
+        store.assertions.clone(),
+        clock.clone(),
+    ));
+    let catalogue = tools::catalogue();
+    let users = Users::new(
+        store.settings.clone(),
+        config.policy.floors(&catalogue)?,
+        catalogue.clone(),
     );
-    if let Some(discovered) = cs.discovered() {
-        tokens = tokens.trusting(TrustedIssuers::new(
-            vec![discovered.clone()],
-            &resource_document.token_endpoint,
-            store.assertions.clone(),
-            clock.clone(),
-        ));
-    }
-    let cheq = CheqRs::new(&store, keys, cs, &config.base_url(), clock, tools.clone())?;
+    let cheq = CheqRs::with_hosts(
+        &store,
+        keys,
+        hosts,
+        &config.base_url(),
+        clock.clone(),
+        tools.clone(),
+    )?;
     Ok(web::Data::new(RsState {
         backend,
         readiness: store.readiness.clone(),
@@ -168,11 +198,9 @@ pub async fn build_state_with(
         tokens: Arc::new(tokens),
         resource_document,
         tools,
-        catalogue: tools::catalogue(),
-        policy: Policy {
-            book_flight_threshold_usd: config.policy.book_flight_threshold_usd,
-            passkey_tools: config.policy.passkey_tools.clone(),
-        },
+        catalogue,
+        users: Arc::new(users),
+        page_starts: super::settings_page::Starts::new(clock),
         cheq_ttl: Duration::seconds(config.cheq_ttl_secs),
         retry_after_secs: config.retry_after_secs,
         metrics_token,
@@ -221,8 +249,9 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<RsState>) {
         .service(
             json_resource("/tools/{tail}")
                 .route(web::get().to(get_tool))
-                .route(web::post().to(invoke_tool)),
+                .route(web::post().to(super::invoke::invoke_tool)),
         )
+        .configure(super::settings_page::configure)
         .service(
             json_resource(&confirmation)
                 .route(web::get().to(get_confirmation))
@@ -241,7 +270,7 @@ pub const KEEP_DECIDED: Duration = Duration::days(7);
 pub const MAX_BODY: usize = 256 * 1024;
 
 /// Reads a request body, with a JSON 413 beyond [`MAX_BODY`].
-async fn read_body(payload: web::Payload) -> Result<web::Bytes, ApiError> {
+pub(super) async fn read_body(payload: web::Payload) -> Result<web::Bytes, ApiError> {
     match payload.to_bytes_limited(MAX_BODY).await {
         Ok(Ok(body)) => Ok(body),
         Err(_) => Err(ApiError::new(
@@ -336,7 +365,7 @@ pub fn start_collector(state: &RsState) -> tokio::task::JoinHandle<()> {
 /// and back cost more than the read); off it with PostgreSQL,
 /// whose calls may wait on the network up to their time limit, which would
 /// hold every other connection of the worker.
-async fn read<T: Send + 'static>(
+pub(super) async fn read<T: Send + 'static>(
     state: &RsState,
     f: impl FnOnce() -> Result<T, CheqRsError> + Send + 'static,
 ) -> Result<T, ApiError> {
@@ -346,7 +375,7 @@ async fn read<T: Send + 'static>(
     }
 }
 
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, CheqRsError> + Send + 'static,
 ) -> Result<T, ApiError> {
     match web::block(f).await {
@@ -431,56 +460,6 @@ async fn get_tool(
     Ok(HttpResponse::Ok().json(tool.signature()))
 }
 
-async fn invoke_tool(
-    state: web::Data<RsState>,
-    Caller(who, _): Caller<Agent>,
-    tail: web::Path<String>,
-    body: web::Payload,
-) -> Result<HttpResponse, ApiError> {
-    let body = read_body(body).await?;
-    let tail = tail.into_inner();
-    let Some(id) = tail.strip_suffix(":invoke") else {
-        return Err(ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "invalid_request",
-            "POST /tools/{toolId}:invoke to invoke a tool",
-        ));
-    };
-    let tool =
-        tools::find(&state.catalogue, id).ok_or_else(|| ToolError::UnknownTool(id.into()))?;
-    let invocation: Value = serde_json::from_slice(&body)
-        .map_err(|e| ToolError::BadRequest(format!("the body is not JSON: {e}")))?;
-    let inputs = tool.parse_invocation(&invocation)?;
-    if !state.policy.needs_confirmation(&tool, &inputs) {
-        let tools = state.tools.clone();
-        let result = web::block(move || tools.run_now(&tool, &inputs))
-            .await
-            .map_err(|_| ToolError::Failed("the worker failed".into()))??;
-        return Ok(HttpResponse::Ok().json(result));
-    }
-    let subject = who.subject.unwrap_or_default();
-    let request = tools::cheq_request(
-        state.cheq.base_url(),
-        &tool,
-        &inputs,
-        &subject,
-        state.cheq_ttl,
-        &state.policy,
-    );
-    let minted = state.cheq.mint_async(request).await?;
-    // The resource and result URIs are capabilities: never logged.
-    log::info!(
-        "{} {} needs confirmation (#{})",
-        crate::text::one_line(&who.client_id),
-        tool.name,
-        crate::sign::b64::encode(&sha2::Sha256::digest(minted.id.as_bytes())[..6])
-    );
-    Ok(HttpResponse::Accepted()
-        .insert_header((header::LOCATION, minted.pack.result_uri.as_str()))
-        .insert_header((header::CACHE_CONTROL, "no-store"))
-        .json(&minted.pack))
-}
-
 async fn get_confirmation(
     state: web::Data<RsState>,
     Caller(who, _): Caller<Cs>,
@@ -488,7 +467,8 @@ async fn get_confirmation(
 ) -> Result<HttpResponse, ApiError> {
     let cheq = state.cheq.clone();
     let id = id.into_inner();
-    let document = read(&state, move || cheq.fetch_for(&id, who.cs.as_deref())).await?;
+    let by = caller_cs(&state, &who);
+    let document = read(&state, move || cheq.fetch_for(&id, Some(&by))).await?;
     Ok(HttpResponse::Ok()
         .content_type("application/jose+json")
         .insert_header((header::CACHE_CONTROL, "no-store"))
@@ -521,14 +501,16 @@ async fn post_decision(
     let decision = decision_from_query(req.query_string())?;
     let body: Arc<[u8]> = Arc::from(&read_body(body).await?[..]);
     let id = Arc::new(id.into_inner());
-    // The CS the caller authenticated as with its own key (§16.4), if so.
-    let by: Option<Arc<str>> = who.cs.as_deref().map(Arc::from);
+    // Whether the caller authenticated with its own key (§16.4), and the
+    // CS it is: the only one whose CHEQs it decides.
+    let by_key = who.cs.is_some();
+    let by: Arc<str> = Arc::from(caller_cs(&state, &who));
     let decide = || {
         state
             .cheq
-            .decide_async_by(id.clone(), decision, body.clone(), by.clone())
+            .decide_async_by(id.clone(), decision, body.clone(), Some(by.clone()))
     };
-    let cs = state.cheq.confirmation_server();
+    let cs = known_cs(&state, &by).await?;
     // The CS's keys as its cache headers allow; a key id this RS has not
     // seen may fetch them again (at most once a minute, §9).
     cs.ensure_fresh().await;
@@ -550,7 +532,7 @@ async fn post_decision(
             // key has had its set read again just now: a key not in it is
             // not its key (below).
             Refetch::Absent => {
-                if cs.keys_change() && by.is_none() {
+                if cs.keys_change() && !by_key {
                     later = Some(crate::peerkeys::REFETCH_EVERY_SECS);
                 }
             }
@@ -569,7 +551,7 @@ async fn post_decision(
         }
         // Another CS's countersignature, delivered by the CS the token
         // names: refused, nothing runs, the CHEQ stays pending (§16.4).
-        Err(e) if by.is_some() && e.countersigned_elsewhere() => {
+        Err(e) if by_key && e.countersigned_elsewhere() => {
             log::info!("a decision countersigned by another confirmation server was refused ({e})");
             Err(ApiError::from(CheqRsError::WrongConfirmationServer))
         }
@@ -587,6 +569,28 @@ async fn post_decision(
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(answer.to_json()))
+}
+
+/// The CS a caller of the CS routes is: the one its token names (a CS that
+/// authenticated with its own key, §16.4), else the default CS (its
+/// client secret is the default CS's).
+fn caller_cs(state: &RsState, who: &super::oauth::TokenInfo) -> String {
+    who.cs
+        .clone()
+        .unwrap_or_else(|| state.cheq.confirmation_server().origin())
+}
+
+/// The CS of `issuer`, read from the store's list when this instance does
+/// not know it yet (a user who moved on another instance, §17).
+async fn known_cs(state: &RsState, issuer: &str) -> Result<ConfirmationServer, ApiError> {
+    if let Some(cs) = state.cheq.hosts().get(Some(issuer)) {
+        return Ok(cs);
+    }
+    let hosts = state.cheq.hosts().clone();
+    let issuer = issuer.to_owned();
+    blocking(move || hosts.for_issuer(&issuer).map_err(CheqRsError::from))
+        .await?
+        .ok_or_else(|| ApiError::from(CheqRsError::WrongConfirmationServer))
 }
 
 /// `GET /readyz`: 200 only when the store answers.

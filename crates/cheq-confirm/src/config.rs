@@ -4,6 +4,7 @@
 //! ```toml
 //! listen = "127.0.0.1:8080"
 //! public_url = "http://127.0.0.1:8080"       # the confirmation URI (§1)
+//! # name = "Example Confirm"                 # in its discovery document (§16.1); default: its host
 //! data_dir = "data"                          # sled database, generated secrets
 //! signing_key = "keys/cs.jwk"                # generated (mode 0600) when missing
 //! # key_id = "cs-1"                          # kid of a generated key (default: random)
@@ -121,6 +122,10 @@ pub struct CsConfig {
     pub listen: String,
     /// The confirmation URI (§1): where user apps POST resource URIs.
     pub public_url: String,
+    /// What this host calls itself in its discovery document (§16.1), for
+    /// a person choosing it at an RS (§17); its host when not given.
+    #[serde(default)]
+    pub name: Option<String>,
     pub data_dir: PathBuf,
     pub signing_key: PathBuf,
     #[serde(default)]
@@ -232,6 +237,19 @@ impl ServerConfig for CsConfig {
     fn validate(&self) -> Result<(), ConfigError> {
         if let Some(url) = &self.database_url {
             url.validate()?;
+        }
+        if self
+            .name
+            .as_deref()
+            .is_some_and(|n| !cheq_core::discovery::good_name(n))
+        {
+            return Err(invalid(
+                "name",
+                format!(
+                    "must be 1 to {} characters, none of them a control character",
+                    cheq_core::discovery::MAX_NAME_LEN
+                ),
+            ));
         }
         if self.listen.parse::<std::net::SocketAddr>().is_err() {
             return Err(invalid(

@@ -70,6 +70,10 @@ pub struct LogInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CsConfiguration {
     pub issuer: String,
+    /// What the CS calls itself, for a person choosing it (§17); readers
+    /// fall back to its host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     pub confirmation_uri: String,
     pub jwks_uri: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -155,6 +159,13 @@ fn is_origin(member: &'static str, value: &str, origin_: &str) -> Result<(), Dis
     Ok(())
 }
 
+/// A name a person is shown: 1 to [`MAX_NAME_LEN`] characters once
+/// trimmed, none of them a control character.
+pub fn good_name(name: &str) -> bool {
+    let name = name.trim();
+    !name.is_empty() && name.chars().count() <= MAX_NAME_LEN && !name.chars().any(char::is_control)
+}
+
 fn read_json<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, DiscoveryError> {
     let value =
         parse_value(bytes, MAX_DOCUMENT).map_err(|e| DiscoveryError::NotJson(e.to_string()))?;
@@ -166,6 +177,9 @@ impl CsConfiguration {
     pub fn read(bytes: &[u8], fetched_origin: &str) -> Result<Self, DiscoveryError> {
         let doc: CsConfiguration = read_json(bytes)?;
         is_origin("issuer", &doc.issuer, fetched_origin)?;
+        if doc.name.as_deref().is_some_and(|n| !good_name(n)) {
+            return Err(DiscoveryError::BadName);
+        }
         on_origin("confirmation_uri", &doc.confirmation_uri, fetched_origin)?;
         on_origin("jwks_uri", &doc.jwks_uri, fetched_origin)?;
         if let Some(r) = &doc.registration_endpoint {
@@ -194,10 +208,7 @@ impl ResourceDocument {
         let doc: ResourceDocument = read_json(bytes)?;
         is_origin("resource", &doc.resource, fetched_origin)?;
         let name = doc.name.trim();
-        if name.is_empty()
-            || name.chars().count() > MAX_NAME_LEN
-            || name.chars().any(char::is_control)
-        {
+        if !good_name(name) {
             return Err(DiscoveryError::BadName);
         }
         on_origin("resource_prefix", &doc.resource_prefix, fetched_origin)?;

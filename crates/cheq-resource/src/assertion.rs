@@ -1,7 +1,7 @@
 //! Taking a CS's client assertion at the RS's token endpoint (PROTOCOL.md
 //! §16.4): the CS the assertion claims to be must be one this RS trusts by
-//! issuer (its configured one today; [`TrustedIssuers`] holds a list, so
-//! that a user's chosen CS can join it, §17), the assertion must pass every
+//! issuer (its configured one, or one a user chose, §17: [`Hosts`]), the
+//! assertion must pass every
 //! check of `cheq_core::sign::assertion` against that CS's key set (its
 //! audience this RS's token endpoint exactly as its discovery document
 //! says), and its `jti` must never have been taken before, on any instance
@@ -11,6 +11,7 @@
 //! front end answers every one but [`AssertionRefusal::NotReady`] and
 //! [`AssertionRefusal::Store`] with `401 invalid_client`.
 
+use crate::hosts::Hosts;
 use crate::trusted_cs::DiscoveredCs;
 use cheq_core::sign::assertion::{
     claimed_issuer, verify_client_assertion, AssertionError, Expected, VerifiedAssertion,
@@ -51,7 +52,7 @@ pub enum AssertionRefusal {
 
 /// The CSes this RS trusts by issuer, with what takes their assertions.
 pub struct TrustedIssuers {
-    trusted: Vec<Arc<DiscoveredCs>>,
+    hosts: Arc<Hosts>,
     /// This RS's token endpoint, the audience of every assertion.
     audience: String,
     used: Arc<dyn UsedAssertions>,
@@ -61,23 +62,23 @@ pub struct TrustedIssuers {
 impl std::fmt::Debug for TrustedIssuers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TrustedIssuers")
-            .field("trusted", &self.trusted)
+            .field("hosts", &self.hosts)
             .field("audience", &self.audience)
             .finish_non_exhaustive()
     }
 }
 
 impl TrustedIssuers {
-    /// `trusted` take assertions for `audience` (this RS's token endpoint);
-    /// their `jti`s are kept in `used`.
+    /// The CSes of `hosts` named by issuer take assertions for `audience`
+    /// (this RS's token endpoint); their `jti`s are kept in `used`.
     pub fn new(
-        trusted: Vec<Arc<DiscoveredCs>>,
+        hosts: Arc<Hosts>,
         audience: &str,
         used: Arc<dyn UsedAssertions>,
         clock: Arc<dyn Clock>,
     ) -> Self {
         TrustedIssuers {
-            trusted,
+            hosts,
             audience: audience.to_owned(),
             used,
             clock,
@@ -85,18 +86,34 @@ impl TrustedIssuers {
     }
 
     /// Whether any CS is trusted by issuer (the token endpoint then takes
-    /// `private_key_jwt`).
+    /// `private_key_jwt`): the default one, or the ones users choose.
     pub fn any(&self) -> bool {
-        !self.trusted.is_empty()
+        self.hosts.default_cs().discovered().is_some() || self.hosts.users_choose()
     }
 
-    /// Whether `issuer` is trusted (a token that names it is honoured).
+    /// Whether a token that names `issuer` is honoured: one issued after
+    /// an assertion of a CS this RS trusted then (a CS users chose is never
+    /// forgotten, [`Hosts`]); the default one when users cannot choose.
     pub fn trusts(&self, issuer: &str) -> bool {
-        self.find(issuer).is_some()
+        self.hosts.users_choose() || self.hosts.get(Some(issuer)).is_some()
     }
 
-    fn find(&self, issuer: &str) -> Option<&Arc<DiscoveredCs>> {
-        self.trusted.iter().find(|cs| cs.issuer() == issuer)
+    /// The CS of `issuer`, reading the store's list of chosen CSes when
+    /// this instance does not know it.
+    async fn find(&self, issuer: &str) -> Result<Option<Arc<DiscoveredCs>>, AssertionRefusal> {
+        if let Some(cs) = self.hosts.get(Some(issuer)) {
+            return Ok(cs.discovered().cloned());
+        }
+        let hosts = self.hosts.clone();
+        let issuer = issuer.to_owned();
+        Ok(
+            tokio::task::spawn_blocking(move || hosts.discovered(&issuer))
+                .await
+                .map_err(|_| StoreError::Backend {
+                    op: "chosen confirmation servers",
+                    message: "the blocking task failed".into(),
+                })??,
+        )
     }
 
     /// Takes `assertion`: the issuer of the CS it authenticates, or why not.
@@ -104,16 +121,21 @@ impl TrustedIssuers {
         let issuer = claimed_issuer(assertion)?;
         let cs = self
             .find(&issuer)
+            .await?
             .ok_or_else(|| AssertionRefusal::Untrusted(shown(&issuer)))?;
+        if cs.keys().is_none() {
+            // Known from the store, its document not read yet here.
+            let _ = cs.discover().await;
+        }
         let keys = cs
             .keys()
             .ok_or_else(|| AssertionRefusal::NotReady(cs.issuer().to_owned()))?;
         keys.ensure_fresh().await;
-        let verified = match self.verify(assertion, cs, keys) {
+        let verified = match self.verify(assertion, &cs, keys) {
             Err(AssertionError::UnknownKey(kid)) => {
                 // A key the CS added since its set was read (§9).
                 match keys.refetch_for(&kid).await {
-                    Refetch::Found => self.verify(assertion, cs, keys)?,
+                    Refetch::Found => self.verify(assertion, &cs, keys)?,
                     Refetch::Absent | Refetch::Later { .. } => {
                         return Err(AssertionError::UnknownKey(kid).into())
                     }

@@ -42,8 +42,13 @@
 //! # log_format = "json"                    # (top level) or "text" (default)
 //! # Environment overrides: CHEQ_LISTEN, CHEQ_DATABASE_URL, CHEQ_LOG_FORMAT.
 //!
-//! [policy]
-//! book_flight_threshold_usd = 100          # book_flight needs confirmation above this
+//! [[policy.rules]]                        # floors each user may only tighten (§17)
+//! tool = "book_flight"
+//! param = "price_usd"                      # with `above`: confirmation above this value;
+//! above = 100                              # without both: always (the default floor)
+//! assurance = "any"                        # or "passkey" (§14)
+//! # [policy] book_flight_threshold_usd = 100 and passkey_tools = ["…"], the older
+//! # form, are read as floors too.
 //! ```
 //!
 //! The CS's URLs (`confirmation_server.uri`, `confirmation_server.jwks_uri`)
@@ -125,31 +130,73 @@ pub enum CsNamed<'a> {
     },
 }
 
-/// When confirmation is needed.
-#[derive(Debug, Clone, Deserialize)]
+/// When confirmation is needed: the operator's floors (§17), which each
+/// user may only tighten.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyConfig {
-    /// `book_flight` needs confirmation when `price_usd` is above this.
-    #[serde(default = "default_threshold")]
-    pub book_flight_threshold_usd: i64,
-    /// The tools whose confirmations ask the user to accept with their
-    /// passkey (§14): `book_flight`, `transfer_funds`.
+    /// `[[policy.rules]]`: one floor per tool.
+    #[serde(default)]
+    pub rules: Vec<crate::rules::RuleRecord>,
+    /// The older form of a floor: `book_flight` needs confirmation when
+    /// `price_usd` is above this (100 when no rule names `book_flight`).
+    #[serde(default)]
+    pub book_flight_threshold_usd: Option<i64>,
+    /// The older form: the tools whose floors ask for a passkey (§14).
     #[serde(default)]
     pub passkey_tools: Vec<String>,
 }
 
-impl Default for PolicyConfig {
-    fn default() -> Self {
-        PolicyConfig {
-            book_flight_threshold_usd: default_threshold(),
-            passkey_tools: Vec::new(),
+/// `book_flight`'s floor when the file sets none.
+pub const DEFAULT_BOOK_FLIGHT_THRESHOLD: i64 = 100;
+
+impl PolicyConfig {
+    /// The floors this section sets for the tools of `catalogue`: its
+    /// rules, with the older keys read as floors too.
+    pub fn floors(
+        &self,
+        catalogue: &[crate::tools::Tool],
+    ) -> Result<crate::rules::Floors, ConfigError> {
+        use crate::rules::{Needs, RuleRecord};
+        let mut records = self.rules.clone();
+        let names_flight = records.iter().any(|r| r.tool == "book_flight");
+        match self.book_flight_threshold_usd {
+            Some(_) if names_flight => {
+                return Err(invalid(
+                    "policy.book_flight_threshold_usd",
+                    "a [[policy.rules]] rule names book_flight too: keep one of them",
+                ))
+            }
+            Some(n) if n < 0 => {
+                return Err(invalid(
+                    "policy.book_flight_threshold_usd",
+                    "must be 0 or more",
+                ))
+            }
+            _ if names_flight => {}
+            threshold => records.push(RuleRecord {
+                tool: "book_flight".into(),
+                param: Some("price_usd".into()),
+                above: Some(threshold.unwrap_or(DEFAULT_BOOK_FLIGHT_THRESHOLD) as f64),
+                assurance: Needs::Any,
+            }),
         }
+        for tool in &self.passkey_tools {
+            match records.iter_mut().find(|r| &r.tool == tool) {
+                Some(r) => r.assurance = Needs::Passkey,
+                None => records.push(RuleRecord {
+                    tool: tool.clone(),
+                    param: None,
+                    above: None,
+                    assurance: Needs::Passkey,
+                }),
+            }
+        }
+        crate::rules::Floors::new(&records, catalogue)
+            .map_err(|e| invalid("policy.rules", e.to_string()))
     }
 }
 
-fn default_threshold() -> i64 {
-    100
-}
 fn default_cheq_ttl() -> i64 {
     900
 }
@@ -238,6 +285,7 @@ impl ServerConfig for RsConfig {
                 ));
             }
         }
+        self.policy.floors(&crate::tools::catalogue())?;
         let policy = self.address_policy()?;
         match (&self.confirmation_server, self.embedded()) {
             (Some(cs), false) => cs.validate(&policy)?,
@@ -465,8 +513,63 @@ subject = "alice"
     #[test]
     fn good_config_parses() {
         let c = RsConfig::from_toml(GOOD).unwrap();
-        assert_eq!(c.policy.book_flight_threshold_usd, 100);
+        let floors = c.policy.floors(&crate::tools::catalogue()).unwrap();
+        assert_eq!(
+            floors.floor("book_flight").unwrap().to_string(),
+            "when price_usd is above 100"
+        );
         assert_eq!(c.cheq_ttl_secs, 900);
+    }
+
+    #[test]
+    fn floors_are_checked_when_the_file_is_read() {
+        let with = |policy: &str| RsConfig::from_toml(&format!("{GOOD}\n{policy}"));
+        let floors = |c: RsConfig| c.policy.floors(&crate::tools::catalogue()).unwrap();
+        let c =
+            with("[[policy.rules]]\ntool = \"book_flight\"\nassurance = \"passkey\"\n").unwrap();
+        assert_eq!(
+            floors(c).floor("book_flight").unwrap().to_string(),
+            "always, with a passkey"
+        );
+        let c = with(
+            "[policy]\nbook_flight_threshold_usd = 250\npasskey_tools = [\"transfer_funds\"]\n",
+        )
+        .unwrap();
+        let f = floors(c);
+        assert_eq!(
+            f.floor("book_flight").unwrap().to_string(),
+            "when price_usd is above 250"
+        );
+        assert_eq!(
+            f.floor("transfer_funds").unwrap().to_string(),
+            "always, with a passkey"
+        );
+        for (bad, says) in [
+            ("[[policy.rules]]\ntool = \"fly\"\n", "no tool \"fly\""),
+            (
+                "[[policy.rules]]\ntool = \"book_flight\"\nparam = \"cabin_class\"\nabove = 1\n",
+                "numeric",
+            ),
+            (
+                "[[policy.rules]]\ntool = \"book_flight\"\n[[policy.rules]]\ntool = \"book_flight\"\n",
+                "second rule",
+            ),
+            (
+                "[policy]\nbook_flight_threshold_usd = 5\n[[policy.rules]]\ntool = \"book_flight\"\n",
+                "keep one",
+            ),
+            (
+                "[[policy.rules]]\ntool = \"transfer_funds\"\nabove = 5\n",
+                "numeric parameter",
+            ),
+        ] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains("policy") && e.contains(says), "{bad}: {e}");
+        }
+        let e = with("[[policy.rules]]\ntool = \"book_flight\"\nassurance = \"retina\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("retina") && e.contains("passkey"), "{e}");
     }
 
     #[test]

@@ -9,7 +9,11 @@
 //! - [`cheq_rs`]: mint a CHEQ and its URI pack, serve it, take the decision
 //!   once (verify, record the nonce, run the operation exactly once), answer
 //!   the result.
-//! - [`tools`]: the demo's A2T tools and their confirmation policy.
+//! - [`tools`]: the reference RS's A2T tools and what their CHEQs show.
+//! - [`rules`]: when a tool needs confirmation: the operator's floors and
+//!   each user's own rules (§17).
+//! - [`settings`]: each user's CS and rules, every change itself confirmed
+//!   (§17); [`hosts`]: the CSes of this RS's users.
 //! - [`trusted_cs`]: the CS this RS trusts, named in full or by its issuer
 //!   and read from its discovery document (§16.1), with the RS's
 //!   registration there ([`registration`], §16.3).
@@ -23,7 +27,10 @@ pub mod agent;
 pub mod assertion;
 pub mod cheq_rs;
 pub mod config;
+pub mod hosts;
 pub mod registration;
+pub mod rules;
+pub mod settings;
 pub mod tools;
 pub mod trusted_cs;
 

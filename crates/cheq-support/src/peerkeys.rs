@@ -362,6 +362,26 @@ impl FetchedJwks {
         }
     }
 
+    /// Fetches the set now, whatever the rate limit, and says why it
+    /// cannot be read: for a peer's set checked before it is relied on.
+    pub async fn fetch_now(&self) -> Result<(), JwksError> {
+        let _one = self.fetching.lock().await;
+        let now = self.clock.now();
+        if let Ok(mut c) = self.cached.write() {
+            c.last_attempt = Some(now);
+        }
+        self.fetches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (keys, ttl) = fetch(&self.client, &self.uri, now).await?;
+        let now = self.clock.now();
+        if let Ok(mut c) = self.cached.write() {
+            c.keys = Arc::new(keys);
+            c.have = true;
+            c.fresh_until = Some(now + Duration::seconds(ttl));
+        }
+        Ok(())
+    }
+
     /// Fetches the set again when what was read has expired (or nothing was).
     pub async fn ensure_fresh(&self) {
         let stale = |c: &Cached| c.fresh_until.is_none_or(|until| self.clock.now() >= until);

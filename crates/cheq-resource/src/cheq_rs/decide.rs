@@ -158,6 +158,13 @@ impl CheqRs {
         } else {
             self.verify(&record, body, Some(decision), now)
         };
+        // A CHEQ that names another CS than the caller's is not the
+        // caller's to decide, whoever countersigned it (§16.4, §17).
+        if let (Some(cs), Err(e)) = (by, &fresh) {
+            if e.names_another_cs(cs) {
+                return Err(CheqRsError::WrongConfirmationServer);
+            }
+        }
         let verified = match fresh {
             // A CS that authenticated with its own key decides only the
             // CHEQs that name it (§16.4).
@@ -264,9 +271,9 @@ impl CheqRs {
         // A pending record still holds the document this RS issued: its own
         // signature in the decision is recognised, not verified again.
         let verified = if record.document.is_empty() {
-            verify_decision(body, &self.trust, expected, &ctx)?
+            verify_decision(body, &self.trust(), expected, &ctx)?
         } else {
-            verify_own_decision(body, &record.document, &self.trust, expected, &ctx)?
+            verify_own_decision(body, &record.document, &self.trust(), expected, &ctx)?
         };
         if verified.fields().nonce != record.nonce {
             return Err(CheqRsError::InvalidOther(

@@ -59,6 +59,24 @@ impl CheqRsError {
     }
 }
 
+impl CheqRsError {
+    /// Whether the countersignature's key was looked up for a CHEQ whose
+    /// confirmation URI is not on `cs` (an origin): a decision on a CHEQ
+    /// that is another CS's.
+    pub fn names_another_cs(&self, cs: &str) -> bool {
+        match self {
+            CheqRsError::Invalid {
+                error:
+                    VerifyError::UntrustedConfirmationKey {
+                        confirmation_uri, ..
+                    },
+                ..
+            } => cheq_core::discovery::origin(confirmation_uri).as_deref() != Some(cs),
+            _ => false,
+        }
+    }
+}
+
 impl From<VerifyError> for CheqRsError {
     fn from(error: VerifyError) -> Self {
         match error {

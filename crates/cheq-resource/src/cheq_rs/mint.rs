@@ -29,6 +29,9 @@ pub struct MintRequest {
     /// What an acceptance must carry beyond the CS's word (§14): `Some`
     /// for a passkey of the user.
     pub assurance: Option<cheq_core::cheq::Assurance>,
+    /// The issuer of the CS the CHEQ names (the user's, §17); `None`: the
+    /// RS's default CS.
+    pub confirmation_server: Option<String>,
     /// What to run when accepted, given back to
     /// [`Operation::execute`](super::Operation::execute). Stored at rest: it
     /// must not hold anything the user alone may see.
@@ -96,10 +99,13 @@ impl CheqRs {
         if req.ttl <= Duration::zero() || req.ttl > Duration::seconds(MAX_TTL_SECS) {
             return Err(CheqRsError::Mint("the TTL must be from 1 s to 24 h".into()));
         }
-        let confirmation_uri = self
-            .cs
+        let issuer = req.confirmation_server.as_deref();
+        let cs = self.hosts.get(issuer).ok_or_else(|| {
+            CheqRsError::ConfirmationServerUnknown(issuer.unwrap_or_default().to_owned())
+        })?;
+        let confirmation_uri = cs
             .confirmation_uri()
-            .ok_or_else(|| CheqRsError::ConfirmationServerUnknown(self.cs.origin()))?;
+            .ok_or_else(|| CheqRsError::ConfirmationServerUnknown(cs.origin()))?;
         let now = self.clock.now();
         let date = DateTime::<Utc>::from_timestamp(now.timestamp(), 0).unwrap_or(now);
         let expires = date + req.ttl;

@@ -101,6 +101,7 @@ pub use mint::{MintRequest, Minted};
 pub use operation::{Effect, Operation};
 pub use records::ResultView;
 
+use crate::hosts::Hosts;
 use crate::trusted_cs::ConfirmationServer;
 use cheq_core::sign::TrustStore;
 use cheq_store::rs::{CheqRecord, CheqRecords, RsStore};
@@ -138,13 +139,34 @@ fn expires_at(record: &CheqRecord) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
+/// This RS's keys for `base_url`, and each CS's of `hosts` for its origin.
+fn build_trust(
+    base_url: &str,
+    keys: &Arc<KeyRing>,
+    hosts: &Hosts,
+) -> Result<TrustStore, CheqRsError> {
+    let mut trust = TrustStore::new();
+    trust
+        .add(true, base_url, keys.clone())
+        .map_err(|e| CheqRsError::Mint(e.to_string()))?;
+    for (origin, source) in hosts.trust_entries() {
+        trust
+            .add(false, &origin, source)
+            .map_err(|e| CheqRsError::Mint(e.to_string()))?;
+    }
+    Ok(trust)
+}
+
 /// The RS side of CHEQ: pending confirmations, decisions, results.
 pub struct CheqRs {
     records: Arc<dyn CheqRecords>,
     nonces: Arc<dyn NonceStore>,
     keys: Arc<KeyRing>,
-    cs: ConfirmationServer,
-    trust: TrustStore,
+    /// The default CS and the ones users chose (§17).
+    hosts: Arc<Hosts>,
+    /// This RS's keys for its own origin, and each CS's for its origin,
+    /// as of the hosts' generation it was built at.
+    trust: std::sync::RwLock<(u64, Arc<TrustStore>)>,
     base_url: String,
     clock: Arc<dyn Clock>,
     operation: Arc<dyn Operation>,
@@ -172,7 +194,7 @@ impl std::fmt::Debug for CheqRs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CheqRs")
             .field("base_url", &self.base_url)
-            .field("confirmation_server", &self.cs)
+            .field("hosts", &self.hosts)
             .field("keys", &self.keys)
             .finish_non_exhaustive()
     }
@@ -185,7 +207,8 @@ impl CheqRs {
     /// own key set (the active key signs; its published keys are trusted for
     /// its own CHEQs, §9); `cs` is the confirmation server, whose keys are
     /// trusted for its origin and whose confirmation URI goes into every
-    /// URI pack and payload.
+    /// URI pack and payload. Its users cannot choose another
+    /// ([`with_hosts`](Self::with_hosts) lets them, §17).
     pub fn new(
         store: &RsStore,
         keys: Arc<KeyRing>,
@@ -194,20 +217,28 @@ impl CheqRs {
         clock: Arc<dyn Clock>,
         operation: Arc<dyn Operation>,
     ) -> Result<Self, CheqRsError> {
+        let hosts = Hosts::new(cs, None, clock.clone(), base_url, store.settings.clone());
+        Self::with_hosts(store, keys, Arc::new(hosts), base_url, clock, operation)
+    }
+
+    /// [`new`](Self::new) with the CSes of `hosts`: its default, and those
+    /// its users chose (§17).
+    pub fn with_hosts(
+        store: &RsStore,
+        keys: Arc<KeyRing>,
+        hosts: Arc<Hosts>,
+        base_url: &str,
+        clock: Arc<dyn Clock>,
+        operation: Arc<dyn Operation>,
+    ) -> Result<Self, CheqRsError> {
         let base_url = base_url.trim_end_matches('/').to_owned();
-        let mut trust = TrustStore::new();
-        trust
-            .add(true, &base_url, keys.clone())
-            .map_err(|e| CheqRsError::Mint(e.to_string()))?;
-        trust
-            .add(false, &cs.origin(), cs.source())
-            .map_err(|e| CheqRsError::Mint(e.to_string()))?;
+        let trust = build_trust(&base_url, &keys, &hosts)?;
         Ok(CheqRs {
             records: store.records.clone(),
             nonces: store.nonces.clone(),
             keys,
-            cs,
-            trust,
+            trust: std::sync::RwLock::new((hosts.generation(), Arc::new(trust))),
+            hosts,
             base_url,
             clock,
             operation,
@@ -215,6 +246,30 @@ impl CheqRs {
             flusher: store.flusher.clone(),
             recent: (store.recent_records > 0).then(|| Recent::new(store.recent_records)),
         })
+    }
+
+    /// The keys trusted now: rebuilt when a CS joined the hosts.
+    fn trust(&self) -> Arc<TrustStore> {
+        let generation = self.hosts.generation();
+        let current = match self.trust.read() {
+            Ok(g) => g.clone(),
+            Err(e) => e.into_inner().clone(),
+        };
+        if current.0 == generation {
+            return current.1;
+        }
+        match build_trust(&self.base_url, &self.keys, &self.hosts) {
+            Ok(trust) => {
+                let trust = Arc::new(trust);
+                if let Ok(mut g) = self.trust.write() {
+                    *g = (generation, trust.clone());
+                }
+                trust
+            }
+            // Origins were checked when each CS joined; keep what was
+            // built before.
+            Err(_) => current.1,
+        }
     }
 
     /// The RS public keys (`/.well-known/jwks.json`, §9): active, new and
@@ -228,10 +283,45 @@ impl CheqRs {
         &self.keys
     }
 
-    /// The confirmation server, whose keys the front end refreshes before
-    /// a decision is verified (fetching is I/O, verification is not).
+    /// The default confirmation server, whose keys the front end refreshes
+    /// before a decision is verified (fetching is I/O, verification is not).
     pub fn confirmation_server(&self) -> &ConfirmationServer {
-        &self.cs
+        self.hosts.default_cs()
+    }
+
+    /// The default CS and those users chose (§17).
+    pub fn hosts(&self) -> &Arc<Hosts> {
+        &self.hosts
+    }
+
+    /// Makes sure a CHEQ can name the CS of `issuer` (`None`: the default
+    /// CS): one a user chose that this instance does not know yet is read
+    /// from the store's list (a user who moved on another instance) and its
+    /// discovery document read now. The default CS's document is read in
+    /// the background (until then, [`CheqRsError::ConfirmationServerUnknown`]).
+    pub async fn ready_cs(self: &Arc<Self>, issuer: Option<&str>) -> Result<(), CheqRsError> {
+        let Some(issuer) = issuer.filter(|i| !self.hosts.is_default(i)) else {
+            return Ok(());
+        };
+        let unknown = || CheqRsError::ConfirmationServerUnknown(issuer.to_owned());
+        let cs = match self.hosts.get(Some(issuer)) {
+            Some(cs) => cs,
+            None => {
+                let owned = issuer.to_owned();
+                self.on_blocking_thread(move |rs| Ok(rs.hosts.for_issuer(&owned)?))
+                    .await?
+                    .ok_or_else(unknown)?
+            }
+        };
+        if let Some(discovered) = cs.discovered() {
+            if discovered.document().is_none() {
+                discovered.discover().await.map_err(|e| {
+                    log::warn!("confirmation server {issuer}: {e}");
+                    unknown()
+                })?;
+            }
+        }
+        Ok(())
     }
 
     /// The RS origin.
@@ -239,10 +329,10 @@ impl CheqRs {
         &self.base_url
     }
 
-    /// The confirmation URI put in URI packs; `None` while the CS's
-    /// discovery document is not read (§16.1).
+    /// The default CS's confirmation URI; `None` while its discovery
+    /// document is not read (§16.1).
     pub fn confirmation_uri(&self) -> Option<&str> {
-        self.cs.confirmation_uri()
+        self.hosts.default_cs().confirmation_uri()
     }
 
     /// The canonical resource URI of confirmation `id`.

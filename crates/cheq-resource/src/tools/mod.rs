@@ -1,29 +1,28 @@
-//! The demo A2T tools (draft-rosenberg-aiproto-a2t-00 §6–§7) and when they need
-//! confirmation (PROTOCOL.md §1, §8).
+//! The reference RS's A2T tools (draft-rosenberg-aiproto-a2t-00 §6–§7)
+//! and what their CHEQs show (PROTOCOL.md §1, §4, §8).
 //!
 //! - `book_flight` (`flight_number`, `flight_date`, `cabin_class`, `price_usd`):
-//!   needs confirmation when `price_usd` is above the configured threshold.
+//!   needs confirmation as the rule in force for its user says
+//!   ([`crate::rules`]; the default floor: `price_usd` above 100).
 //! - `transfer_funds` (optional `payee`, `memo`): always needs confirmation; the CHEQ asks
 //!   the user, outside the agent's reach, for `from account`, `to account` and
 //!   `amount` (§8). Its result says only whether the transfer was made.
+//! - `choose_confirmation_server` and `set_confirmation_policy`: a user's
+//!   own CS and rules (§17, [`crate::settings`]); always confirmed.
 //!
 //! Invocations are validated against the tool's signature; errors are A2T-style
-//! 4xx JSON. Execution ([`DemoTools`]) is idempotent per key, as
-//! [`Operation`] requires: the result is stored under the key in the one
-//! atomic write of the execution log ([`Executions::record`]) that stands for
-//! the effect. That log is in the RS's own store ([`Effect::InStore`]): a
-//! confirmed run's write is made durable by the RS with the decision's final
-//! state; a run that needs no confirmation flushes its own.
+//! 4xx JSON. Execution ([`DemoTools`], in `run`) is idempotent per key, as
+//! [`Operation`](crate::cheq_rs::Operation) requires.
 
-use super::cheq_rs::{Effect, MintRequest, Operation};
-use cheq_store::rs::{Execution, Executions, RsStore};
-use cheq_store::Durability;
+mod run;
+
+pub use run::DemoTools;
+
+use super::cheq_rs::MintRequest;
+use crate::rules::Needs;
 use chrono::{Duration, NaiveDate};
 use indexmap::IndexMap;
-use rand::RngCore;
 use serde_json::{json, Map, Value};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 /// Why an A2T tool call was refused or failed. No HTTP here: the front
 /// end maps each to a status (`resource::error`).
@@ -49,6 +48,10 @@ pub enum InputKind {
         max: i64,
     },
     Enum(&'static [(&'static str, &'static str)]),
+    /// A threshold: a number from 0, or the word `always` (a string in the
+    /// signature, so that every client can send it; a JSON number is taken
+    /// too).
+    Threshold,
 }
 
 /// One input parameter of a tool signature.
@@ -70,6 +73,12 @@ pub struct Tool {
     pub description: &'static str,
     pub inputs: Vec<InputParam>,
     pub outputs: Vec<(&'static str, &'static str, &'static str)>,
+    /// Asks its user for values (§8), so is confirmed on every call: a rule
+    /// may ask for a passkey, never set a threshold.
+    pub always_confirmed: bool,
+    /// Always confirmed, and no rule can be set on it (the tools that
+    /// change a user's CS and rules, §17).
+    pub fixed_confirmation: bool,
 }
 
 const CABIN_CLASSES: &[(&str, &str)] = &[
@@ -140,6 +149,8 @@ pub fn catalogue() -> Vec<Tool> {
                 ("booking_reference", "Booking reference", "string"),
                 ("status", "Booking status", "string"),
             ],
+            always_confirmed: false,
+            fixed_confirmation: false,
         },
         Tool {
             tool_id: TRANSFER_FUNDS_ID,
@@ -169,7 +180,11 @@ pub fn catalogue() -> Vec<Tool> {
                 ("status", "Transfer status", "string"),
                 ("message", "What happened", "string"),
             ],
+            always_confirmed: true,
+            fixed_confirmation: false,
         },
+        crate::settings::choose_tool(),
+        crate::settings::policy_tool(),
     ]
 }
 
@@ -187,7 +202,7 @@ impl Tool {
                     "required": p.required,
                 });
                 match p.kind {
-                    InputKind::String => o["type"] = "string".into(),
+                    InputKind::String | InputKind::Threshold => o["type"] = "string".into(),
                     InputKind::Date => {
                         o["type"] = "string".into();
                         o["format"] = "date".into();
@@ -297,6 +312,15 @@ fn check_value(p: &InputParam, value: &Value) -> Result<Value, ToolError> {
         message,
     };
     match p.kind {
+        InputKind::Threshold => match value {
+            Value::Number(n) if n.as_f64().is_some_and(|n| n >= 0.0) => Ok(value.clone()),
+            Value::String(s) if s == "always" => Ok(value.clone()),
+            Value::String(s) => match s.trim().parse::<f64>() {
+                Ok(n) if n.is_finite() && n >= 0.0 => Ok(Value::from(n)),
+                _ => Err(bad("must be a number from 0, or \"always\"".into())),
+            },
+            _ => Err(bad("must be a number from 0, or \"always\"".into())),
+        },
         InputKind::Int { max } => {
             let n = value
                 .as_i64()
@@ -350,28 +374,7 @@ pub fn find(catalogue: &[Tool], id_or_name: &str) -> Option<Tool> {
         .cloned()
 }
 
-/// The confirmation policy.
-#[derive(Debug, Clone)]
-pub struct Policy {
-    pub book_flight_threshold_usd: i64,
-    /// The tools whose confirmations ask for the user's passkey (§14).
-    pub passkey_tools: Vec<String>,
-}
-
-impl Policy {
-    /// Does this invocation need the user's confirmation?
-    pub fn needs_confirmation(&self, tool: &Tool, inputs: &IndexMap<String, Value>) -> bool {
-        match tool.name {
-            "book_flight" => match inputs.get("price_usd").and_then(Value::as_i64) {
-                Some(price) => price > self.book_flight_threshold_usd,
-                None => true,
-            },
-            _ => true,
-        }
-    }
-}
-
-fn value_text(v: Option<&Value>) -> String {
+pub(crate) fn value_text(v: Option<&Value>) -> String {
     match v {
         Some(Value::String(s)) => s.clone(),
         Some(other) => other.to_string(),
@@ -386,7 +389,7 @@ pub fn cheq_request(
     inputs: &IndexMap<String, Value>,
     subject: &str,
     ttl: Duration,
-    policy: &Policy,
+    needs: Needs,
 ) -> MintRequest {
     let operation = format!("{base_url}/tools/{}:invoke", tool.tool_id);
     let (operation_name, parameters) = match tool.name {
@@ -423,186 +426,10 @@ pub fn cheq_request(
         parameters,
         subject: subject.to_owned(),
         language: Some("en".to_owned()),
-        assurance: policy
-            .passkey_tools
-            .iter()
-            .any(|t| t == tool.name)
-            .then_some(cheq_core::cheq::Assurance::Passkey),
+        assurance: (needs == Needs::Passkey).then_some(cheq_core::cheq::Assurance::Passkey),
         ttl,
         action: json!({"tool": tool.name, "inputs": action}),
-    }
-}
-
-/// Runs the demo tools; idempotent per key (see the module docs).
-pub struct DemoTools {
-    executions: Arc<dyn Executions>,
-    runs: AtomicU64,
-    executed: Option<prometheus::IntCounter>,
-}
-
-impl std::fmt::Debug for DemoTools {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DemoTools")
-            .field("runs", &self.runs)
-            .finish_non_exhaustive()
-    }
-}
-
-fn outputs(pairs: &[(&str, Value)]) -> Value {
-    json!({"output_parameters": pairs.iter().map(|(n, v)| json!({"name": n, "value": v})).collect::<Vec<_>>()})
-}
-
-fn is_digits(s: &str, min: usize, max: usize) -> bool {
-    (min..=max).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit())
-}
-
-fn is_amount(s: &str) -> bool {
-    let (whole, cents) = s.split_once('.').unwrap_or((s, "00"));
-    is_digits(whole, 1, 12) && is_digits(cents, 1, 2)
-}
-
-impl DemoTools {
-    /// The demo tools, keeping their execution log in `store`, the RS's own
-    /// store: the one given to the [`CheqRs`](super::cheq_rs::CheqRs) that
-    /// runs them, since their [`Effect`] is [`Effect::InStore`].
-    pub fn new(store: &RsStore) -> Self {
-        DemoTools {
-            executions: store.executions.clone(),
-            runs: AtomicU64::new(0),
-            executed: None,
-        }
-    }
-
-    /// Also counts every operation that ran in `counter` (a metric).
-    pub fn counting(mut self, counter: prometheus::IntCounter) -> Self {
-        self.executed = Some(counter);
-        self
-    }
-
-    /// How many times an operation actually ran (not counting idempotent repeats).
-    pub fn runs(&self) -> u64 {
-        self.runs.load(Ordering::SeqCst)
-    }
-
-    /// Runs an invocation that needs no confirmation.
-    pub fn run_now(
-        &self,
-        tool: &Tool,
-        inputs: &IndexMap<String, Value>,
-    ) -> Result<Value, ToolError> {
-        let mut key = [0u8; 16];
-        rand::rngs::OsRng.fill_bytes(&mut key);
-        let inputs: Map<String, Value> =
-            inputs.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        // Its result is the answer: durable before it is given.
-        self.run(
-            &format!("direct-{}", cheq_core::sign::b64::encode(key)),
-            &json!({"tool": tool.name, "inputs": inputs}),
-            &IndexMap::new(),
-            Durability::Now,
-        )
-        .map_err(ToolError::Failed)
-    }
-
-    /// Runs `action` once per `key`. The stored result is the effect: one
-    /// atomic write, which keeps the first result under `key` and answers it
-    /// to any later run, so the log is not read first; on disk before this
-    /// returns with [`Durability::Now`]. A run that fails gives way to one that stored
-    /// its result before.
-    fn run(
-        &self,
-        key: &str,
-        action: &Value,
-        collected: &IndexMap<String, String>,
-        durability: Durability,
-    ) -> Result<Value, String> {
-        let durable = durability == Durability::Now;
-        let result = match Self::perform(action, collected) {
-            Ok(result) => result,
-            Err(e) => {
-                return match self.executions.get(key).map_err(|e| e.to_string())? {
-                    Some(done) => Ok(done),
-                    None => Err(e),
-                }
-            }
-        };
-        let stored = if durable {
-            self.executions.record(key, &result)
-        } else {
-            self.executions
-                .record_with(key, &result, Durability::Deferred)
-        };
-        match stored.map_err(|e| e.to_string())? {
-            Execution::Fresh => {
-                self.runs.fetch_add(1, Ordering::SeqCst);
-                if let Some(c) = &self.executed {
-                    c.inc();
-                }
-                Ok(result)
-            }
-            Execution::Existing(earlier) => Ok(earlier),
-        }
-    }
-
-    fn perform(action: &Value, collected: &IndexMap<String, String>) -> Result<Value, String> {
-        let inputs = &action["inputs"];
-        match action["tool"].as_str() {
-            Some("book_flight") => {
-                let mut r = [0u8; 4];
-                rand::rngs::OsRng.fill_bytes(&mut r);
-                let reference: String = r
-                    .iter()
-                    .map(|b| char::from(b"ABCDEFGHJKLMNPQRSTUVWXYZ23456789"[usize::from(b % 32)]))
-                    .collect();
-                Ok(outputs(&[
-                    ("booking_reference", Value::from(reference)),
-                    ("status", Value::from("CONFIRMED")),
-                    ("flight_number", inputs["flight_number"].clone()),
-                    ("flight_date", inputs["flight_date"].clone()),
-                    ("cabin_class", inputs["cabin_class"].clone()),
-                    ("price_usd", inputs["price_usd"].clone()),
-                ]))
-            }
-            Some("transfer_funds") => {
-                let get = |k: &str| collected.get(k).map(String::as_str).unwrap_or("");
-                let ok = is_digits(get("from account"), 6, 20)
-                    && is_digits(get("to account"), 6, 20)
-                    && get("from account") != get("to account")
-                    && is_amount(get("amount"));
-                // Never echo what the user typed (§7, §8).
-                Ok(if ok {
-                    outputs(&[
-                        ("status", Value::from("DONE")),
-                        ("message", Value::from("The transfer was made.")),
-                    ])
-                } else {
-                    outputs(&[
-                        ("status", Value::from("FAILED")),
-                        ("message", Value::from("The accounts or amount entered were not valid; nothing was transferred.")),
-                    ])
-                })
-            }
-            _ => Err("unknown tool in stored action".into()),
-        }
-    }
-}
-
-impl Operation for DemoTools {
-    /// The execution log is in the RS's own store (the server builds the
-    /// tools on `RsStore::executions`).
-    fn effect(&self) -> Effect {
-        Effect::InStore
-    }
-
-    /// Unflushed: the RS makes the result durable with the decision's final
-    /// state ([`Effect::InStore`]).
-    fn execute(
-        &self,
-        key: &str,
-        action: &Value,
-        collected: &IndexMap<String, String>,
-    ) -> Result<Value, String> {
-        self.run(key, action, collected, Durability::Deferred)
+        confirmation_server: None,
     }
 }
 
@@ -631,10 +458,7 @@ mod tests {
             &inputs,
             "alice",
             Duration::minutes(5),
-            &Policy {
-                book_flight_threshold_usd: 100,
-                passkey_tools: vec![],
-            },
+            Needs::Any,
         );
         assert_eq!(req.assurance, None);
         let price = req
@@ -659,10 +483,7 @@ mod tests {
             &IndexMap::new(),
             "alice",
             Duration::minutes(5),
-            &Policy {
-                book_flight_threshold_usd: 100,
-                passkey_tools: vec!["transfer_funds".into()],
-            },
+            Needs::Passkey,
         );
         assert_eq!(req.assurance, Some(cheq_core::cheq::Assurance::Passkey));
         let amount = req
