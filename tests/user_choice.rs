@@ -236,7 +236,16 @@ fn origin_of(uri: &str) -> String {
 
 /// Opens `pack` at the browser's CS (signed in): the confirmation page.
 async fn open(b: &mut Browser, pack: &UriPack) -> (String, Page) {
-    let res = b.post("/", &[("resource_uri", &pack.resource_uri)]).await;
+    // The RS registers itself at a CS in the background (§16.3): a CS
+    // serves it within a few seconds of that.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let res = loop {
+        let res = b.post("/", &[("resource_uri", &pack.resource_uri)]).await;
+        if res.status == 303 || Instant::now() > deadline {
+            break res;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert_eq!(res.status, 303, "start: {}", res.text);
     let location = res.location();
     let page = b.get(&location).await;
