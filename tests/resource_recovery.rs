@@ -1077,6 +1077,7 @@ fn two_instances() -> (Fixture, Fixture, Arc<std::sync::atomic::AtomicUsize>) {
         records: store.records.clone(),
         executions: store.executions.clone(),
         assertions: store.assertions.clone(),
+        settings: store.settings.clone(),
         readiness: store.readiness.clone(),
         flusher: store.flusher.clone(),
         recent_records: 0,

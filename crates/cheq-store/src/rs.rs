@@ -372,6 +372,18 @@ pub trait Settings: Send + Sync {
     /// and its CS among the hosts (`store import`); durable before it
     /// returns.
     fn restore(&self, subject: &str, settings: &UserSettings) -> Result<(), StoreError>;
+    /// Puts `issuer` among the [`hosts`](Self::hosts), after those there,
+    /// unless it is there already (then nothing changes): `store import`,
+    /// for a CS that no user has now and a pending CHEQ may still name.
+    /// Durable before it returns. The default (a store that only wraps
+    /// another, in tests) says it cannot.
+    fn restore_host(&self, issuer: &str) -> Result<(), StoreError> {
+        let _ = issuer;
+        Err(StoreError::Backend {
+            op: "restore host",
+            message: "this store cannot restore the hosts".into(),
+        })
+    }
 }
 
 // ---- the bundle ----
