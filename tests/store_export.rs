@@ -734,11 +734,13 @@ fn settings_stay(store: &RsStore) {
     };
     let now = cheq::store::Durability::Now;
     assert_eq!(
-        s.apply("alice", "chg-2", 1, &again, &json!(0), now).unwrap(),
+        s.apply("alice", "chg-2", 1, &again, &json!(0), now)
+            .unwrap(),
         Applied::Existing(json!({"changed": "chg-2"}))
     );
     assert_eq!(
-        s.apply("alice", "chg-9", 2, &again, &json!(0), now).unwrap(),
+        s.apply("alice", "chg-9", 2, &again, &json!(0), now)
+            .unwrap(),
         Applied::Stale(3)
     );
     assert_eq!(store.executions.get("chg-9").unwrap(), None);
@@ -957,7 +959,10 @@ fn a_settings_line_or_store_with_settings_is_refused_naming_why() {
         )),
         "{e}"
     );
-    assert_eq!(items(&export(&to), "rs"), vec![format!(r#"{{"kind":"chosen_cs","issuer":"{CS_A}"}}"#)]);
+    assert_eq!(
+        items(&export(&to), "rs"),
+        vec![format!(r#"{{"kind":"chosen_cs","issuer":"{CS_A}"}}"#)]
+    );
 
     let to = rs_toml(dir.path(), "to", None);
     let refuse = |name: &str, changed: Vec<String>, expected: &str| {
@@ -972,7 +977,11 @@ fn a_settings_line_or_store_with_settings_is_refused_naming_why() {
     refuse(
         "host-twice",
         twice,
-        &format!("line {}: the chosen_cs {CS_Z} is given on line {} already", host + 2, host + 1),
+        &format!(
+            "line {}: the chosen_cs {CS_Z} is given on line {} already",
+            host + 2,
+            host + 1
+        ),
     );
     let alice_line = &lines[alice];
     for (name, line, expected) in [
@@ -1001,7 +1010,10 @@ fn a_settings_line_or_store_with_settings_is_refused_naming_why() {
         changed[alice] = line;
         refuse(name, changed, &format!("line {}: {expected}", alice + 1));
     }
-    assert!(items(&export(&to), "rs").is_empty(), "a refused file wrote items");
+    assert!(
+        items(&export(&to), "rs").is_empty(),
+        "a refused file wrote items"
+    );
 
     // A user given twice: the store finds it when it comes.
     let mut twice = lines.to_vec();

@@ -114,7 +114,10 @@ fn a_change_is_applied_once(store: &RsStore) {
         let got = apply(store, "alice", "k2", expected, &chose(Some(M), json!([])));
         assert_eq!(got, Applied::Stale(1));
     }
-    assert_eq!(apply(store, "bob", "k2", 1, &chose(Some(M), json!([]))), Applied::Stale(0));
+    assert_eq!(
+        apply(store, "bob", "k2", 1, &chose(Some(M), json!([]))),
+        Applied::Stale(0)
+    );
     assert_eq!(store.executions.get("k2").unwrap(), None, "no result");
     assert_eq!(s.get("alice").unwrap().unwrap().cs.as_deref(), Some(Z));
     assert_eq!(s.get("bob").unwrap(), None);
@@ -129,7 +132,10 @@ fn a_change_is_applied_once(store: &RsStore) {
         &json!(1),
         Durability::Now,
     );
-    assert!(matches!(refused, Err(StoreError::Backend { .. })), "{refused:?}");
+    assert!(
+        matches!(refused, Err(StoreError::Backend { .. })),
+        "{refused:?}"
+    );
     assert_eq!(store.executions.get("k-max").unwrap(), None);
     assert_eq!(s.get("alice").unwrap().unwrap().generation, 1);
 }
@@ -139,8 +145,14 @@ fn the_chosen_hosts_stay_in_order(store: &RsStore) {
     // Alice moves on to A, Bob chooses A too, Alice goes back to the
     // default, then to Z again, Carol chooses M: each CS once, in the
     // order first chosen, none dropped.
-    assert_eq!(apply(store, "alice", "k3", 1, &chose(Some(A), json!([]))), Applied::Fresh);
-    assert_eq!(apply(store, "bob", "k4", 0, &chose(Some(A), json!([]))), Applied::Fresh);
+    assert_eq!(
+        apply(store, "alice", "k3", 1, &chose(Some(A), json!([]))),
+        Applied::Fresh
+    );
+    assert_eq!(
+        apply(store, "bob", "k4", 0, &chose(Some(A), json!([]))),
+        Applied::Fresh
+    );
     assert_eq!(hosts(store), owned(&[Z, A]));
     // Written unflushed: the result and settings are there all the same.
     assert_eq!(
@@ -171,8 +183,14 @@ fn the_chosen_hosts_stay_in_order(store: &RsStore) {
         Some(json!("back to the default"))
     );
     assert_eq!(hosts(store), owned(&[Z, A]), "kept after moving on");
-    assert_eq!(apply(store, "alice", "k6", 3, &chose(Some(Z), json!([]))), Applied::Fresh);
-    assert_eq!(apply(store, "carol", "k7", 0, &chose(Some(M), json!([]))), Applied::Fresh);
+    assert_eq!(
+        apply(store, "alice", "k6", 3, &chose(Some(Z), json!([]))),
+        Applied::Fresh
+    );
+    assert_eq!(
+        apply(store, "carol", "k7", 0, &chose(Some(M), json!([]))),
+        Applied::Fresh
+    );
     assert_eq!(hosts(store), owned(&[Z, A, M]));
     assert_eq!(s.get("alice").unwrap().unwrap().generation, 4);
 }
@@ -182,8 +200,14 @@ fn settings_list_by_page(store: &RsStore) {
     let subjects = |page: Vec<(String, UserSettings)>| -> Vec<String> {
         page.into_iter().map(|(subject, _)| subject).collect()
     };
-    assert_eq!(subjects(s.list_after(None, 2).unwrap()), owned(&["alice", "bob"]));
-    assert_eq!(subjects(s.list_after(Some("bob"), 2).unwrap()), owned(&["carol"]));
+    assert_eq!(
+        subjects(s.list_after(None, 2).unwrap()),
+        owned(&["alice", "bob"])
+    );
+    assert_eq!(
+        subjects(s.list_after(Some("bob"), 2).unwrap()),
+        owned(&["carol"])
+    );
     assert!(s.list_after(Some("carol"), 2).unwrap().is_empty());
     let all = s.list_after(None, 10).unwrap();
     assert_eq!(all.len(), 3);
@@ -200,11 +224,21 @@ fn settings_restore_as_given(store: &RsStore) {
         generation: 7,
     };
     s.restore("dave", &dave).unwrap();
-    assert_eq!(s.get("dave").unwrap(), Some(dave.clone()), "its generation kept");
+    assert_eq!(
+        s.get("dave").unwrap(),
+        Some(dave.clone()),
+        "its generation kept"
+    );
     assert_eq!(hosts(store), owned(&[Z, A, M, D]));
     // A change goes on from the generation restored.
-    assert_eq!(apply(store, "dave", "k8", 6, &chose(None, json!([]))), Applied::Stale(7));
-    assert_eq!(apply(store, "dave", "k8", 7, &chose(None, json!([]))), Applied::Fresh);
+    assert_eq!(
+        apply(store, "dave", "k8", 6, &chose(None, json!([]))),
+        Applied::Stale(7)
+    );
+    assert_eq!(
+        apply(store, "dave", "k8", 7, &chose(None, json!([]))),
+        Applied::Fresh
+    );
     assert_eq!(s.get("dave").unwrap().unwrap().generation, 8);
 
     // A host alone, after the others; one there already stays where it is.
@@ -231,12 +265,20 @@ fn racing_changes_apply_once(store: &RsStore, subject: &str, expected: u64, tag:
         .map(|i| {
             let (store, barrier) = (store.clone(), barrier.clone());
             let (subject, key) = (subject.to_owned(), format!("{tag}-{i}"));
+            let cs = format!("https://cs-{tag}-{i}.example");
             std::thread::spawn(move || {
-                let settings = chose(Some(&format!("https://cs-{tag}-{i}.example")), json!([i]));
+                let settings = chose(Some(&cs), json!([i]));
                 barrier.wait();
                 let got = store
                     .settings
-                    .apply(&subject, &key, expected, &settings, &json!(i), Durability::Now)
+                    .apply(
+                        &subject,
+                        &key,
+                        expected,
+                        &settings,
+                        &json!(i),
+                        Durability::Now,
+                    )
                     .unwrap();
                 (i, got)
             })

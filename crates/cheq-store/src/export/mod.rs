@@ -640,7 +640,11 @@ mod tests {
         .unwrap();
         assert_eq!(read, items);
         // A CS's stream holds none.
-        let cs = stream(&[CS_HEADER, r#"{"kind":"chosen_cs","issuer":"https://z.example"}"#, r#"{"kind":"end","items":1}"#]);
+        let cs = stream(&[
+            CS_HEADER,
+            r#"{"kind":"chosen_cs","issuer":"https://z.example"}"#,
+            r#"{"kind":"end","items":1}"#,
+        ]);
         let e = check(&mut &cs[..], Server::Cs, &TargetLog::Off).unwrap_err();
         assert!(e
             .to_string()

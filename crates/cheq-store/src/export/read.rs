@@ -240,7 +240,10 @@ fn read_line(text: &str, server: Server) -> Result<Parsed, LineError> {
                 return Err(invalid("subject", "empty"));
             }
             if s.cs.as_deref() == Some("") {
-                return Err(invalid("cs", "empty (a user of the RS's default CS has none)"));
+                return Err(invalid(
+                    "cs",
+                    "empty (a user of the RS's default CS has none)",
+                ));
             }
             if s.generation == 0 {
                 return Err(invalid(
