@@ -34,8 +34,8 @@
 //! - [`CheqRecords::collect_expired`] removes the index entry, then the
 //!   record: a crash in between leaves a record the next pass removes;
 //! - [`Settings::restore`] (an import's write) puts the CS among the hosts,
-//!   then the settings: a crash in between leaves a host no user has,
-//!   which a host must be able to be anyway (a user moves on, §17).
+//!   then the settings: a crash in between leaves a CS among the hosts that
+//!   no user has, as a user who moved on leaves one (§17).
 //!
 //! "Durable" means sled's `flush()` (with the caveat spelled out in
 //! `sled_store`: it survives a killed process, not every power loss).
