@@ -230,7 +230,10 @@ fn postgres_keeps_everything_across_a_reopen_and_applies_its_schema_once() {
     // Beside the servers' tables, in one database: each schema its own.
     let _rs = cheq::store::pg::rs::open(&pg).unwrap();
     assert_eq!(cheq::store::pg::applied(&pg, "a2a").unwrap(), vec![1]);
-    assert_eq!(cheq::store::pg::applied(&pg, "rs").unwrap(), vec![1, 2, 3]);
+    assert_eq!(
+        cheq::store::pg::applied(&pg, "rs").unwrap(),
+        vec![1, 2, 3, 4]
+    );
     assert!(store.get("kept").unwrap().is_some());
 }
 

@@ -20,7 +20,7 @@ use cheq::store::cs::{
 };
 use cheq::store::export::Item;
 use cheq::store::registrations::{RegisterOutcome, RegisteredRecord, RegistrationStatus};
-use cheq::store::rs::{CheqRecord, CheqState, RsStore};
+use cheq::store::rs::{Applied, CheqRecord, CheqState, RsStore, UserSettings};
 use cheq::store::{NonceEntry, RecordOutcome};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -645,7 +645,105 @@ fn fill_rs(store: &RsStore) -> Vec<Item> {
         key: "c-done".into(),
         result,
     });
+    out.extend(fill_settings(store));
     out
+}
+
+/// CSes users chose (§17), in another order than their names': Z first.
+const CS_Z: &str = "https://z-cs.example";
+const CS_A: &str = "https://a-cs.example:8443";
+
+/// Alice's rules once she went back to the RS's default CS: members in
+/// no sorted order, kept as written.
+fn alice_rules() -> serde_json::Value {
+    json!([{"tool": "pay", "param": "amount", "above": 50, "assurance": "passkey"}])
+}
+
+/// Each user's CS and rules, each change applied with its result: Alice
+/// chose Z, then A, then went back to the default; Bob chose A. Returns
+/// the items an export of them holds.
+fn fill_settings(store: &RsStore) -> Vec<Item> {
+    let changes = [
+        ("alice", "chg-1", 0, Some(CS_Z), json!([])),
+        ("alice", "chg-2", 1, Some(CS_A), json!([])),
+        ("alice", "chg-3", 2, None, alice_rules()),
+        ("bob", "chg-4", 0, Some(CS_A), json!([])),
+    ];
+    let mut out = Vec::new();
+    for (subject, key, expected, cs, rules) in changes {
+        let settings = UserSettings {
+            cs: cs.map(str::to_owned),
+            rules,
+            generation: 0,
+        };
+        let result = json!({"changed": key});
+        let applied = store
+            .settings
+            .apply(
+                subject,
+                key,
+                expected,
+                &settings,
+                &result,
+                cheq::store::Durability::Now,
+            )
+            .unwrap();
+        assert_eq!(applied, Applied::Fresh);
+        out.push(Item::Execution {
+            key: key.into(),
+            result,
+        });
+    }
+    out.push(Item::ChosenCs(CS_Z.into()));
+    out.push(Item::ChosenCs(CS_A.into()));
+    out.push(Item::Settings {
+        subject: "alice".into(),
+        settings: UserSettings {
+            cs: None,
+            rules: alice_rules(),
+            generation: 3,
+        },
+    });
+    out.push(Item::Settings {
+        subject: "bob".into(),
+        settings: UserSettings {
+            cs: Some(CS_A.into()),
+            rules: json!([]),
+            generation: 1,
+        },
+    });
+    out
+}
+
+/// After the move, each user's settings are as they were: the CSes in
+/// the order first chosen, a change delivered again finds its result, and
+/// one asked against the generation of before the last change is stale.
+fn settings_stay(store: &RsStore) {
+    let s = &store.settings;
+    assert_eq!(s.hosts().unwrap(), vec![CS_Z.to_owned(), CS_A.to_owned()]);
+    let alice = s.get("alice").unwrap().unwrap();
+    assert_eq!((alice.cs, alice.generation), (None, 3));
+    assert_eq!(
+        serde_json::to_string(&alice.rules).unwrap(),
+        serde_json::to_string(&alice_rules()).unwrap()
+    );
+    let again = UserSettings {
+        cs: Some(CS_Z.into()),
+        rules: json!([]),
+        generation: 0,
+    };
+    let now = cheq::store::Durability::Now;
+    assert_eq!(
+        s.apply("alice", "chg-2", 1, &again, &json!(0), now)
+            .unwrap(),
+        Applied::Existing(json!({"changed": "chg-2"}))
+    );
+    assert_eq!(
+        s.apply("alice", "chg-9", 2, &again, &json!(0), now)
+            .unwrap(),
+        Applied::Stale(3)
+    );
+    assert_eq!(store.executions.get("chg-9").unwrap(), None);
 }
 
 /// After the move, a nonce decided before it is decided: the same document
@@ -694,7 +792,7 @@ fn a_resource_server_moves_from_sled_to_postgresql_and_back() {
 
     let pg = rs_toml(dir.path(), "pg", Some(&url));
     let said = ok(import(&pg, first.as_bytes()));
-    assert!(said.starts_with("imported 8 items (4 cheq, 1 execution, 3 nonce) into the store of a resource server (PostgreSQL)"), "{said}");
+    assert!(said.starts_with("imported 16 items (4 cheq, 2 chosen_cs, 5 execution, 3 nonce, 2 settings) into the store of a resource server (PostgreSQL)"), "{said}");
     let second = export(&pg);
     assert_eq!(
         items(&second, "rs"),
@@ -714,7 +812,10 @@ fn a_resource_server_moves_from_sled_to_postgresql_and_back() {
         cheq::store::pg::rs::open(&pool).unwrap()
     };
     decided_nonces_stay_decided(&pg_store);
-    decided_nonces_stay_decided(&rs_store(&back));
+    settings_stay(&pg_store);
+    let back = rs_store(&back);
+    decided_nonces_stay_decided(&back);
+    settings_stay(&back);
 }
 
 // ---- what an import refuses (sled only: these need no database) ----
@@ -818,6 +919,115 @@ fn an_export_of_the_other_server_or_of_an_unknown_version_is_refused() {
     }
 }
 
+/// `lines` as a stream, its end line counting its items.
+fn restream(lines: &[String]) -> String {
+    let mut all: Vec<String> = lines.to_vec();
+    let end = format!(r#"{{"kind":"end","items":{}}}"#, all.len() - 1);
+    all.push(end);
+    all.join("\n") + "\n"
+}
+
+#[test]
+fn a_settings_line_or_store_with_settings_is_refused_naming_why() {
+    let (dir, stream) = rs_export();
+    // The stream without its end line.
+    let lines: Vec<String> = stream.lines().map(str::to_owned).collect();
+    let lines = &lines[..lines.len() - 1];
+    let at = |prefix: &str| lines.iter().position(|l| l.starts_with(prefix)).unwrap();
+    let host = at(r#"{"kind":"chosen_cs""#);
+    let alice = at(r#"{"kind":"settings","subject":"alice""#);
+
+    // A store that holds a user's settings, or only a chosen CS, is not empty.
+    let to = rs_toml(dir.path(), "with-settings", None);
+    let carol = UserSettings {
+        cs: None,
+        rules: json!([]),
+        generation: 1,
+    };
+    rs_store(&to).settings.restore("carol", &carol).unwrap();
+    let e = refused(import(&to, stream.as_bytes()));
+    assert!(
+        e.contains("the store is not empty: it holds users' settings (the first: \"carol\")"),
+        "{e}"
+    );
+    let to = rs_toml(dir.path(), "with-host", None);
+    rs_store(&to).settings.restore_host(CS_A).unwrap();
+    let e = refused(import(&to, stream.as_bytes()));
+    assert!(
+        e.contains(&format!(
+            "the store is not empty: it holds chosen confirmation servers (the first: {CS_A})"
+        )),
+        "{e}"
+    );
+    assert_eq!(
+        items(&export(&to), "rs"),
+        vec![format!(r#"{{"kind":"chosen_cs","issuer":"{CS_A}"}}"#)]
+    );
+
+    let to = rs_toml(dir.path(), "to", None);
+    let refuse = |name: &str, changed: Vec<String>, expected: &str| {
+        let file = dir.path().join(format!("{name}.jsonl"));
+        std::fs::write(&file, restream(&changed)).unwrap();
+        let e = refused(import_file(&to, &file));
+        assert!(e.contains(expected), "{name}: {e}");
+    };
+    // A chosen CS given twice: refused as the file is read.
+    let mut twice = lines.to_vec();
+    twice.insert(host + 1, lines[host].clone());
+    refuse(
+        "host-twice",
+        twice,
+        &format!(
+            "line {}: the chosen_cs {CS_Z} is given on line {} already",
+            host + 2,
+            host + 1
+        ),
+    );
+    let alice_line = &lines[alice];
+    for (name, line, expected) in [
+        (
+            "generation-0",
+            alice_line.replace(r#""generation":3"#, r#""generation":0"#),
+            "the settings item's generation is invalid: 0, and stored settings are at generation 1 or more",
+        ),
+        (
+            "no-rules",
+            alice_line.replace(r#""rules":"#, r#""rulez":"#),
+            "the settings item is malformed: unknown field `rulez`",
+        ),
+        (
+            "empty-cs",
+            alice_line.replace(r#""subject":"alice","#, r#""subject":"alice","cs":"","#),
+            "the settings item's cs is invalid: empty",
+        ),
+        (
+            "no-subject",
+            alice_line.replace(r#""subject":"alice""#, r#""subject":"""#),
+            "the settings item's subject is invalid: empty",
+        ),
+    ] {
+        let mut changed = lines.to_vec();
+        changed[alice] = line;
+        refuse(name, changed, &format!("line {}: {expected}", alice + 1));
+    }
+    assert!(
+        items(&export(&to), "rs").is_empty(),
+        "a refused file wrote items"
+    );
+
+    // A user given twice: the store finds it when it comes.
+    let mut twice = lines.to_vec();
+    twice.push(lines[alice].clone());
+    let e = refused(import(&to, restream(&twice).as_bytes()));
+    assert!(
+        e.contains(&format!(
+            "line {}: the settings \"alice\" is in the store already (given twice?)",
+            twice.len()
+        )),
+        "{e}"
+    );
+}
+
 #[test]
 fn an_export_never_overwrites_a_file() {
     let (dir, _) = rs_export();
@@ -850,7 +1060,7 @@ fn an_export_of_version_1_still_imports() {
     let old = stream.replacen("\"version\":2", "\"version\":1", 1);
     let rs = rs_toml(dir.path(), "rs-v1", None);
     let said = ok(import(&rs, old.as_bytes()));
-    assert!(said.starts_with("imported 8 items"), "{said}");
+    assert!(said.starts_with("imported 16 items"), "{said}");
     assert_eq!(items(&export(&rs), "rs"), items(&stream, "rs"));
 
     let from = cs_toml(dir.path(), "cs-from", None);

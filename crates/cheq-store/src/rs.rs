@@ -1,7 +1,8 @@
-//! What the reference resource server keeps (PROTOCOL.md §1, §3, §6, §7):
-//! its CHEQ records, the nonces it took decisions for, and the demo tools'
-//! execution log. Each is a trait, so that a SQL database can implement it
-//! with the same guarantees as the embedded sled backend ([`super::sled_rs`]):
+//! What the reference resource server keeps (PROTOCOL.md §1, §3, §6, §7,
+//! §17): its CHEQ records, the nonces it took decisions for, the demo
+//! tools' execution log, and each user's CS and rules. Each is a trait, so
+//! that a SQL database can implement it with the same guarantees as the
+//! embedded sled backend ([`super::sled_rs`]):
 //!
 //! - [`CheqRecords::create`] is an "insert if absent" of a minted record and
 //!   its result-id index (the result id is unique as well), durable before it
@@ -18,7 +19,11 @@
 //! - the nonces of §6 are the crate's [`NonceStore`];
 //! - [`UsedAssertions::first_use`] is an "insert if absent" of a client
 //!   assertion's `jti` (§16.4), durable before it returns, so that an
-//!   assertion is taken once whichever instance it reaches.
+//!   assertion is taken once whichever instance it reaches;
+//! - [`Settings::apply`] writes a user's new settings and the change's
+//!   result in the execution log in one atomic write, only when the key is
+//!   absent and the user's generation is the one the change was asked
+//!   against (§17: a change is applied once, and never over another).
 //!
 //! The steps a decision goes through, and why each write is durable or not,
 //! are in `resource::cheq_rs`.
@@ -372,6 +377,18 @@ pub trait Settings: Send + Sync {
     /// and its CS among the hosts (`store import`); durable before it
     /// returns.
     fn restore(&self, subject: &str, settings: &UserSettings) -> Result<(), StoreError>;
+    /// Puts `issuer` among the [`hosts`](Self::hosts), after those there,
+    /// unless it is there already (then nothing changes): `store import`,
+    /// for a CS that no user has now and a pending CHEQ may still name.
+    /// Durable before it returns. The default (a store that only wraps
+    /// another, in tests) says it cannot.
+    fn restore_host(&self, issuer: &str) -> Result<(), StoreError> {
+        let _ = issuer;
+        Err(StoreError::Backend {
+            op: "restore host",
+            message: "this store cannot restore the hosts".into(),
+        })
+    }
 }
 
 // ---- the bundle ----

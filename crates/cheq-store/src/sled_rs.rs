@@ -10,17 +10,32 @@
 //! | `rs.nonces` (and `rs.nonces.expiry`) | nonce | see [`SledNonceStore`] |
 //! | `rs.executions` | idempotency key | the operation's result |
 //! | `rs.assertions` | [`assertion_key`] of a client assertion (§16.4) | when it expires (unix seconds, 8 bytes big-endian) |
+//! | `rs.settings` | CHEQ `subject` | [`UserSettings`] (§17): JSON, its rules as given |
+//! | `rs.hosts` | issuer of a CS a user chose | when it was first chosen (sled's id counter, 8 bytes big-endian) |
 //!
-//! No sled transaction (see `sled_store` for why). Each compare-and-set of
-//! [`super::rs`] is one sled `compare_and_swap`; where two trees change
-//! together, they change in an order a crash cannot turn into a wrong
-//! answer:
+//! One sled transaction, and one only: [`Settings::apply`] writes a user's
+//! settings, the operation's result in `rs.executions` and the chosen CS in
+//! `rs.hosts` together, or none of them, so that a change is applied once
+//! and only against the generation it was asked against (§6, §17). sled
+//! 0.34 coordinates transactions through a process-wide lock (see
+//! `sled_store`): once one has run, every later operation of the process
+//! takes that lock shared. A user changes their CS or rules seldom, and no
+//! order of separate writes keeps "the result is there if and only if the
+//! settings moved": a crash between them would either apply a change twice
+//! or answer a re-delivery as stale with the change applied.
+//!
+//! Everywhere else, each compare-and-set of [`super::rs`] is one sled
+//! `compare_and_swap`; where two trees change together, they change in an
+//! order a crash cannot turn into a wrong answer:
 //!
 //! - [`CheqRecords::create`] writes the record, then its index entry: a crash
 //!   in between leaves a record no result URI reaches (its URI pack was never
 //!   handed out), which collection removes like any other;
 //! - [`CheqRecords::collect_expired`] removes the index entry, then the
-//!   record: a crash in between leaves a record the next pass removes.
+//!   record: a crash in between leaves a record the next pass removes;
+//! - [`Settings::restore`] (an import's write) puts the CS among the hosts,
+//!   then the settings: a crash in between leaves a CS among the hosts that
+//!   no user has, as a user who moved on leaves one (§17).
 //!
 //! "Durable" means sled's `flush()` (with the caveat spelled out in
 //! `sled_store`: it survives a killed process, not every power loss).
@@ -40,6 +55,8 @@ const RESULTS_TREE: &str = "rs.results";
 const NONCES_TREE: &str = "rs.nonces";
 const EXECUTIONS_TREE: &str = "rs.executions";
 const ASSERTIONS_TREE: &str = "rs.assertions";
+const SETTINGS_TREE: &str = "rs.settings";
+const HOSTS_TREE: &str = "rs.hosts";
 
 /// How many times a compare-and-swap is retried after losing a race before
 /// the store gives up with an error (each retry re-reads what won).
@@ -69,6 +86,12 @@ pub fn open(db: &sled::Db) -> Result<RsStore, StoreError> {
         }),
         assertions: Arc::new(SledAssertions {
             tree: tree(db, ASSERTIONS_TREE)?,
+            db: durable.clone(),
+        }),
+        settings: Arc::new(SledSettings {
+            settings: tree(db, SETTINGS_TREE)?,
+            hosts: tree(db, HOSTS_TREE)?,
+            executions: tree(db, EXECUTIONS_TREE)?,
             db: durable,
         }),
         readiness: Arc::new(super::AlwaysReady),
@@ -395,5 +418,154 @@ impl UsedAssertions for SledAssertions {
             self.db.flush()?;
         }
         Ok(n)
+    }
+}
+
+// ---- each user's CS and rules ----
+
+struct SledSettings {
+    db: Durable,
+    settings: sled::Tree,
+    hosts: sled::Tree,
+    /// The execution log's tree (the one [`SledExecutions`] writes).
+    executions: sled::Tree,
+}
+
+/// The generation stored settings move to from `expected`.
+fn next_generation(expected: u64) -> Result<u64, StoreError> {
+    expected.checked_add(1).ok_or_else(|| StoreError::Backend {
+        op: "apply settings",
+        message: "the generation is at its largest".into(),
+    })
+}
+
+/// When a host was first chosen, as stored.
+fn host_order(issuer: &[u8], value: &[u8]) -> Result<u64, StoreError> {
+    <[u8; 8]>::try_from(value)
+        .map(u64::from_be_bytes)
+        .map_err(|_| corrupt(issuer, "a host's order is not 8 bytes"))
+}
+
+impl Settings for SledSettings {
+    fn get(&self, subject: &str) -> Result<Option<UserSettings>, StoreError> {
+        self.settings
+            .get(subject.as_bytes())
+            .map_err(|e| backend_error("get settings", e))?
+            .map(|b| decode(subject.as_bytes(), &b))
+            .transpose()
+    }
+
+    fn apply(
+        &self,
+        subject: &str,
+        key: &str,
+        expected: u64,
+        settings: &UserSettings,
+        result: &Value,
+        durability: Durability,
+    ) -> Result<Applied, StoreError> {
+        use sled::transaction::{ConflictableTransactionError, TransactionError};
+        use sled::Transactional;
+        let stored = encode(&UserSettings {
+            generation: next_generation(expected)?,
+            ..settings.clone()
+        })?;
+        let result = encode(result)?;
+        let abort = ConflictableTransactionError::Abort;
+        let applied = (&self.settings, &self.hosts, &self.executions)
+            .transaction(|(s, h, e)| {
+                if let Some(before) = e.get(key.as_bytes())? {
+                    return decode(key.as_bytes(), &before)
+                        .map(Applied::Existing)
+                        .map_err(abort);
+                }
+                let now = match s.get(subject.as_bytes())? {
+                    Some(b) => {
+                        decode::<UserSettings>(subject.as_bytes(), &b)
+                            .map_err(abort)?
+                            .generation
+                    }
+                    None => 0,
+                };
+                if now != expected {
+                    return Ok(Applied::Stale(now));
+                }
+                s.insert(subject.as_bytes(), stored.as_slice())?;
+                e.insert(key.as_bytes(), result.as_slice())?;
+                if let Some(cs) = &settings.cs {
+                    if h.get(cs.as_bytes())?.is_none() {
+                        let order = h.generate_id()?;
+                        h.insert(cs.as_bytes(), &order.to_be_bytes()[..])?;
+                    }
+                }
+                Ok(Applied::Fresh)
+            })
+            .map_err(|e| match e {
+                TransactionError::Abort(e) => e,
+                TransactionError::Storage(e) => backend_error("apply settings", e),
+            })?;
+        // Whatever the outcome: what it found may be another thread's
+        // write, not flushed yet.
+        if durability == Durability::Now {
+            self.db.flush()?;
+        }
+        Ok(applied)
+    }
+
+    fn hosts(&self) -> Result<Vec<String>, StoreError> {
+        let mut hosts = Vec::new();
+        for item in self.hosts.iter() {
+            let (issuer, order) = item.map_err(|e| backend_error("list hosts", e))?;
+            hosts.push((host_order(&issuer, &order)?, key_text(&issuer)?));
+        }
+        hosts.sort_unstable();
+        Ok(hosts.into_iter().map(|(_, issuer)| issuer).collect())
+    }
+
+    fn list_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, UserSettings)>, StoreError> {
+        page_after(&self.settings, after, limit, "list settings")?
+            .into_iter()
+            .map(|(k, v)| Ok((key_text(&k)?, decode(&k, &v)?)))
+            .collect()
+    }
+
+    fn restore(&self, subject: &str, settings: &UserSettings) -> Result<(), StoreError> {
+        if let Some(cs) = &settings.cs {
+            self.add_host(cs)?;
+        }
+        self.settings
+            .insert(subject.as_bytes(), encode(settings)?)
+            .map_err(|e| backend_error("restore settings", e))?;
+        self.db.flush()
+    }
+
+    fn restore_host(&self, issuer: &str) -> Result<(), StoreError> {
+        self.add_host(issuer)?;
+        self.db.flush()
+    }
+}
+
+impl SledSettings {
+    /// Puts `issuer` among the hosts, last, unless it is there (not flushed).
+    fn add_host(&self, issuer: &str) -> Result<(), StoreError> {
+        let err = |e| backend_error("restore host", e);
+        if self.hosts.get(issuer.as_bytes()).map_err(err)?.is_some() {
+            return Ok(());
+        }
+        let order = self.db.db().generate_id().map_err(err)?;
+        // Lost to another writer of the same issuer: theirs stays, earlier.
+        let _ = self
+            .hosts
+            .compare_and_swap(
+                issuer.as_bytes(),
+                None as Option<&[u8]>,
+                Some(&order.to_be_bytes()[..]),
+            )
+            .map_err(err)?;
+        Ok(())
     }
 }

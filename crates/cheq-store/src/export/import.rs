@@ -96,7 +96,15 @@ pub fn ensure_empty_rs(store: &RsStore) -> Result<(), ImportError> {
         "executions",
         store.executions.list_after(None, 1),
         |(k, _)| format!("{k:?}"),
-    )
+    )?;
+    refuse_if_any(
+        "users' settings",
+        store.settings.list_after(None, 1),
+        |(subject, _)| format!("{subject:?}"),
+    )?;
+    refuse_if_any("chosen confirmation servers", store.settings.hosts(), |h| {
+        h.clone()
+    })
 }
 
 /// What a CS import brought.
@@ -387,9 +395,11 @@ fn put_cs(store: &CsStore, at: At, item: Item) -> Result<(), ImportError> {
         }
         // Written by `CsImport::put`.
         Item::LogHead(_) | Item::LogEntry { .. } | Item::LogQueued(_) => Ok(()),
-        Item::Cheq(_) | Item::Nonce { .. } | Item::Execution { .. } => {
-            Err(at.elsewhere(Server::Rs))
-        }
+        Item::Cheq(_)
+        | Item::Nonce { .. }
+        | Item::Execution { .. }
+        | Item::ChosenCs(_)
+        | Item::Settings { .. } => Err(at.elsewhere(Server::Rs)),
     }
 }
 
@@ -447,6 +457,27 @@ fn put_rs(store: &RsStore, at: At, item: Item) -> Result<(), ImportError> {
                 Execution::Fresh => Ok(()),
                 Execution::Existing(_) => Err(at.twice(shown)),
             }
+        }
+        // Given once (the reader refuses a repeat); there already when a
+        // settings line before it named it.
+        Item::ChosenCs(issuer) => store
+            .settings
+            .restore_host(&issuer)
+            .map_err(at.failed(issuer)),
+        Item::Settings { subject, settings } => {
+            let key = format!("{subject:?}");
+            if store
+                .settings
+                .get(&subject)
+                .map_err(at.failed(key.clone()))?
+                .is_some()
+            {
+                return Err(at.twice(key));
+            }
+            store
+                .settings
+                .restore(&subject, &settings)
+                .map_err(at.failed(key))
         }
         Item::Account(_)
         | Item::Entry { .. }

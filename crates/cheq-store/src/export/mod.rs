@@ -25,6 +25,8 @@
 //! | `cheq` | RS | a [`CheqRecord`] in its state |
 //! | `nonce` | RS | a decided nonce: the digest of its decision document and its data (base64url), its expiry |
 //! | `execution` | RS | an idempotency key of the demo tools and the operation's result |
+//! | `chosen_cs` | RS | `issuer`: a CS a user chose (§17), in the order first chosen; kept when no user has it any more, since a pending CHEQ may still name it |
+//! | `settings` | RS | one user's choice (§17): `subject`, `cs` (the issuer of the CS they chose; absent: the RS's default), `rules` (as the RS wrote them), `generation` (1 or more: changes applied) |
 //!
 //! The log's lines come last, `log_head` first, and only in a stream of
 //! version 2 whose header names the log's key: a log, its queue included,
@@ -42,9 +44,9 @@
 //! else, or its absence would. Lines of a kind an older cheq does not know
 //! keep the version otherwise: every reader refuses a kind it does not know
 //! rather than skip it, so an older cheq refuses such a stream and never
-//! reads it short. A stream without `registration` or
-//! `initial_access_token` lines, of either version, is of a host that has
-//! none.
+//! reads it short. A stream without `registration`,
+//! `initial_access_token`, `chosen_cs` or `settings` lines, of either
+//! version, is of a host that has none.
 //!
 //! Left out: the CS's sessions (whoever was signed in signs in again; a
 //! session can hold a provider's ID token, which has no business in a
@@ -58,7 +60,13 @@
 //! registration's origin or a token's digest given twice already when the
 //! stream is read: they are few). A registration is written by
 //! [`crate::registrations::Registrations::restore`], which keeps its status
-//! and times and moves the generation that running instances reload on.
+//! and times and moves the generation that running instances reload on. A
+//! user's settings are written by [`crate::rs::Settings::restore`], which
+//! keeps their generation (a change asked for before the move applies
+//! after it only if nothing changed since), and the chosen CSes by
+//! [`crate::rs::Settings::restore_host`] before them, in the stream's
+//! order (a CS given twice is refused when the stream is read; a subject
+//! given twice, by the store).
 
 mod errors;
 mod import;
@@ -74,7 +82,7 @@ pub use write::{export_cs, export_rs, ExportError};
 
 use crate::cs::{Account, ConfirmationEntry, DecisionRecord};
 use crate::registrations::{RegisteredRecord, RegistrationStatus};
-use crate::rs::{CheqRecord, Execution};
+use crate::rs::{CheqRecord, Execution, UserSettings};
 use crate::tlog::LogHead;
 use crate::NonceEntry;
 use serde::{Deserialize, Serialize};
@@ -162,6 +170,11 @@ pub enum Item {
     Execution {
         key: String,
         result: Value,
+    },
+    ChosenCs(String),
+    Settings {
+        subject: String,
+        settings: UserSettings,
     },
 }
 
@@ -276,6 +289,24 @@ struct ExecutionItem {
     result: Value,
 }
 
+/// A CS a user chose as a line holds it.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChosenCsItem {
+    issuer: String,
+}
+
+/// A user's settings as a line holds them.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettingsItem {
+    subject: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cs: Option<String>,
+    rules: Value,
+    generation: u64,
+}
+
 /// The end line.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -299,6 +330,8 @@ impl Item {
             Item::Cheq(_) => "cheq",
             Item::Nonce { .. } => "nonce",
             Item::Execution { .. } => "execution",
+            Item::ChosenCs(_) => "chosen_cs",
+            Item::Settings { .. } => "settings",
         }
     }
 
@@ -352,6 +385,15 @@ impl Item {
             Item::Execution { key, result } => serde_json::to_value(ExecutionItem {
                 key: key.clone(),
                 result: result.clone(),
+            })?,
+            Item::ChosenCs(issuer) => serde_json::to_value(ChosenCsItem {
+                issuer: issuer.clone(),
+            })?,
+            Item::Settings { subject, settings } => serde_json::to_value(SettingsItem {
+                subject: subject.clone(),
+                cs: settings.cs.clone(),
+                rules: settings.rules.clone(),
+                generation: settings.generation,
             })?,
         };
         Ok(with_kind(self.kind(), value))
@@ -552,6 +594,64 @@ mod tests {
     }
 
     #[test]
+    fn settings_and_chosen_cses_are_read_back_as_written() {
+        let items = [
+            Item::ChosenCs("https://z.example".into()),
+            Item::Settings {
+                subject: "alice".into(),
+                settings: UserSettings {
+                    cs: Some("https://z.example".into()),
+                    rules: serde_json::json!([{"tool": "pay", "always": true}]),
+                    generation: 2,
+                },
+            },
+            Item::Settings {
+                subject: "bob".into(),
+                settings: UserSettings {
+                    cs: None,
+                    rules: serde_json::json!([]),
+                    generation: 1,
+                },
+            },
+        ];
+        let lines: Vec<String> = items.iter().map(|i| i.to_line().unwrap()).collect();
+        assert_eq!(
+            lines,
+            [
+                r#"{"kind":"chosen_cs","issuer":"https://z.example"}"#,
+                r#"{"kind":"settings","subject":"alice","cs":"https://z.example","rules":[{"tool":"pay","always":true}],"generation":2}"#,
+                r#"{"kind":"settings","subject":"bob","rules":[],"generation":1}"#,
+            ]
+        );
+        let mut all = vec![HEADER.to_owned()];
+        all.extend(lines);
+        all.push(r#"{"kind":"end","items":3}"#.into());
+        let text = all.join("\n") + "\n";
+        let mut read = Vec::new();
+        read_stream(
+            &mut text.as_bytes(),
+            Server::Rs,
+            &mut |_| Ok(()),
+            &mut |_, item| {
+                read.push(item);
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(read, items);
+        // A CS's stream holds none.
+        let cs = stream(&[
+            CS_HEADER,
+            r#"{"kind":"chosen_cs","issuer":"https://z.example"}"#,
+            r#"{"kind":"end","items":1}"#,
+        ]);
+        let e = check(&mut &cs[..], Server::Cs, &TargetLog::Off).unwrap_err();
+        assert!(e
+            .to_string()
+            .starts_with("line 2: chosen_cs items belong to a resource server's export"));
+    }
+
+    #[test]
     fn every_fault_names_its_line() {
         let end = r#"{"kind":"end","items":0}"#;
         let cases: Vec<(Vec<u8>, &str)> = vec![
@@ -581,6 +681,26 @@ mod tests {
             (
                 stream(&[HEADER, r#"{"kind":"nonce","nonce":"n","digest":"AA","expires_at":1,"data":""}"#, end]),
                 "line 2: the nonce item's digest is invalid: not 32 bytes",
+            ),
+            (
+                stream(&[HEADER, r#"{"kind":"chosen_cs","issuer":""}"#, end]),
+                "line 2: the chosen_cs item's issuer is invalid: empty",
+            ),
+            (
+                stream(&[HEADER, r#"{"kind":"chosen_cs","issuer":"https://z.example","order":1}"#, end]),
+                "line 2: the chosen_cs item is malformed: unknown field `order`",
+            ),
+            (
+                stream(&[HEADER, r#"{"kind":"settings","subject":"a","rules":[]}"#, end]),
+                "line 2: the settings item is malformed: missing field `generation`",
+            ),
+            (
+                stream(&[HEADER, r#"{"kind":"settings","subject":"a","generation":1}"#, end]),
+                "line 2: the settings item is malformed: missing field `rules`",
+            ),
+            (
+                stream(&[HEADER, r#"{"kind":"settings","subject":"a","rules":[],"generation":-1}"#, end]),
+                "line 2: the settings item is malformed",
             ),
             (stream(&[HEADER]), "the export stops at line 1 without its end line"),
             (

@@ -120,6 +120,8 @@ fn read_line(text: &str, server: Server) -> Result<Parsed, LineError> {
         "cheq" => ("cheq", Server::Rs),
         "nonce" => ("nonce", Server::Rs),
         "execution" => ("execution", Server::Rs),
+        "chosen_cs" => ("chosen_cs", Server::Rs),
+        "settings" => ("settings", Server::Rs),
         _ => return Err(LineError::UnknownKind(kind)),
     };
     if of != server {
@@ -216,6 +218,48 @@ fn read_line(text: &str, server: Server) -> Result<Parsed, LineError> {
                 entry,
             }
         }
+        "chosen_cs" => {
+            let c: ChosenCsItem = members(kind, fields)?;
+            if c.issuer.is_empty() {
+                return Err(LineError::Invalid {
+                    kind,
+                    member: "issuer",
+                    reason: "empty",
+                });
+            }
+            Item::ChosenCs(c.issuer)
+        }
+        "settings" => {
+            let s: SettingsItem = members(kind, fields)?;
+            let invalid = |member, reason| LineError::Invalid {
+                kind,
+                member,
+                reason,
+            };
+            if s.subject.is_empty() {
+                return Err(invalid("subject", "empty"));
+            }
+            if s.cs.as_deref() == Some("") {
+                return Err(invalid(
+                    "cs",
+                    "empty (a user of the RS's default CS has none)",
+                ));
+            }
+            if s.generation == 0 {
+                return Err(invalid(
+                    "generation",
+                    "0, and stored settings are at generation 1 or more",
+                ));
+            }
+            Item::Settings {
+                subject: s.subject,
+                settings: UserSettings {
+                    cs: s.cs,
+                    rules: s.rules,
+                    generation: s.generation,
+                },
+            }
+        }
         _ => {
             let e: ExecutionItem = members(kind, fields)?;
             Item::Execution {
@@ -266,15 +310,16 @@ fn check_registration(r: &RegisteredRecord) -> Result<(), LineError> {
     Ok(())
 }
 
-/// The registrations' keys read so far, with their lines: a key given twice
-/// is refused when the stream is read, before an import writes anything.
-/// They are few (one per RS a host serves, and the tokens its operator
-/// issued), unlike the other kinds, whose repeats the store refuses as
-/// they are written.
+/// The registrations' keys, and the chosen CSes, read so far, with their
+/// lines: a key given twice is refused when the stream is read, before an
+/// import writes anything. They are few (one per RS a host serves, the
+/// tokens its operator issued, the CSes its users chose), unlike the other
+/// kinds, whose repeats the store refuses as they are written.
 #[derive(Default)]
 struct Keys {
     origins: std::collections::HashMap<String, u64>,
     digests: std::collections::HashMap<String, u64>,
+    hosts: std::collections::HashMap<String, u64>,
 }
 
 impl Keys {
@@ -282,6 +327,7 @@ impl Keys {
         let (seen, key) = match item {
             Item::Registration(r) => (&mut self.origins, &r.origin),
             Item::AccessToken { digest, .. } => (&mut self.digests, digest),
+            Item::ChosenCs(issuer) => (&mut self.hosts, issuer),
             _ => return Ok(()),
         };
         match seen.entry(key.clone()) {
@@ -406,7 +452,9 @@ impl LogLines {
             | Item::AccessToken { .. }
             | Item::Cheq(_)
             | Item::Nonce { .. }
-            | Item::Execution { .. } => {}
+            | Item::Execution { .. }
+            | Item::ChosenCs(_)
+            | Item::Settings { .. } => {}
         }
         Ok(())
     }

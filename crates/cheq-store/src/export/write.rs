@@ -227,5 +227,16 @@ pub fn export_rs(
         |(key, _)| key.clone(),
         |(key, result)| w.item(&Item::Execution { key, result }),
     )?;
+    // The CSes users chose are few: read whole, before the settings that
+    // name them, so that an import keeps the order they were first chosen.
+    for issuer in store.settings.hosts()? {
+        w.item(&Item::ChosenCs(issuer))?;
+    }
+    each_page(
+        "users' settings",
+        |after| store.settings.list_after(after, PAGE),
+        |(subject, _)| subject.clone(),
+        |(subject, settings)| w.item(&Item::Settings { subject, settings }),
+    )?;
     w.end()
 }

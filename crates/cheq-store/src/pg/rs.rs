@@ -10,6 +10,8 @@
 //! | `rs_cheqs` | confirmation id (and unique result id) | [`CheqRecord`] (in `body`), a tag of its state for compare-and-set (in `state`), its document packed apart while it has one (in `packed`, [`crate::packed`]; in `body` in rows written before) |
 //! | `rs_executions` | idempotency key | the operation's result |
 //! | `rs_assertions` | [`assertion_key`] of a client assertion (§16.4) | when it expires |
+//! | `rs_settings` | CHEQ `subject` | the user's CS, rules (`json`, the text as given) and generation (§17; [`settings`]) |
+//! | `rs_hosts` | issuer of a CS a user chose | when it was first chosen (`added`, a sequence) |
 
 use super::nonce_batch::Gatherer;
 use super::{backend, client, corrupt, db_error, decode, encode, Migration, Pg, Source};
@@ -20,6 +22,8 @@ use crate::{
 };
 use serde_json::Value;
 use std::sync::Arc;
+
+mod settings;
 
 /// The RS schema, step by step (never edit a step once released: add one).
 pub const MIGRATIONS: &[Migration] = &[
@@ -69,6 +73,22 @@ CREATE TABLE rs_assertions (
 CREATE INDEX rs_assertions_expires ON rs_assertions (expires_at);
 ",
     },
+    // Each user's CS and rules (§17), and every CS a user ever chose, in
+    // the order first chosen.
+    Migration {
+        version: 4,
+        name: "each user's confirmation server and rules",
+        sql: "
+CREATE TABLE rs_settings (
+    subject text PRIMARY KEY,
+    cs text,
+    rules json NOT NULL,
+    generation bigint NOT NULL);
+CREATE TABLE rs_hosts (
+    issuer text PRIMARY KEY,
+    added bigserial NOT NULL);
+",
+    },
 ];
 
 /// How many pending records the RS keeps in memory on PostgreSQL
@@ -85,6 +105,7 @@ pub fn open(pg: &Pg) -> Result<RsStore, StoreError> {
         records: Arc::new(PgCheqs(pg.clone())),
         executions: Arc::new(PgExecutions(pg.clone())),
         assertions: Arc::new(PgAssertions(pg.clone())),
+        settings: Arc::new(settings::PgSettings(pg.clone())),
         readiness: Arc::new(super::SchemaReadiness::new(pg, "rs", MIGRATIONS))
             as Arc<dyn Readiness>,
         flusher: None,
