@@ -416,7 +416,12 @@ async fn a_move_is_checked_first_and_then_only_the_chosen_cs_reads_and_decides()
         );
     }
     // With a passkey rule in force, a CS without passkeys is refused.
-    let (_, body) = rs.rule(json!(100), Some("passkey")).await;
+    let (_, body) = rs
+        .change(
+            "set_confirmation_policy",
+            json!({"tool": "transfer_funds", "above": "always", "assurance": "passkey"}),
+        )
+        .await;
     rs.decide_default(&pack_of(&body), Decision::Accept).await;
     let (got, body) = rs
         .change("choose_confirmation_server", choose(&no_passkeys.base))

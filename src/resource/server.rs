@@ -521,7 +521,15 @@ async fn post_decision(
         ..
     }) = &answer
     {
-        match cs.refetch_for(kid).await {
+        // A key of another CS this RS trusts (§17): not a key the caller
+        // may yet publish, but another CS's countersignature.
+        let elsewhere = by_key && state.cheq.kid_of_another_cs(kid, &by);
+        let refetched = if elsewhere {
+            Refetch::Absent
+        } else {
+            cs.refetch_for(kid).await
+        };
+        match refetched {
             Refetch::Found => answer = decide().await,
             // Only the CS (authenticated above) posts decisions: a key it
             // signs with and this RS cannot find yet (a cache in front of

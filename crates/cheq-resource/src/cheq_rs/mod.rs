@@ -324,6 +324,15 @@ impl CheqRs {
         Ok(())
     }
 
+    /// Whether `kid` names a key that a CS other than `cs` (an origin) is
+    /// trusted with: a countersignature with it is that other CS's.
+    pub fn kid_of_another_cs(&self, kid: &str, cs: &str) -> bool {
+        self.trust()
+            .confirmation_keys_named(kid)
+            .iter()
+            .any(|(origin, _)| origin.ascii_serialization() != cs)
+    }
+
     /// The RS origin.
     pub fn base_url(&self) -> &str {
         &self.base_url
