@@ -127,13 +127,21 @@ impl TransparencyLog {
     /// none were queued or another instance's step came first (the next
     /// step takes what is left).
     pub fn sequence(&self) -> Result<usize, LogError> {
+        // The head before the queue: a step that another sequencer takes
+        // meanwhile moves the head and takes its entries off the queue in
+        // one write, so a queue read after this head either still holds
+        // them (and the compare-and-set on this head's size fails if that
+        // step lands first) or no longer does (and that step moved the
+        // head past this one: the same). Read the other way round, a queue
+        // read before such a step, with a head read after it, would
+        // sequence its entries a second time.
+        let Some(head) = self.store.head()? else {
+            return Ok(0);
+        };
         let queued = self.store.queued(BATCH)?;
         if queued.is_empty() {
             return Ok(0);
         }
-        let Some(head) = self.store.head()? else {
-            return Ok(0);
-        };
         let edge = tree::edge(head.size);
         let known = Hashes(
             edge.iter()

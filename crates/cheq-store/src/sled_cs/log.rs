@@ -36,6 +36,12 @@ pub(crate) struct SledLog {
     index: sled::Tree,
     head: sled::Tree,
     published: RwLock<Option<LogHead>>,
+    /// One step at a time: a step writes its entries, leaves and hashes
+    /// before the transaction that moves the head, so two steps from the
+    /// same size must not interleave (a losing step would overwrite the
+    /// winner's entries). One process holds a sled database, so a lock in
+    /// it serialises every sequencer.
+    integrating: std::sync::Mutex<()>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -84,6 +90,7 @@ impl SledLog {
             index: tree(db, "log.index")?,
             head: tree(db, "log.head")?,
             published: RwLock::new(None),
+            integrating: std::sync::Mutex::new(()),
         };
         // What is on disk at open is durable.
         let head = log.stored_head()?;
@@ -225,6 +232,10 @@ impl LogStore for SledLog {
     }
 
     fn integrate(&self, step: &Integration) -> Result<bool, StoreError> {
+        let _one = match self.integrating.lock() {
+            Ok(g) => g,
+            Err(e) => e.into_inner(),
+        };
         let current = self.stored_head()?.map_or(0, |h| h.size);
         if current != step.from {
             return Ok(false);
