@@ -203,7 +203,13 @@ async fn revision_2025_11_25_accept_reject_and_sessions() {
         .collect();
     assert_eq!(
         names,
-        vec!["book_flight", "confirmation_status", "transfer_funds"]
+        vec![
+            "book_flight",
+            "choose_confirmation_server",
+            "confirmation_status",
+            "set_confirmation_policy",
+            "transfer_funds"
+        ]
     );
     let schema = &tools[0]["inputSchema"];
     assert_eq!(
@@ -471,7 +477,7 @@ async fn revision_2026_07_28_request_state_binding_accept_and_reject() {
     let mut c = Py::connect(&bridge.url, MODERN);
 
     c.send(json!({"op": "list"}));
-    assert_eq!(c.next("tools")["tools"].as_array().unwrap().len(), 3); // the RS's two and confirmation_status
+    assert_eq!(c.next("tools")["tools"].as_array().unwrap().len(), 5); // the RS's four and confirmation_status
 
     c.send(json!({"op": "call_once", "tool": "book_flight", "args": cheap_flight()}));
     let done = c.next("result")["result"].clone();
@@ -706,7 +712,7 @@ async fn stdio_in_both_revisions() {
         c.send(json!({"op": "list"}));
         assert_eq!(
             c.next("tools")["tools"].as_array().unwrap().len(),
-            3,
+            5,
             "{mode}"
         );
         c.send(json!({"op": "call", "tool": "book_flight", "args": cheap_flight()}));
@@ -862,7 +868,7 @@ async fn a_bridge_with_a_token_serves_only_its_bearer() {
     );
     py.send(json!({"op": "list"}));
     let tools = py.next("tools")["tools"].clone();
-    assert_eq!(tools.as_array().map(Vec::len), Some(3), "{tools}");
+    assert_eq!(tools.as_array().map(Vec::len), Some(5), "{tools}");
     py.send(json!({"op": "call", "tool": "book_flight", "args": cheap_flight()}));
     let done = py.next("result")["result"].clone();
     assert_eq!(done["structuredContent"]["status"], "done", "{done}");

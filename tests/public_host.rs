@@ -160,25 +160,6 @@ async fn start(b: &mut Browser, resource_uri: &str) -> Page {
     b.post("/", &[("resource_uri", resource_uri)]).await
 }
 
-/// Polls `ok` every 100 ms until it holds, at most `limit`; how long it
-/// took, or `None`.
-async fn within<F, Fut>(limit: Duration, mut ok: F) -> Option<Duration>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let t0 = Instant::now();
-    loop {
-        if ok().await {
-            return Some(t0.elapsed());
-        }
-        if t0.elapsed() > limit {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Accepts `pack` at the browser's CS (signed in as alice) and waits for
 /// the agent's result.
 async fn confirm(b: &mut Browser, pack: &cheq::cheq::UriPack, logs: &[&Proc]) -> serde_json::Value {

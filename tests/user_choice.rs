@@ -212,24 +212,6 @@ fn params(pairs: &[(&str, Value)]) -> Map<String, Value> {
         .collect()
 }
 
-/// Polls `ok` every 100 ms until it holds, at most `limit`.
-async fn within<F, Fut>(limit: Duration, mut ok: F) -> Option<Duration>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let t0 = Instant::now();
-    loop {
-        if ok().await {
-            return Some(t0.elapsed());
-        }
-        if t0.elapsed() > limit {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 fn origin_of(uri: &str) -> String {
     cheq::discovery::origin(uri).unwrap()
 }

@@ -106,7 +106,7 @@ fn html(status: StatusCode, page: SettingsPage<'_>) -> HttpResponse {
     }
 }
 
-fn settings_page<'a>(state: &'a RsState, problem: Option<(StatusCode, String)>) -> HttpResponse {
+fn settings_page(state: &RsState, problem: Option<(StatusCode, String)>) -> HttpResponse {
     let tools = state
         .catalogue
         .iter()

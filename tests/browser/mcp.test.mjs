@@ -113,7 +113,8 @@ test('the TypeScript SDK at 2025-11-25: -32042, confirmation in Chromium, elicit
   try {
     assert.equal(client.getServerVersion().name, 'cheq-mcp');
     const { tools } = await client.listTools();
-    assert.deepEqual(tools.map((t) => t.name), ['book_flight', 'confirmation_status', 'transfer_funds']);
+    assert.deepEqual(tools.map((t) => t.name), ['book_flight', 'choose_confirmation_server',
+      'confirmation_status', 'set_confirmation_policy', 'transfer_funds']);
 
     let error;
     try { await client.callTool({ name: 'book_flight', arguments: flight }); } catch (e) { error = e; }

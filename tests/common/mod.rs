@@ -1780,3 +1780,22 @@ pub fn rs_keys() -> Value {
     let key = cheq::sign::SigningKey::from_seed("rs-1", &[7; 32]).unwrap();
     json!({"keys": [key.public_jwk()]})
 }
+
+/// Polls `ok` every 100 ms until it holds, at most `limit`; how long it
+/// took, or `None`.
+pub async fn within<F, Fut>(limit: std::time::Duration, mut ok: F) -> Option<std::time::Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let t0 = std::time::Instant::now();
+    loop {
+        if ok().await {
+            return Some(t0.elapsed());
+        }
+        if t0.elapsed() > limit {
+            return None;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -449,6 +449,22 @@ impl std::fmt::Display for Counts {
 mod tests {
     use super::*;
 
+    /// Every item of the stream `text` of `server`, read back.
+    fn read_all(text: &str, server: Server) -> Vec<Item> {
+        let mut read = Vec::new();
+        read_stream(
+            &mut text.as_bytes(),
+            server,
+            &mut |_| Ok(()),
+            &mut |_, item| {
+                read.push(item);
+                Ok(())
+            },
+        )
+        .unwrap();
+        read
+    }
+
     fn stream(lines: &[&str]) -> Vec<u8> {
         let mut s = lines.join("\n");
         s.push('\n');
@@ -521,18 +537,7 @@ mod tests {
         all.extend(lines);
         all.push(r#"{"kind":"end","items":2}"#.into());
         let text = all.join("\n") + "\n";
-        let mut read = Vec::new();
-        read_stream(
-            &mut text.as_bytes(),
-            Server::Cs,
-            &mut |_| Ok(()),
-            &mut |_, item| {
-                read.push(item);
-                Ok(())
-            },
-        )
-        .unwrap();
-        assert_eq!(read, items);
+        assert_eq!(read_all(&text, Server::Cs), items);
     }
 
     #[test]
@@ -627,18 +632,7 @@ mod tests {
         all.extend(lines);
         all.push(r#"{"kind":"end","items":3}"#.into());
         let text = all.join("\n") + "\n";
-        let mut read = Vec::new();
-        read_stream(
-            &mut text.as_bytes(),
-            Server::Rs,
-            &mut |_| Ok(()),
-            &mut |_, item| {
-                read.push(item);
-                Ok(())
-            },
-        )
-        .unwrap();
-        assert_eq!(read, items);
+        assert_eq!(read_all(&text, Server::Rs), items);
         // A CS's stream holds none.
         let cs = stream(&[
             CS_HEADER,
