@@ -365,7 +365,7 @@ pub fn start_collector(state: &RsState) -> tokio::task::JoinHandle<()> {
 /// and back cost more than the read); off it with PostgreSQL,
 /// whose calls may wait on the network up to their time limit, which would
 /// hold every other connection of the worker.
-pub(super) async fn read<T: Send + 'static>(
+async fn read<T: Send + 'static>(
     state: &RsState,
     f: impl FnOnce() -> Result<T, CheqRsError> + Send + 'static,
 ) -> Result<T, ApiError> {

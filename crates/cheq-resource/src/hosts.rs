@@ -157,21 +157,20 @@ impl Hosts {
         all
     }
 
-    /// Adds the CS of `issuer` (its document read in the background), when
-    /// it is not known; the one known otherwise.
-    fn add(&self, issuer: &str) -> Option<Arc<DiscoveredCs>> {
-        let outbound = self.outbound.as_ref()?;
+    /// Keeps `cs` among the ones known, unless another of its issuer is
+    /// known already (added meanwhile): the one kept, and whether it is
+    /// `cs`.
+    fn keep(&self, cs: Arc<DiscoveredCs>) -> (Arc<DiscoveredCs>, bool) {
         let mut chosen = match self.chosen.write() {
             Ok(g) => g,
             Err(e) => e.into_inner(),
         };
-        if let Some(cs) = chosen.iter().find(|cs| cs.issuer() == issuer) {
-            return Some(cs.clone());
+        if let Some(there) = chosen.iter().find(|c| c.issuer() == cs.issuer()) {
+            return (there.clone(), false);
         }
-        let cs = DiscoveredCs::new(issuer, outbound.clone(), self.clock.clone());
         chosen.push(cs.clone());
         self.generation.fetch_add(1, Ordering::AcqRel);
-        Some(cs)
+        (cs, true)
     }
 
     /// Reads the CSes users chose from the store and starts reading each
@@ -180,11 +179,19 @@ impl Hosts {
     pub fn load(&self) -> Result<usize, StoreError> {
         let listed = self.store.hosts()?;
         let mut started = 0;
+        let Some(outbound) = &self.outbound else {
+            return Ok(0);
+        };
         for issuer in listed {
             if self.is_default(&issuer) || self.known(&issuer).is_some() {
                 continue;
             }
-            if let Some(cs) = self.add(&issuer) {
+            let (cs, fresh) = self.keep(DiscoveredCs::new(
+                &issuer,
+                outbound.clone(),
+                self.clock.clone(),
+            ));
+            if fresh {
                 cs.start(&self.origin);
                 started += 1;
             }
@@ -270,28 +277,13 @@ impl Hosts {
                 Outcome::Retry(why) => return Err(HostRefusal::Refused { origin, why }),
             }
         }
-        self.add_found(cs);
+        self.keep(cs);
         Ok(Prepared {
             name: name_of(&document),
             passkeys: offers_passkeys(&document),
             origin,
             is_default: false,
         })
-    }
-
-    /// Keeps `cs`, just read, among the ones known (another task may have
-    /// added the same issuer meanwhile: that one stays).
-    fn add_found(&self, cs: Arc<DiscoveredCs>) -> Arc<DiscoveredCs> {
-        let mut chosen = match self.chosen.write() {
-            Ok(g) => g,
-            Err(e) => e.into_inner(),
-        };
-        if let Some(there) = chosen.iter().find(|c| c.issuer() == cs.issuer()) {
-            return there.clone();
-        }
-        chosen.push(cs.clone());
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        cs
     }
 
     /// Whether the CS of `issuer` (the default for `None`) is known to
