@@ -38,13 +38,20 @@ fn other_key() -> SigningKey {
 }
 
 fn config(dir: &Path, port: u16) -> RsConfig {
+    config_with(dir, port, port, "")
+}
+
+/// The RS's file: reached at `public_port`, listening on `port`, with the
+/// top-level lines `top`.
+fn config_with(dir: &Path, public_port: u16, port: u16, top: &str) -> RsConfig {
     let jwks = Jwks::new(vec![cs_key().public_key()]).unwrap();
     let jwks_path = dir.join("cs-jwks.json");
     std::fs::write(&jwks_path, jwks.to_json().to_string()).unwrap();
     let text = format!(
         r#"
+{top}
 listen = "127.0.0.1:{port}"
-public_url = "http://127.0.0.1:{port}"
+public_url = "http://127.0.0.1:{public_port}"
 data_dir = "{data}"
 signing_key = "{key}"
 retry_after_secs = 1
@@ -192,7 +199,9 @@ impl Rs {
 
     /// A token for the CS at `issuer` by its own key's assertion.
     async fn assertion_token(&self, key: &SigningKey, issuer: &str) -> String {
-        let audience = format!("{}/oauth/token", self.base);
+        // The token endpoint as the RS names it (its public URL), posted to
+        // on the socket it listens on.
+        let audience = self.state.resource_document.token_endpoint.clone();
         let jti = b64::encode(rand::random::<[u8; 16]>());
         let assertion = client_assertion(
             key,
@@ -205,7 +214,7 @@ impl Rs {
         );
         let res = self
             .http
-            .post(&audience)
+            .post(format!("{}/oauth/token", self.base))
             .form(&[
                 ("grant_type", "client_credentials"),
                 ("scope", "cheq"),
@@ -618,4 +627,55 @@ async fn the_settings_page_shows_no_one_and_sends_the_person_to_their_cs() {
     assert!(statuses.contains(&429), "{statuses:?}");
     assert_eq!(*statuses.last().unwrap(), 429, "{statuses:?}");
     rs.stop().await;
+}
+
+/// Two RS instances on one PostgreSQL database: a move applied through one
+/// holds on the other, which learns the new CS from the store (its CHEQs
+/// name it, and that CS's own key is taken at its token endpoint).
+#[actix_web::test]
+async fn a_move_made_on_one_instance_holds_on_another() {
+    let Some(url) = cheq::store::pg::test_database_or_skip("user_rules") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let good = other_cs(&["password", "passkey"], 201);
+    let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let public = first.local_addr().unwrap().port();
+    let second = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port2 = second.local_addr().unwrap().port();
+    let top = format!("database_url = \"{url}\"");
+    let clock = Arc::new(ManualClock::new(Utc::now()));
+    let one = Rs::start(
+        first,
+        &config_with(dir.path(), public, public, &top),
+        clock.clone(),
+    )
+    .await;
+    let two = Rs::start(second, &config_with(dir.path(), public, port2, &top), clock).await;
+
+    let (status, body) = one
+        .change(
+            "choose_confirmation_server",
+            json!({"confirmation_server": good.base}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let moved = one.decide_default(&pack_of(&body), Decision::Accept).await;
+    assert_eq!(status_of(&moved), "DONE", "{moved}");
+
+    // The second instance never saw the move: it reads it from the store.
+    let res = two.flight(500).await;
+    assert_eq!(res.status(), 202);
+    let flight = UriPack::parse(&res.bytes().await.unwrap()).unwrap();
+    assert_eq!(flight.confirmation_uri, format!("{}/confirm", good.base));
+    // Its token endpoint takes that CS's key, and it serves the CHEQ.
+    let token = two.assertion_token(&other_key(), &good.base).await;
+    let at_two = flight
+        .resource_uri
+        .replace(&format!(":{public}/"), &format!(":{port2}/"));
+    assert_ne!(at_two, flight.resource_uri);
+    let res = two.fetch(&token, &at_two).await;
+    assert_eq!(res.status(), 200);
+    one.stop().await;
+    two.stop().await;
 }
