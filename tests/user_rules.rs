@@ -679,3 +679,39 @@ async fn a_move_made_on_one_instance_holds_on_another() {
     one.stop().await;
     two.stop().await;
 }
+
+/// At most 8 CSes are checked at once: the ninth move asked while 8 wait
+/// on a CS that answers slowly is told to try again (503 `busy`).
+#[actix_web::test]
+async fn checks_of_other_cses_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let rs = start(dir.path()).await;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let slow = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let server = HttpServer::new(|| {
+        App::new().default_service(web::to(|| async {
+            actix_web::rt::time::sleep(std::time::Duration::from_secs(3)).await;
+            HttpResponse::NotFound().finish()
+        }))
+    })
+    .workers(1)
+    .listen(listener)
+    .unwrap()
+    .run();
+    actix_web::rt::spawn(server);
+    let asks = (0..(cheq::resource::hosts::MAX_CHECKS + 1)).map(|_| {
+        rs.change("choose_confirmation_server", json!({"confirmation_server": slow}))
+    });
+    let answers = futures_util::future::join_all(asks).await;
+    let busy = answers
+        .iter()
+        .filter(|(status, body)| *status == 503 && body["error"] == "busy")
+        .count();
+    let unreachable = answers
+        .iter()
+        .filter(|(status, _)| *status == StatusCode::UNPROCESSABLE_ENTITY)
+        .count();
+    assert!(busy >= 1, "{answers:?}");
+    assert_eq!(busy + unreachable, answers.len(), "{answers:?}");
+    rs.stop().await;
+}

@@ -235,6 +235,11 @@ impl From<ChangeError> for JsonError {
                 HostRefusal::NoPasskeys(_) => {
                     status(StatusCode::UNPROCESSABLE_ENTITY, "passkeys_not_offered")
                 }
+                HostRefusal::Busy => {
+                    let mut e = status(StatusCode::SERVICE_UNAVAILABLE, "busy");
+                    e.retry_after = Some(1);
+                    e
+                }
             },
         }
     }

@@ -47,7 +47,14 @@ pub enum HostRefusal {
     /// It is the user's CS already.
     #[error("{0} is your confirmation server already")]
     Already(String),
+    /// [`MAX_CHECKS`] checks of other CSes are running.
+    #[error("too many confirmation servers are being checked at once; try again in a moment")]
+    Busy,
 }
+
+/// Checks of a CS a user wants to move to, running at once at most: each
+/// makes up to three outside fetches, and any agent may ask for one.
+pub const MAX_CHECKS: usize = 8;
 
 /// A CS a user may move to, as [`Hosts::prepare`] found it.
 #[derive(Debug, Clone)]
@@ -73,6 +80,8 @@ pub struct Hosts {
     /// This RS's origin, registered at the CSes its users choose.
     origin: String,
     store: Arc<dyn cheq_store::rs::Settings>,
+    /// The checks of [`Hosts::prepare`] running now.
+    checks: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for Hosts {
@@ -102,6 +111,7 @@ impl Hosts {
             clock,
             origin: origin.trim_end_matches('/').to_owned(),
             store,
+            checks: tokio::sync::Semaphore::new(MAX_CHECKS),
         }
     }
 
@@ -245,6 +255,7 @@ impl Hosts {
             });
         }
         let outbound = self.outbound.as_ref().ok_or(HostRefusal::NotOffered)?;
+        let _check = self.checks.try_acquire().map_err(|_| HostRefusal::Busy)?;
         let unreachable = |why: String| HostRefusal::Unreachable {
             origin: origin.clone(),
             why,
