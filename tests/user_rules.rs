@@ -38,12 +38,16 @@ fn other_key() -> SigningKey {
 }
 
 fn config(dir: &Path, port: u16) -> RsConfig {
-    config_with(dir, port, port, "")
+    config_with(dir, port, port, "", FLOOR)
 }
+
+/// The operator's floor of `book_flight` in [`config`].
+const FLOOR: &str =
+    "[[policy.rules]]\ntool = \"book_flight\"\nparam = \"price_usd\"\nabove = 100\n";
 
 /// The RS's file: reached at `public_port`, listening on `port`, with the
 /// top-level lines `top`.
-fn config_with(dir: &Path, public_port: u16, port: u16, top: &str) -> RsConfig {
+fn config_with(dir: &Path, public_port: u16, port: u16, top: &str, policy: &str) -> RsConfig {
     let jwks = Jwks::new(vec![cs_key().public_key()]).unwrap();
     let jwks_path = dir.join("cs-jwks.json");
     std::fs::write(&jwks_path, jwks.to_json().to_string()).unwrap();
@@ -72,10 +76,7 @@ client_secret = "{agent}"
 role = "agent"
 subject = "alice"
 
-[[policy.rules]]
-tool = "book_flight"
-param = "price_usd"
-above = 100
+{policy}
 "#,
         data = dir.join("data").display(),
         key = dir.join("data/rs-key.jwk").display(),
@@ -395,7 +396,6 @@ async fn a_move_is_checked_first_and_then_only_the_chosen_cs_reads_and_decides()
     let dir = tempfile::tempdir().unwrap();
     let rs = start(dir.path()).await;
     let refusing = other_cs(&["password", "passkey"], 403);
-    let no_passkeys = other_cs(&["password"], 201);
     let good = other_cs(&["password", "passkey"], 201);
     let choose = |to: &str| json!({"confirmation_server": to});
 
@@ -424,25 +424,6 @@ async fn a_move_is_checked_first_and_then_only_the_chosen_cs_reads_and_decides()
             "{to}: {body}"
         );
     }
-    // With a passkey rule in force, a CS without passkeys is refused.
-    let (_, body) = rs
-        .change(
-            "set_confirmation_policy",
-            json!({"tool": "transfer_funds", "above": "always", "assurance": "passkey"}),
-        )
-        .await;
-    rs.decide_default(&pack_of(&body), Decision::Accept).await;
-    let (got, body) = rs
-        .change("choose_confirmation_server", choose(&no_passkeys.base))
-        .await;
-    assert_eq!(
-        (got, body["error"].as_str()),
-        (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some("passkeys_not_offered")
-        ),
-        "{body}"
-    );
 
     // The move: asked at the default CS, naming the new one and its name.
     let (status, body) = rs
@@ -458,6 +439,32 @@ async fn a_move_is_checked_first_and_then_only_the_chosen_cs_reads_and_decides()
         parameter(&payload, "confirmation server now"),
         "http://127.0.0.1:9"
     );
+    // Checked, but the move not yet confirmed: that CS is not trusted, its
+    // own key gets no token.
+    let audience = rs.state.resource_document.token_endpoint.clone();
+    let jti = b64::encode(rand::random::<[u8; 16]>());
+    let assertion = client_assertion(
+        &other_key(),
+        &AssertionClaims {
+            issuer: &good.base,
+            audience: &audience,
+            jti: &jti,
+            issued_at: rs.clock.now().timestamp(),
+        },
+    );
+    let res = rs
+        .http
+        .post(format!("{}/oauth/token", rs.base))
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("scope", "cheq"),
+            ("client_assertion_type", ASSERTION_TYPE),
+            ("client_assertion", &assertion),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 401);
     let moved = rs.decide_default(&pack, Decision::Accept).await;
     assert_eq!(status_of(&moved), "DONE", "{moved}");
 
@@ -647,11 +654,16 @@ async fn a_move_made_on_one_instance_holds_on_another() {
     let clock = Arc::new(ManualClock::new(Utc::now()));
     let one = Rs::start(
         first,
-        &config_with(dir.path(), public, public, &top),
+        &config_with(dir.path(), public, public, &top, FLOOR),
         clock.clone(),
     )
     .await;
-    let two = Rs::start(second, &config_with(dir.path(), public, port2, &top), clock).await;
+    let two = Rs::start(
+        second,
+        &config_with(dir.path(), public, port2, &top, FLOOR),
+        clock,
+    )
+    .await;
 
     let (status, body) = one
         .change(
@@ -700,7 +712,10 @@ async fn checks_of_other_cses_are_bounded() {
     .run();
     actix_web::rt::spawn(server);
     let asks = (0..(cheq::resource::hosts::MAX_CHECKS + 1)).map(|_| {
-        rs.change("choose_confirmation_server", json!({"confirmation_server": slow}))
+        rs.change(
+            "choose_confirmation_server",
+            json!({"confirmation_server": slow}),
+        )
     });
     let answers = futures_util::future::join_all(asks).await;
     let busy = answers
@@ -713,5 +728,89 @@ async fn checks_of_other_cses_are_bounded() {
         .count();
     assert!(busy >= 1, "{answers:?}");
     assert_eq!(busy + unreachable, answers.len(), "{answers:?}");
+    rs.stop().await;
+}
+
+/// With a passkey rule in force, a CS without passkeys cannot be chosen, and
+/// every change of the user's CS or rules asks for the passkey too (a
+/// password alone must not undo it).
+#[actix_web::test]
+async fn a_passkey_rule_guards_every_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let rs = start(dir.path()).await;
+    let no_passkeys = other_cs(&["password"], 201);
+    let good = other_cs(&["password", "passkey"], 201);
+    let (_, body) = rs
+        .change(
+            "set_confirmation_policy",
+            json!({"tool": "transfer_funds", "above": "always", "assurance": "passkey"}),
+        )
+        .await;
+    let pack = pack_of(&body);
+    assert!(rs.payload(&pack).await.get("assurance").is_none());
+    rs.decide_default(&pack, Decision::Accept).await;
+    let (got, body) = rs
+        .change(
+            "choose_confirmation_server",
+            json!({"confirmation_server": no_passkeys.base}),
+        )
+        .await;
+    assert_eq!(
+        (got, body["error"].as_str()),
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("passkeys_not_offered")
+        ),
+        "{body}"
+    );
+    for (tool, inputs) in [
+        (
+            "choose_confirmation_server",
+            json!({"confirmation_server": good.base}),
+        ),
+        (
+            "set_confirmation_policy",
+            json!({"tool": "book_flight", "above": 10}),
+        ),
+        (
+            "set_confirmation_policy",
+            json!({"tool": "transfer_funds", "above": "always", "assurance": "any"}),
+        ),
+    ] {
+        let (status, body) = rs.change(tool, inputs).await;
+        assert_eq!(status, 202, "{body}");
+        assert_eq!(
+            rs.payload(&pack_of(&body)).await["assurance"],
+            "passkey",
+            "{tool}"
+        );
+    }
+    rs.stop().await;
+}
+
+/// A user's stored rule that the operator's floors no longer allow gives
+/// way to the floor.
+#[actix_web::test]
+async fn a_raised_floor_overrides_a_looser_stored_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let clock = Arc::new(ManualClock::new(Utc::now()));
+    let rs = Rs::start(listener, &config(dir.path(), port), clock.clone()).await;
+    let (_, body) = rs.rule(json!(80), None).await;
+    rs.decide_default(&pack_of(&body), Decision::Accept).await;
+    assert_eq!(rs.flight(90).await.status(), 202);
+    assert_eq!(rs.flight(70).await.status(), 200);
+    rs.stop().await;
+    // The operator raises the floor to always.
+    let listener = std::net::TcpListener::bind(format!("127.0.0.1:{port}")).unwrap();
+    let always = "[[policy.rules]]\ntool = \"book_flight\"\n";
+    let rs = Rs::start(
+        listener,
+        &config_with(dir.path(), port, port, "", always),
+        clock,
+    )
+    .await;
+    assert_eq!(rs.flight(70).await.status(), 202, "the floor rules now");
     rs.stop().await;
 }

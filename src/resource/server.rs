@@ -521,9 +521,9 @@ async fn post_decision(
         ..
     }) = &answer
     {
-        // A key of another CS this RS trusts (§17): not a key the caller
-        // may yet publish, but another CS's countersignature.
-        let elsewhere = by_key && state.cheq.kid_of_another_cs(kid, &by);
+        // A countersignature that verifies with another trusted CS's key
+        // (§17) is that CS's: no key the caller may yet publish.
+        let elsewhere = by_key && state.cheq.countersigned_by_another_cs(&id, &body, kid, &by);
         let refetched = if elsewhere {
             Refetch::Absent
         } else {
@@ -560,7 +560,10 @@ async fn post_decision(
         // Another CS's countersignature, delivered by the CS the token
         // names: refused, nothing runs, the CHEQ stays pending (§16.4).
         Err(e) if by_key && e.countersigned_elsewhere() => {
-            log::info!("a decision countersigned by another confirmation server was refused ({e})");
+            log::info!(
+                "a decision countersigned by another confirmation server was refused ({})",
+                crate::text::snippet(e.to_string().as_bytes(), 200)
+            );
             Err(ApiError::from(CheqRsError::WrongConfirmationServer))
         }
         answer => answer.map_err(ApiError::from),

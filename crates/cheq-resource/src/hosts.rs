@@ -233,8 +233,8 @@ impl Hosts {
     }
 
     /// Checks the CS at `origin` for a user's move there, as the module
-    /// docs say; on success it is known here (not yet in the store: that
-    /// comes with the confirmed change).
+    /// docs say. It is not trusted for that: only a move confirmed and
+    /// stored makes it one of this RS's CSes.
     pub async fn prepare(&self, origin: &str) -> Result<Prepared, HostRefusal> {
         let origin = discovery::bare_origin(origin)
             .ok_or_else(|| HostRefusal::NotAnOrigin(cheq_support::text::one_line(origin)))?;
@@ -260,7 +260,6 @@ impl Hosts {
             origin: origin.clone(),
             why,
         };
-        // A CS tried and not kept is not added to the ones known.
         let cs = match self.known(&origin) {
             Some(cs) => cs,
             None => DiscoveredCs::new(&origin, outbound.clone(), self.clock.clone()),
@@ -288,7 +287,9 @@ impl Hosts {
                 Outcome::Retry(why) => return Err(HostRefusal::Refused { origin, why }),
             }
         }
-        self.keep(cs);
+        // Not kept here: a CS joins the ones this RS trusts only once a
+        // move to it is confirmed and stored (`load`, `for_issuer`).
+        drop(cs);
         Ok(Prepared {
             name: name_of(&document),
             passkeys: offers_passkeys(&document),

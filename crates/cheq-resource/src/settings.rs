@@ -138,6 +138,10 @@ pub struct Change {
     parameters: Vec<Value>,
     /// What the accept applies.
     action: Value,
+    /// Whether the accept must be bound to the user's passkey (§14): when
+    /// any rule in force for them asks for one, a change of their CS or
+    /// rules does too, or a password alone would undo it.
+    passkey: bool,
 }
 
 /// Why a change is refused before anything is minted.
@@ -190,7 +194,18 @@ impl Users {
             None => UserChoice::default(),
             Some(stored) => UserChoice {
                 cs: stored.cs,
-                rules: rules::read_user_rules(&stored.rules, &self.catalogue),
+                // A rule the floors no longer allow (the operator raised
+                // one since) gives way to the floor.
+                rules: rules::read_user_rules(&stored.rules, &self.catalogue)
+                    .into_iter()
+                    .filter(|rule| match self.floors.check(rule) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            log::info!("a user's stored rule gives way to the floor: {e}");
+                            false
+                        }
+                    })
+                    .collect(),
                 generation: stored.generation,
             },
         })
@@ -225,6 +240,7 @@ impl Users {
         };
         Ok(Change {
             tool: CHOOSE,
+            passkey: self.floors.any_passkey(&choice.rules, &self.catalogue),
             confirm_at: choice.cs.clone(),
             operation_name: "Change your confirmation server",
             parameters: vec![
@@ -321,6 +337,7 @@ impl Users {
         let record = rule.record();
         Ok(Change {
             tool: SET_POLICY,
+            passkey: self.floors.any_passkey(&choice.rules, &self.catalogue),
             confirm_at: choice.cs.clone(),
             operation_name: "Change when you confirm",
             parameters: vec![
@@ -396,7 +413,7 @@ impl Change {
             subject: subject.to_owned(),
             language: Some("en".to_owned()),
             ttl,
-            assurance: None,
+            assurance: self.passkey.then_some(cheq_core::cheq::Assurance::Passkey),
             action: self.action,
             confirmation_server: self.confirm_at,
         }

@@ -267,8 +267,14 @@ impl CheqRs {
                 trust
             }
             // Origins were checked when each CS joined; keep what was
-            // built before.
-            Err(_) => current.1,
+            // built before (and do not try again until another joins).
+            Err(e) => {
+                log::warn!("the keys of the confirmation servers: {e}");
+                if let Ok(mut g) = self.trust.write() {
+                    g.0 = generation;
+                }
+                current.1
+            }
         }
     }
 
@@ -324,13 +330,34 @@ impl CheqRs {
         Ok(())
     }
 
-    /// Whether `kid` names a key that a CS other than `cs` (an origin) is
-    /// trusted with: a countersignature with it is that other CS's.
-    pub fn kid_of_another_cs(&self, kid: &str, cs: &str) -> bool {
+    /// Whether the decision `body` on confirmation `id`, whose CHEQ names
+    /// the CS `cs` (an origin), is countersigned with the key `kid` of
+    /// another CS this RS trusts: the countersignature verifies with that
+    /// CS's key of that id. (A key id alone proves nothing: two CSes may
+    /// publish the same one.)
+    pub fn countersigned_by_another_cs(&self, id: &str, body: &[u8], kid: &str, cs: &str) -> bool {
+        let resource_uri = self.resource_uri(id);
+        let ctx = cheq_core::sign::Context {
+            now: self.clock.now(),
+            resource_uri: Some(&resource_uri),
+            confirmation_uri: None,
+        };
         self.trust()
             .confirmation_keys_named(kid)
-            .iter()
-            .any(|(origin, _)| origin.ascii_serialization() != cs)
+            .into_iter()
+            .filter(|(origin, _)| origin.ascii_serialization() != cs)
+            .any(|(_, key)| {
+                let mut trust = TrustStore::new();
+                let built = cheq_core::sign::Jwks::new(vec![key])
+                    .map_err(|_| ())
+                    .and_then(|jwks| {
+                        trust
+                            .add(true, &self.base_url, self.keys.clone())
+                            .map_err(|_| ())?;
+                        trust.add(false, cs, Arc::new(jwks)).map_err(|_| ())
+                    });
+                built.is_ok() && cheq_core::sign::verify_decision(body, &trust, None, &ctx).is_ok()
+            })
     }
 
     /// The RS origin.
