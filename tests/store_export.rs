@@ -998,7 +998,12 @@ fn a_settings_line_or_store_with_settings_is_refused_naming_why() {
         (
             "empty-cs",
             alice_line.replace(r#""subject":"alice","#, r#""subject":"alice","cs":"","#),
-            "the settings item's cs is invalid: empty",
+            "the settings item's cs is invalid: not an origin",
+        ),
+        (
+            "cs-not-an-origin",
+            alice_line.replace(r#""subject":"alice","#, r#""subject":"alice","cs":"ftp://x","#),
+            "the settings item's cs is invalid: not an origin",
         ),
         (
             "no-subject",

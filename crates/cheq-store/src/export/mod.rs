@@ -678,7 +678,11 @@ mod tests {
             ),
             (
                 stream(&[HEADER, r#"{"kind":"chosen_cs","issuer":""}"#, end]),
-                "line 2: the chosen_cs item's issuer is invalid: empty",
+                "line 2: the chosen_cs item's issuer is invalid: not an origin",
+            ),
+            (
+                stream(&[HEADER, r#"{"kind":"chosen_cs","issuer":"https://z.example/path"}"#, end]),
+                "line 2: the chosen_cs item's issuer is invalid: not an origin",
             ),
             (
                 stream(&[HEADER, r#"{"kind":"chosen_cs","issuer":"https://z.example","order":1}"#, end]),

@@ -220,11 +220,11 @@ fn read_line(text: &str, server: Server) -> Result<Parsed, LineError> {
         }
         "chosen_cs" => {
             let c: ChosenCsItem = members(kind, fields)?;
-            if c.issuer.is_empty() {
+            if !is_origin(&c.issuer) {
                 return Err(LineError::Invalid {
                     kind,
                     member: "issuer",
-                    reason: "empty",
+                    reason: "not an origin (scheme://host[:port])",
                 });
             }
             Item::ChosenCs(c.issuer)
@@ -239,10 +239,10 @@ fn read_line(text: &str, server: Server) -> Result<Parsed, LineError> {
             if s.subject.is_empty() {
                 return Err(invalid("subject", "empty"));
             }
-            if s.cs.as_deref() == Some("") {
+            if s.cs.as_deref().is_some_and(|cs| !is_origin(cs)) {
                 return Err(invalid(
                     "cs",
-                    "empty (a user of the RS's default CS has none)",
+                    "not an origin (a user of the RS's default CS has none)",
                 ));
             }
             if s.generation == 0 {
@@ -563,4 +563,10 @@ pub fn check(
         Some(h) => Ok((h, counts)),
         None => Err(ImportError::Empty),
     }
+}
+
+/// Whether `text` is an origin as the RS keeps a CS's issuer: exactly
+/// what `cheq_core::discovery::bare_origin` makes of it.
+fn is_origin(text: &str) -> bool {
+    cheq_core::discovery::bare_origin(text).as_deref() == Some(text)
 }
