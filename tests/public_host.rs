@@ -21,7 +21,7 @@
 mod common;
 
 use common::*;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long a change may take to hold on every instance.
 const EVERY_INSTANCE: Duration = Duration::from_secs(5);
@@ -171,19 +171,7 @@ async fn confirm(b: &mut Browser, pack: &cheq::cheq::UriPack, logs: &[&Proc]) ->
     assert_eq!(page.status, 200, "{}", page.text);
     let done = b.decide(&location, &page, "accept").await;
     assert!(done.status < 400, "decide: {}", done.text);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, body) = result_of(&pack.result_uri).await;
-        if status == 200 {
-            return body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no outcome at the result URI:\n{}",
-            logs.iter().map(|p| p.log()).collect::<Vec<_>>().join("\n")
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    outcome_of(&pack.result_uri, logs).await
 }
 
 #[test]

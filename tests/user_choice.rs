@@ -240,19 +240,7 @@ async fn decide(b: &mut Browser, pack: &UriPack, decision: &str, logs: &[&Proc])
     assert_eq!(page.status, 200, "{}", page.text);
     let done = b.decide(&location, &page, decision).await;
     assert!(done.status < 400, "decide: {}", done.text);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, body) = result_of(&pack.result_uri).await;
-        if status == 200 {
-            return body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no outcome:\n{}",
-            logs.iter().map(|p| p.log()).collect::<Vec<_>>().join("\n")
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    outcome_of(&pack.result_uri, logs).await
 }
 
 fn output(result: &Value, name: &str) -> Value {

@@ -200,6 +200,14 @@ impl Rs {
 
     /// A token for the CS at `issuer` by its own key's assertion.
     async fn assertion_token(&self, key: &SigningKey, issuer: &str) -> String {
+        let (status, body) = self.by_assertion(key, issuer).await;
+        assert_eq!(status, 200, "{body}");
+        body["access_token"].as_str().unwrap().to_owned()
+    }
+
+    /// The token endpoint's answer to an assertion of the CS at `issuer`
+    /// signed with `key`.
+    async fn by_assertion(&self, key: &SigningKey, issuer: &str) -> (StatusCode, Value) {
         // The token endpoint as the RS names it (its public URL), posted to
         // on the socket it listens on.
         let audience = self.state.resource_document.token_endpoint.clone();
@@ -226,9 +234,7 @@ impl Rs {
             .await
             .unwrap();
         let status = res.status();
-        let body: Value = res.json().await.unwrap();
-        assert_eq!(status, 200, "{body}");
-        body["access_token"].as_str().unwrap().to_owned()
+        (status, res.json().await.unwrap_or(Value::Null))
     }
 
     /// The payload of the CHEQ of `pack`, read by the default CS.
@@ -441,30 +447,8 @@ async fn a_move_is_checked_first_and_then_only_the_chosen_cs_reads_and_decides()
     );
     // Checked, but the move not yet confirmed: that CS is not trusted, its
     // own key gets no token.
-    let audience = rs.state.resource_document.token_endpoint.clone();
-    let jti = b64::encode(rand::random::<[u8; 16]>());
-    let assertion = client_assertion(
-        &other_key(),
-        &AssertionClaims {
-            issuer: &good.base,
-            audience: &audience,
-            jti: &jti,
-            issued_at: rs.clock.now().timestamp(),
-        },
-    );
-    let res = rs
-        .http
-        .post(format!("{}/oauth/token", rs.base))
-        .form(&[
-            ("grant_type", "client_credentials"),
-            ("scope", "cheq"),
-            ("client_assertion_type", ASSERTION_TYPE),
-            ("client_assertion", &assertion),
-        ])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 401);
+    let (status, body) = rs.by_assertion(&other_key(), &good.base).await;
+    assert_eq!(status, 401, "{body}");
     let moved = rs.decide_default(&pack, Decision::Accept).await;
     assert_eq!(status_of(&moved), "DONE", "{moved}");
 

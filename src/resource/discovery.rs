@@ -8,18 +8,15 @@ use cheq_core::discovery::{ResourceDocument, CLIENT_SECRET_BASIC, PRIVATE_KEY_JW
 
 /// This RS's discovery document (§16.2): its origin and name, where its
 /// resource URIs, keys and token endpoint are, and how a CS authenticates
-/// there: with a `cs` client's secret when it has one, with its own key
-/// when it trusts a CS by issuer (`by_issuer`: always, for the CSes users
-/// choose, §17).
-pub fn resource_document(config: &RsConfig, by_issuer: bool) -> ResourceDocument {
+/// there: with a `cs` client's secret when it has one, and with its own
+/// key (a CS named by issuer, or one a user chose, §17).
+pub fn resource_document(config: &RsConfig) -> ResourceDocument {
     let base = config.base_url();
     let mut methods = Vec::new();
     if config.clients.iter().any(|c| c.role == ClientRole::Cs) {
         methods.push(CLIENT_SECRET_BASIC.to_owned());
     }
-    if by_issuer {
-        methods.push(PRIVATE_KEY_JWT.to_owned());
-    }
+    methods.push(PRIVATE_KEY_JWT.to_owned());
     ResourceDocument {
         resource: base.clone(),
         name: config.display_name(),

@@ -153,9 +153,7 @@ pub async fn build_state_with(
         })?;
     let metrics = crate::metrics::RsMetrics::new();
     let tools = Arc::new(DemoTools::new(&store).counting(metrics.executed.clone()));
-    // Users may choose any CS by issuer (§17): the token endpoint takes
-    // client assertions.
-    let resource_document = resource_document(config, true);
+    let resource_document = resource_document(config);
     let hosts = Arc::new(Hosts::new(
         cs,
         Some(outbound(config)?),

@@ -1799,3 +1799,21 @@ where
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// The outcome at `result_uri` once it is final (200), polled for at most
+/// 30 s; `logs` are shown when it never is.
+pub async fn outcome_of(result_uri: &str, logs: &[&Proc]) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (status, body) = result_of(result_uri).await;
+        if status == 200 {
+            return body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no outcome at the result URI:\n{}",
+            logs.iter().map(|p| p.log()).collect::<Vec<_>>().join("\n")
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}

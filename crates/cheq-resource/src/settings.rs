@@ -129,8 +129,6 @@ pub struct UserChoice {
 /// A change checked and ready to be confirmed.
 #[derive(Debug, Clone)]
 pub struct Change {
-    /// The tool that asks for it.
-    pub tool: &'static str,
     /// The CS the user has now, where the change is confirmed (`None`: the
     /// default).
     pub confirm_at: Option<String>,
@@ -239,7 +237,6 @@ impl Users {
             generation: 0,
         };
         Ok(Change {
-            tool: CHOOSE,
             passkey: self.floors.any_passkey(&choice.rules, &self.catalogue),
             confirm_at: choice.cs.clone(),
             operation_name: "Change your confirmation server",
@@ -336,7 +333,6 @@ impl Users {
         };
         let record = rule.record();
         Ok(Change {
-            tool: SET_POLICY,
             passkey: self.floors.any_passkey(&choice.rules, &self.catalogue),
             confirm_at: choice.cs.clone(),
             operation_name: "Change when you confirm",

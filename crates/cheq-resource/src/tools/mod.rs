@@ -374,7 +374,7 @@ pub fn find(catalogue: &[Tool], id_or_name: &str) -> Option<Tool> {
         .cloned()
 }
 
-pub(crate) fn value_text(v: Option<&Value>) -> String {
+fn value_text(v: Option<&Value>) -> String {
     match v {
         Some(Value::String(s)) => s.clone(),
         Some(other) => other.to_string(),
